@@ -1,0 +1,160 @@
+// Benchmark of the CPU kernels against the machine's GEMM: matmul 512³ through the kernel versus a
+// direct cblas_sgemm call, and the Fashion-MNIST convnet's conv layers (batch 64) forward and both
+// backward kernels, in GFLOP/s and as a fraction of cblas_sgemm's 512³ rate.
+// Usage: kernels_bench [--threads N] [--repeats R]
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ir/op_table.h"
+#include "runtime/kernel.h"
+
+namespace {
+
+using cleave::AttrMap;
+using cleave::DType;
+using cleave::OpId;
+using cleave::Shape;
+using cleave::TensorType;
+
+// An f32 tensor of uniform random values in [-1, 1).
+struct Buffer {
+  TensorType type;
+  std::vector<float> values;
+};
+
+Buffer randomBuffer(Shape shape, std::mt19937& rng) {
+  Buffer b{TensorType{DType::kF32, std::move(shape)}, {}};
+  b.values.resize(static_cast<size_t>(b.type.numel()));
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (float& v : b.values) v = dist(rng);
+  return b;
+}
+
+// Seconds per call of fn: the median of `repeats` timed calls after two warm-up calls.
+double secondsPerCall(const std::function<void()>& fn, int repeats) {
+  fn();
+  fn();
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+// One prepared kernel call: operands, attributes, inferred result types and result memory.
+class PreparedCall {
+ public:
+  PreparedCall(OpId op, std::vector<const Buffer*> operands, AttrMap attrs, int threads)
+      : op_(op), operands_(std::move(operands)), attrs_(std::move(attrs)), threads_(threads) {
+    for (const Buffer* b : operands_) {
+      operand_types_.push_back(b->type);
+      inputs_.push_back(b->values.data());
+    }
+    auto results = cleave::inferResultTypes(cleave::opDef(op), operand_types_, attrs_);
+    if (!results) {
+      std::fprintf(stderr, "kernels_bench: %s\n", results.status().message().c_str());
+      std::exit(1);
+    }
+    result_types_ = *results;
+    for (const TensorType& t : result_types_) result_memory_.emplace_back(static_cast<size_t>(t.numel()));
+    kernel_ = cleave::runtime::findCpuKernel(op);
+  }
+
+  void operator()() const {
+    std::vector<void*> outputs;  // taken here: copies of a PreparedCall own their own result memory
+    for (auto& memory : result_memory_) outputs.push_back(memory.data());
+    cleave::runtime::KernelCall call{cleave::OpContext{cleave::opDef(op_), operand_types_, result_types_, attrs_},
+                                     inputs_, outputs, threads_};
+    cleave::Status status = kernel_(call);
+    if (!status) {
+      std::fprintf(stderr, "kernels_bench: %s\n", status.message().c_str());
+      std::exit(1);
+    }
+  }
+
+ private:
+  OpId op_;
+  std::vector<const Buffer*> operands_;
+  AttrMap attrs_;
+  int threads_;
+  std::vector<TensorType> operand_types_, result_types_;
+  std::vector<const void*> inputs_;
+  mutable std::vector<std::vector<float>> result_memory_;
+  cleave::runtime::CpuKernel kernel_ = nullptr;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, repeats = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::atoi(argv[i + 1]);
+  }
+  threads = std::max(1, threads);
+  repeats = std::max(1, repeats);
+  std::mt19937 rng(0);
+  std::printf("threads %d, median of %d calls\n", threads, repeats);
+
+  // 1. matmul 512³: the kernel against a direct cblas_sgemm on OpenBLAS's own `threads` threads
+  //    (the peer, and the roofline below). The kernels run OpenBLAS single-threaded and split the
+  //    GEMM over OpenMP threads themselves (see runtime/cpu_gemm.h).
+  const int n = 512;
+  const Buffer a = randomBuffer({n, n}, rng), b = randomBuffer({n, n}, rng);
+  std::vector<float> c(static_cast<size_t>(n) * n);
+  const double gemm_flops = 2.0 * n * n * n;
+  openblas_set_num_threads(threads);
+  const double sgemm_rate = gemm_flops / secondsPerCall([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.values.data(), n, b.values.data(), n, 0.0f,
+                c.data(), n);
+  }, repeats) / 1e9;
+  const PreparedCall matmul(OpId::matmul, {&a, &b}, {}, threads);
+  openblas_set_num_threads(1);
+  const double matmul_rate = gemm_flops / secondsPerCall(matmul, repeats) / 1e9;
+  std::printf("%-44s %8.1f GFLOP/s\n", "cblas_sgemm 512x512x512", sgemm_rate);
+  std::printf("%-44s %8.1f GFLOP/s  %.2fx cblas_sgemm\n", "matmul kernel 512x512x512", matmul_rate,
+              matmul_rate / sgemm_rate);
+
+  // 2. The convnet's conv layers at batch 64: forward, grad_input and grad_weight.
+  struct Layer {
+    const char* name;
+    int64_t channels, out_channels, size;
+  };
+  for (const Layer& layer : {Layer{"conv1 1->32 5x5 pad 2 on 28x28", 1, 32, 28}, Layer{"conv2 32->64 5x5 pad 2 on 14x14", 32, 64, 14}}) {
+    const int64_t batch = 64;
+    const Buffer x = randomBuffer({batch, layer.channels, layer.size, layer.size}, rng);
+    const Buffer w = randomBuffer({layer.out_channels, layer.channels, 5, 5}, rng);
+    const Buffer bias = randomBuffer({layer.out_channels}, rng);
+    const Buffer dy = randomBuffer({batch, layer.out_channels, layer.size, layer.size}, rng);
+    const AttrMap conv_attrs = {{"pads", std::vector<int64_t>{2, 2, 2, 2}}};
+    AttrMap input_attrs = conv_attrs, weight_attrs = conv_attrs;
+    input_attrs["input_shape"] = x.type.shape;
+    weight_attrs["weight_shape"] = w.type.shape;
+    // Multiply-adds of each of the three kernels: N·O·Ho·Wo·C·kh·kw.
+    const double flops = 2.0 * batch * layer.out_channels * layer.size * layer.size * layer.channels * 25;
+    const std::vector<std::pair<std::string, PreparedCall>> calls = {
+        {"forward", PreparedCall(OpId::conv2d, {&x, &w, &bias}, conv_attrs, threads)},
+        {"grad_input", PreparedCall(OpId::conv2d_grad_input, {&dy, &w}, input_attrs, threads)},
+        {"grad_weight", PreparedCall(OpId::conv2d_grad_weight, {&dy, &x}, weight_attrs, threads)},
+    };
+    for (const auto& [kind, call] : calls) {
+      const double seconds = secondsPerCall(call, repeats);
+      const double rate = flops / seconds / 1e9;
+      std::printf("%-32s %-11s %8.3f ms %8.1f GFLOP/s  %.2fx cblas_sgemm\n", layer.name, kind.c_str(), seconds * 1e3, rate,
+                  rate / sgemm_rate);
+    }
+  }
+  return 0;
+}

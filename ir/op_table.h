@@ -1,0 +1,118 @@
+// The op table: every op defined once, with its operands, attributes and rules.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/attribute.h"
+#include "ir/sharding_rule.h"
+#include "ir/status.h"
+#include "ir/tensor_type.h"
+
+namespace cleave {
+
+// Op identifiers, generated from ir/op_list.def.
+enum class OpId : uint16_t {
+#define CLEAVE_OP(id, name) id,
+#include "ir/op_list.def"
+#undef CLEAVE_OP
+};
+constexpr int kNumOps = 0
+#define CLEAVE_OP(id, name) +1
+#include "ir/op_list.def"
+#undef CLEAVE_OP
+    ;
+
+// One attribute an op accepts: name, kind, and its default when it is optional.
+struct AttrSpec {
+  std::string name;
+  AttrKind kind;
+  bool required = false;
+  Attribute default_value = int64_t{0};
+};
+
+struct OpDef;
+
+// What a rule sees of a node: its op, operand types, result types (once known) and attributes.
+struct OpContext {
+  const OpDef& def;
+  std::span<const TensorType> operands;
+  std::span<const TensorType> results;  // empty inside a shape rule
+  const AttrMap& attrs;
+
+  // Attribute accessors that fall back to the AttrSpec default. Kinds are checked by the verifier.
+  int64_t getInt(std::string_view name) const;
+  double getFloat(std::string_view name) const;
+  const std::string& getString(std::string_view name) const;
+  const std::vector<int64_t>& getInts(std::string_view name) const;
+  const std::vector<double>& getFloats(std::string_view name) const;
+  const TensorData* getTensor(std::string_view name) const;
+  bool has(std::string_view name) const { return attrs.find(std::string(name)) != attrs.end(); }
+  const Attribute& get(std::string_view name) const;
+};
+
+// FLOPs and bytes moved by one op instance (for the roofline cost model).
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+};
+
+struct GradientContext;  // defined with autodiff (passes/); the op table only holds the rule
+
+// Result types from operand types and attributes; an error message names the operand at fault.
+using ShapeRule = Expected<std::vector<TensorType>> (*)(const OpContext&);
+using CostRule = OpCost (*)(const OpContext&);
+using ShardingRuleFn = ShardingRule (*)(const OpContext&);
+// Emits operand gradients given result gradients (reverse mode). Null: not differentiable.
+using GradientRule = Status (*)(GradientContext&);
+
+// The single definition of an op.
+struct OpDef {
+  OpId id;
+  std::string_view name;
+  std::string_view summary;
+  int min_operands = 1;
+  int max_operands = 1;  // -1: variadic
+  std::vector<AttrSpec> attrs;
+  ShapeRule shape = nullptr;
+  CostRule cost = nullptr;
+  ShardingRuleFn sharding = nullptr;
+  GradientRule gradient = nullptr;
+
+  const AttrSpec* findAttr(std::string_view attr_name) const;
+};
+
+// The definition of `id`.
+const OpDef& opDef(OpId id);
+// The op named `name`, or nullopt.
+std::optional<OpId> lookupOp(std::string_view name);
+// The text name of `id`.
+std::string_view opName(OpId id);
+// All definitions, in OpId order.
+std::span<const OpDef> allOpDefs();
+
+// Checks an attribute map against `def`: unknown names, missing required ones, wrong kinds.
+Status checkAttributes(const OpDef& def, const AttrMap& attrs);
+// Runs `def`'s shape rule after checking operand count and attributes.
+Expected<std::vector<TensorType>> inferResultTypes(const OpDef& def, std::span<const TensorType> operands,
+                                                   const AttrMap& attrs);
+
+namespace ops {
+// Each op family file (ir/ops/*.cpp) appends its definitions; op_table.cpp calls them all once.
+void addElementwiseOps(std::vector<OpDef>& table);
+void addLinearAlgebraOps(std::vector<OpDef>& table);
+void addReductionOps(std::vector<OpDef>& table);
+void addConvolutionOps(std::vector<OpDef>& table);
+void addShapeOps(std::vector<OpDef>& table);
+void addLossOps(std::vector<OpDef>& table);
+void addGradientOps(std::vector<OpDef>& table);
+void addOptimizerOps(std::vector<OpDef>& table);
+// Sets OpDef::gradient for every differentiable op (ir/ops/gradient_rules.cpp); called after the table is built.
+void addGradientRules(std::vector<OpDef>& defs_by_id);
+}  // namespace ops
+
+}  // namespace cleave

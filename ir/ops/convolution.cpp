@@ -1,0 +1,259 @@
+// Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, global_avg_pool.
+#include "ir/ops/op_rules.h"
+
+namespace cleave::ops {
+namespace {
+
+// One spatial dimension of a sliding window.
+struct WindowDim {
+  const char* name;  // "height" or "width", for messages
+  int64_t input;
+  int64_t pad_begin;
+  int64_t pad_end;
+  int64_t kernel;
+  int64_t stride;
+  int64_t dilation;
+};
+
+using Wide = __int128;
+
+// Decimal text of a 128-bit integer, for messages.
+std::string wideStr(Wide v) {
+  if (v < 0) return "-" + wideStr(-v);
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  } while (v > 0);
+  return digits;
+}
+
+// Output length of a sliding window: floor((input + pads - dilated kernel) / stride) + 1, or with
+// ceil_mode the ceiling, dropping a last window that would start in the end padding (as PyTorch).
+// Computed in 128-bit arithmetic: every term is an int64, so nothing overflows; a length that does
+// not fit in int64 or is below 1 is an error naming operand 0.
+Expected<int64_t> windowOutputSize(const OpContext& ctx, const WindowDim& w, bool ceil_mode) {
+  Wide padded = Wide(w.input) + w.pad_begin + w.pad_end;
+  Wide dilated_kernel = Wide(w.dilation) * (w.kernel - 1) + 1;
+  Wide span = padded - dilated_kernel;
+  if (span < 0)
+    return operandShapeError(ctx, 0,
+                             std::string("its padded ") + w.name + " (" + wideStr(padded) +
+                                 ") is smaller than the dilated kernel (" + wideStr(dilated_kernel) +
+                                 "), so the output is empty");
+  Wide size = (ceil_mode ? (span + w.stride - 1) / w.stride : span / w.stride) + 1;
+  if (ceil_mode && (size - 1) * w.stride >= Wide(w.input) + w.pad_begin) size -= 1;
+  if (size > Wide(INT64_MAX)) return operandShapeError(ctx, 0, std::string("its output ") + w.name + " is too large");
+  return static_cast<int64_t>(size);
+}
+
+// An ints attribute with exactly `count` entries, each at least `min_value`.
+Expected<std::vector<int64_t>> intsAttr(const OpContext& ctx, std::string_view attr, size_t count, int64_t min_value) {
+  const std::vector<int64_t>& values = ctx.getInts(attr);
+  if (values.size() != count)
+    return attrError(ctx, attr, "is " + intsStr(values) + ", needs " + std::to_string(count) + " values");
+  for (int64_t v : values)
+    if (v < min_value) return attrError(ctx, attr, "is " + intsStr(values) + ", values must be >= " + std::to_string(min_value));
+  return values;
+}
+
+Expected<std::vector<TensorType>> conv2dShape(const OpContext& ctx) {
+  // 1. Operands: x [N,C,H,W] and w [O,C/groups,kh,kw] of one float dtype, optional b [O].
+  CLEAVE_TRY(requireRank(ctx, 0, 4, 4));
+  CLEAVE_TRY(requireRank(ctx, 1, 4, 4));
+  CLEAVE_TRY(requireFloat(ctx, 0));
+  CLEAVE_TRY(requireSameDType(ctx, 1, 0));
+  // 2. Attributes.
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> strides, intsAttr(ctx, "strides", 2, 1));
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> pads, intsAttr(ctx, "pads", 4, 0));
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> dilations, intsAttr(ctx, "dilations", 2, 1));
+  int64_t groups = ctx.getInt("groups");
+  if (groups < 1) return attrError(ctx, "groups", "is " + std::to_string(groups) + ", must be >= 1");
+  // 3. Channels: C and O divisible by groups, w's input channels = C / groups.
+  const Shape& x = ctx.operands[0].shape;
+  const Shape& w = ctx.operands[1].shape;
+  if (x[1] % groups != 0)
+    return operandShapeError(ctx, 0, "its channels (" + std::to_string(x[1]) + ") are not divisible by groups (" +
+                                         std::to_string(groups) + ")");
+  if (w[1] != x[1] / groups)
+    return operandShapeError(ctx, 1,
+                             "its dim 1 (" + std::to_string(w[1]) + ") must equal operand 0's channels (" +
+                                 std::to_string(x[1]) + ") / groups (" + std::to_string(groups) + ")");
+  if (w[0] % groups != 0)
+    return operandShapeError(ctx, 1, "its output channels (dim 0, " + std::to_string(w[0]) +
+                                         ") are not divisible by groups (" + std::to_string(groups) + ")");
+  if (w[2] < 1 || w[3] < 1) return operandShapeError(ctx, 1, "its kernel dims 2 and 3 must be >= 1");
+  if (ctx.operands.size() == 3) {
+    CLEAVE_TRY(requireSameDType(ctx, 2, 0));
+    CLEAVE_TRY(requireShape(ctx, 2, {w[0]}, "operand 1's output channels"));
+  }
+  // 4. Output size per spatial dim.
+  CLEAVE_ASSIGN_OR_RETURN(int64_t out_h,
+                          windowOutputSize(ctx, {"height", x[2], pads[0], pads[2], w[2], strides[0], dilations[0]}, false));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t out_w,
+                          windowOutputSize(ctx, {"width", x[3], pads[1], pads[3], w[3], strides[1], dilations[1]}, false));
+  return std::vector<TensorType>{{ctx.operands[0].dtype, {x[0], w[0], out_h, out_w}}};
+}
+
+Expected<std::vector<TensorType>> poolShape(const OpContext& ctx) {
+  // 1. Operand: x [N,C,H,W], float.
+  CLEAVE_TRY(requireRank(ctx, 0, 4, 4));
+  CLEAVE_TRY(requireFloat(ctx, 0));
+  // 2. Attributes: kernel >= 1; strides default to the kernel; pads at most half the kernel (as
+  //    PyTorch), so every window overlaps the input.
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, intsAttr(ctx, "kernel", 2, 1));
+  std::vector<int64_t> strides = kernel;
+  if (!ctx.getInts("strides").empty()) {
+    CLEAVE_ASSIGN_OR_RETURN(strides, intsAttr(ctx, "strides", 2, 1));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> pads, intsAttr(ctx, "pads", 4, 0));
+  for (int i = 0; i < 4; ++i)
+    if (pads[i] > kernel[i % 2] / 2)
+      return attrError(ctx, "pads", "is " + intsStr(pads) + ", each pad must be at most half its kernel dim " +
+                                        intsStr(kernel));
+  CLEAVE_TRY(requireFlag(ctx, "ceil_mode"));
+  CLEAVE_TRY(requireFlag(ctx, "count_include_pad"));
+  bool ceil_mode = ctx.getInt("ceil_mode") == 1;
+  // 3. Output size per spatial dim.
+  const Shape& x = ctx.operands[0].shape;
+  CLEAVE_ASSIGN_OR_RETURN(int64_t out_h,
+                          windowOutputSize(ctx, {"height", x[2], pads[0], pads[2], kernel[0], strides[0], 1}, ceil_mode));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t out_w,
+                          windowOutputSize(ctx, {"width", x[3], pads[1], pads[3], kernel[1], strides[1], 1}, ceil_mode));
+  return std::vector<TensorType>{{ctx.operands[0].dtype, {x[0], x[1], out_h, out_w}}};
+}
+
+Expected<std::vector<TensorType>> globalAvgPoolShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireRank(ctx, 0, 4, 4));
+  CLEAVE_TRY(requireFloat(ctx, 0));
+  const Shape& x = ctx.operands[0].shape;
+  return std::vector<TensorType>{{ctx.operands[0].dtype, {x[0], x[1], 1, 1}}};
+}
+
+// conv2d: 2·N·O·Ho·Wo·(C/groups)·kh·kw multiply-adds counted as 2 FLOPs, plus N·O·Ho·Wo bias adds.
+OpCost conv2dCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const Shape& w = ctx.operands[1].shape;
+  double out = static_cast<double>(results[0].numel());  // N·O·Ho·Wo
+  double per_output = static_cast<double>(w[1]) * static_cast<double>(w[2]) * static_cast<double>(w[3]);
+  double flops = 2 * out * per_output + (ctx.operands.size() == 3 ? out : 0);
+  return {flops, operandAndResultBytes(ctx, results)};
+}
+
+// Pools: one FLOP per window element per output (a compare or an add).
+OpCost poolCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const std::vector<int64_t>& kernel = ctx.getInts("kernel");
+  double window = static_cast<double>(kernel[0]) * static_cast<double>(kernel[1]);
+  return {window * static_cast<double>(results[0].numel()), operandAndResultBytes(ctx, results)};
+}
+
+// global_avg_pool: one add per input element.
+OpCost globalAvgPoolCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  return {static_cast<double>(ctx.operands[0].numel()), operandAndResultBytes(ctx, results)};
+}
+
+// conv2d factors: N and O pass through; C is a reduction when groups == 1 (each shard of input
+// channels gives a partial sum; the bias must then be added once, after the all-reduce), and
+// need_replication for grouped convolutions (x's C and w's C/groups get separate factors). Spatial
+// dims need a halo exchange to split, so input H, W, output Ho, Wo and the kernel dims kh, kw are
+// need_replication factors of their own sizes.
+ShardingRule conv2dShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return rule;
+  const Shape& x = ctx.operands[0].shape;
+  const Shape& w = ctx.operands[1].shape;
+  const Shape& y = results[0].shape;
+  auto replicated = [&](int64_t size) { return rule.addFactor(size, FactorKind::kNeedReplication); };
+  int n = rule.addFactor(x[0], FactorKind::kPassThrough);
+  int o = rule.addFactor(w[0], FactorKind::kPassThrough);
+  int x_c, w_c;
+  if (ctx.getInt("groups") == 1) {
+    x_c = w_c = rule.addFactor(x[1], FactorKind::kReduction);
+  } else {
+    x_c = replicated(x[1]);
+    w_c = replicated(w[1]);
+  }
+  int in_h = replicated(x[2]), in_w = replicated(x[3]);
+  int kh = replicated(w[2]), kw = replicated(w[3]);
+  int out_h = replicated(y[2]), out_w = replicated(y[3]);
+  rule.operand_dims = {{n, x_c, in_h, in_w}, {o, w_c, kh, kw}};
+  if (ctx.operands.size() == 3) rule.operand_dims.push_back({o});
+  rule.result_dims = {{n, o, out_h, out_w}};
+  return rule;
+}
+
+// Pools: N and C pass through; input and output spatial dims are need_replication factors.
+ShardingRule poolShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return rule;
+  const Shape& x = ctx.operands[0].shape;
+  const Shape& y = results[0].shape;
+  auto replicated = [&](int64_t size) { return rule.addFactor(size, FactorKind::kNeedReplication); };
+  int n = rule.addFactor(x[0], FactorKind::kPassThrough);
+  int c = rule.addFactor(x[1], FactorKind::kPassThrough);
+  int in_h = replicated(x[2]), in_w = replicated(x[3]);
+  int out_h = replicated(y[2]), out_w = replicated(y[3]);
+  rule.operand_dims = {{n, c, in_h, in_w}};
+  rule.result_dims = {{n, c, out_h, out_w}};
+  return rule;
+}
+
+// global_avg_pool is a mean over H and W: they are reduction factors (as reduce_mean), N and C pass
+// through, and the result's 1x1 dims map to no factor.
+ShardingRule globalAvgPoolShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  if (inferredResults(ctx).empty()) return rule;
+  const Shape& x = ctx.operands[0].shape;
+  int n = rule.addFactor(x[0], FactorKind::kPassThrough);
+  int c = rule.addFactor(x[1], FactorKind::kPassThrough);
+  int h = rule.addFactor(x[2], FactorKind::kReduction);
+  int w = rule.addFactor(x[3], FactorKind::kReduction);
+  rule.operand_dims = {{n, c, h, w}};
+  rule.result_dims = {{n, c, ShardingRule::kNoFactor, ShardingRule::kNoFactor}};
+  return rule;
+}
+
+OpDef poolOp(OpId id, std::string_view name, std::string_view summary) {
+  return OpDef{.id = id,
+               .name = name,
+               .summary = summary,
+               .attrs = {requiredAttr("kernel", AttrKind::kInts), optionalInts("strides", {}),
+                         optionalInts("pads", {0, 0, 0, 0}), optionalInt("ceil_mode", 0),
+                         optionalInt("count_include_pad", 0)},
+               .shape = checkedShapeRule<poolShape>,
+               .cost = poolCost,
+               .sharding = poolShardingRule};
+}
+
+}  // namespace
+
+void addConvolutionOps(std::vector<OpDef>& table) {
+  table.push_back(OpDef{.id = OpId::conv2d,
+                        .name = "conv2d",
+                        .summary = "2-D convolution (cross-correlation) over NCHW with optional bias",
+                        .min_operands = 2,
+                        .max_operands = 3,
+                        .attrs = {optionalInts("strides", {1, 1}), optionalInts("pads", {0, 0, 0, 0}),
+                                  optionalInts("dilations", {1, 1}), optionalInt("groups", 1)},
+                        .shape = checkedShapeRule<conv2dShape>,
+                        .cost = conv2dCost,
+                        .sharding = conv2dShardingRule});
+  table.push_back(poolOp(OpId::max_pool2d, "max_pool2d", "max over kernel windows of NCHW images"));
+  table.push_back(poolOp(OpId::avg_pool2d, "avg_pool2d", "mean over kernel windows of NCHW images"));
+  table.push_back(OpDef{.id = OpId::global_avg_pool,
+                        .name = "global_avg_pool",
+                        .summary = "mean over H and W of NCHW images, giving [N,C,1,1]",
+                        .attrs = {},
+                        .shape = checkedShapeRule<globalAvgPoolShape>,
+                        .cost = globalAvgPoolCost,
+                        .sharding = globalAvgPoolShardingRule});
+}
+
+}  // namespace cleave::ops

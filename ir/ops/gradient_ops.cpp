@@ -1,0 +1,477 @@
+// Gradient ops: the backward kernels autodiff emits (relu_grad, conv2d_grad_input, ...).
+#include <algorithm>
+
+#include "ir/op_table.h"
+
+namespace cleave::ops {
+namespace {
+
+using Types = std::vector<TensorType>;
+
+Status sameType(const OpContext& c, int a, int b) {
+  if (c.operands[a] == c.operands[b]) return Status::ok();
+  return Status::badInput(std::string(c.def.name) + ": operand " + std::to_string(b) + " is " +
+                          c.operands[b].str() + ", it must match operand " + std::to_string(a) + " (" +
+                          c.operands[a].str() + ")");
+}
+
+Status floatOperand(const OpContext& c, int i) {
+  if (isFloat(c.operands[i].dtype)) return Status::ok();
+  return Status::badInput(std::string(c.def.name) + ": operand " + std::to_string(i) + " must be a float tensor, got " +
+                          c.operands[i].str());
+}
+
+Status shapeAttr(const OpContext& c, const char* attr, Shape& out) {
+  out = c.getInts(attr);
+  for (int64_t d : out)
+    if (d < 0) return Status::badInput(std::string(c.def.name) + ": attribute '" + attr + "' has a negative dim");
+  return Status::ok();
+}
+
+// dy and a same-shaped forward tensor -> dx of that shape.
+Expected<Types> elementwiseGradShape(const OpContext& c) {
+  CLEAVE_TRY(floatOperand(c, 0));
+  CLEAVE_TRY(sameType(c, 0, 1));
+  return Types{c.operands[0]};
+}
+
+OpCost elementwiseGradCost(const OpContext& c) {
+  double n = static_cast<double>(c.results[0].numel());
+  double bytes = 0;
+  for (const auto& t : c.operands) bytes += static_cast<double>(t.bytes());
+  for (const auto& t : c.results) bytes += static_cast<double>(t.bytes());
+  return {4 * n, bytes};
+}
+
+// Every operand and result dimension is one pass-through factor, by position (same-shape ops).
+ShardingRule sameShapeRule(const OpContext& c, int need_replication_axis = -1) {
+  ShardingRule rule;
+  const Shape& shape = c.results[0].shape;
+  std::vector<int> dims;
+  for (size_t d = 0; d < shape.size(); ++d)
+    dims.push_back(rule.addFactor(shape[d], static_cast<int>(d) == need_replication_axis
+                                                ? FactorKind::kNeedReplication
+                                                : FactorKind::kPassThrough));
+  for (size_t i = 0; i < c.operands.size(); ++i)
+    rule.operand_dims.push_back(c.operands[i].shape == shape ? dims
+                                                              : std::vector<int>(c.operands[i].shape.size(), -1));
+  for (size_t i = 0; i < c.results.size(); ++i) rule.result_dims.push_back(dims);
+  return rule;
+}
+
+ShardingRule elementwiseGradSharding(const OpContext& c) { return sameShapeRule(c); }
+
+ShardingRule axisGradSharding(const OpContext& c) {
+  return sameShapeRule(c, static_cast<int>(normalizeAxis(c.getInt("axis"), c.results[0].rank())));
+}
+
+Expected<Types> axisGradShape(const OpContext& c) {
+  CLEAVE_TRY(floatOperand(c, 0));
+  CLEAVE_TRY(sameType(c, 0, 1));
+  if (normalizeAxis(c.getInt("axis"), c.operands[0].rank()) < 0)
+    return Status::badInput(std::string(c.def.name) + ": axis " + std::to_string(c.getInt("axis")) +
+                            " is out of range for " + c.operands[0].str());
+  return Types{c.operands[0]};
+}
+
+Expected<Types> layerNormGradShape(const OpContext& c) {
+  CLEAVE_TRY(floatOperand(c, 0));
+  CLEAVE_TRY(sameType(c, 0, 1));
+  int64_t axis = normalizeAxis(c.getInt("axis"), c.operands[1].rank());
+  if (axis < 0) return Status::badInput("layer_norm_grad: axis is out of range for " + c.operands[1].str());
+  Shape normalized(c.operands[1].shape.begin() + axis, c.operands[1].shape.end());
+  if (c.operands[2].shape != normalized || c.operands[2].dtype != c.operands[1].dtype)
+    return Status::badInput("layer_norm_grad: operand 2 (scale) is " + c.operands[2].str() + ", it must have shape " +
+                            shapeStr(normalized));
+  return Types{c.operands[1], c.operands[2], c.operands[2]};
+}
+
+OpCost layerNormGradCost(const OpContext& c) {
+  OpCost cost = elementwiseGradCost(c);
+  cost.flops = 12 * static_cast<double>(c.operands[1].numel());
+  return cost;
+}
+
+ShardingRule layerNormGradSharding(const OpContext& c) {
+  ShardingRule rule;
+  const Shape& shape = c.operands[1].shape;
+  int64_t axis = normalizeAxis(c.getInt("axis"), static_cast<int64_t>(shape.size()));
+  std::vector<int> dims, scale_dims;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    // Leading dims are summed over for dscale/dbias; normalised dims need the whole row.
+    int f = rule.addFactor(shape[d], d < axis ? FactorKind::kReduction : FactorKind::kNeedReplication);
+    dims.push_back(f);
+    if (d >= axis) scale_dims.push_back(f);
+  }
+  rule.operand_dims = {dims, dims, scale_dims};
+  rule.result_dims = {dims, scale_dims, scale_dims};
+  return rule;
+}
+
+// Output size of one spatial dim of a convolution or pooling window.
+int64_t windowOutput(int64_t in, int64_t pad_total, int64_t kernel, int64_t stride, int64_t dilation, bool ceil_mode) {
+  int64_t span = in + pad_total - dilation * (kernel - 1) - 1;
+  if (span < 0 || stride <= 0) return -1;
+  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  // PyTorch: the last window must start inside the input or left padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad_total / 2) --out;
+  return out;
+}
+
+struct Window {
+  std::vector<int64_t> strides{1, 1}, pads{0, 0, 0, 0}, dilations{1, 1}, kernel;
+  int64_t groups = 1;
+  bool ceil_mode = false;
+};
+
+Status readWindow(const OpContext& c, bool pooling, Window& w) {
+  if (c.has("strides")) w.strides = c.getInts("strides");
+  if (c.has("pads")) w.pads = c.getInts("pads");
+  if (c.def.findAttr("dilations") && c.has("dilations")) w.dilations = c.getInts("dilations");
+  if (c.def.findAttr("groups")) w.groups = c.getInt("groups");
+  if (c.def.findAttr("ceil_mode")) w.ceil_mode = c.getInt("ceil_mode") != 0;
+  if (pooling) {
+    w.kernel = c.getInts("kernel");
+    if (!c.has("strides")) w.strides = w.kernel;
+  }
+  std::string name(c.def.name);
+  if (w.strides.size() != 2 || w.pads.size() != 4 || w.dilations.size() != 2 || (pooling && w.kernel.size() != 2))
+    return Status::badInput(name + ": strides, dilations and kernel need 2 values, pads 4");
+  for (int64_t s : w.strides)
+    if (s <= 0) return Status::badInput(name + ": strides must be positive");
+  for (int64_t d : w.dilations)
+    if (d <= 0) return Status::badInput(name + ": dilations must be positive");
+  for (int64_t p : w.pads)
+    if (p < 0) return Status::badInput(name + ": pads must not be negative");
+  for (int64_t k : w.kernel)
+    if (k <= 0) return Status::badInput(name + ": kernel sizes must be positive");
+  if (w.groups <= 0) return Status::badInput(name + ": groups must be positive");
+  return Status::ok();
+}
+
+// Checks that dy has the shape the forward op gives for input `x_shape` (and kernel kh, kw).
+Status checkWindowOutput(const OpContext& c, const Window& w, const Shape& x_shape, int64_t out_channels, int64_t kh,
+                         int64_t kw, const TensorType& dy) {
+  int64_t ho = windowOutput(x_shape[2], w.pads[0] + w.pads[2], kh, w.strides[0], w.dilations[0], w.ceil_mode);
+  int64_t wo = windowOutput(x_shape[3], w.pads[1] + w.pads[3], kw, w.strides[1], w.dilations[1], w.ceil_mode);
+  Shape want{x_shape[0], out_channels, ho, wo};
+  if (dy.shape != want)
+    return Status::badInput(std::string(c.def.name) + ": operand 0 (dy) is " + dy.str() + ", the forward op gives " +
+                            shapeStr(want));
+  return Status::ok();
+}
+
+Expected<Types> convGradInputShape(const OpContext& c) {
+  Window w;
+  CLEAVE_TRY(readWindow(c, false, w));
+  Shape x_shape;
+  CLEAVE_TRY(shapeAttr(c, "input_shape", x_shape));
+  const TensorType& dy = c.operands[0];
+  const TensorType& wt = c.operands[1];
+  if (x_shape.size() != 4 || wt.rank() != 4 || dy.rank() != 4)
+    return Status::badInput("conv2d_grad_input: dy, w and input_shape must be 4-D");
+  if (dy.dtype != wt.dtype) return Status::badInput("conv2d_grad_input: dy and w dtypes differ");
+  if (x_shape[1] != wt.shape[1] * w.groups || wt.shape[0] % w.groups != 0)
+    return Status::badInput("conv2d_grad_input: weight " + wt.str() + " does not fit input_shape " + shapeStr(x_shape));
+  CLEAVE_TRY(checkWindowOutput(c, w, x_shape, wt.shape[0], wt.shape[2], wt.shape[3], dy));
+  return Types{TensorType{dy.dtype, x_shape}};
+}
+
+Expected<Types> convGradWeightShape(const OpContext& c) {
+  Window w;
+  CLEAVE_TRY(readWindow(c, false, w));
+  Shape w_shape;
+  CLEAVE_TRY(shapeAttr(c, "weight_shape", w_shape));
+  const TensorType& dy = c.operands[0];
+  const TensorType& x = c.operands[1];
+  if (w_shape.size() != 4 || x.rank() != 4 || dy.rank() != 4)
+    return Status::badInput("conv2d_grad_weight: dy, x and weight_shape must be 4-D");
+  if (dy.dtype != x.dtype) return Status::badInput("conv2d_grad_weight: dy and x dtypes differ");
+  if (x.shape[1] != w_shape[1] * w.groups || w_shape[0] % w.groups != 0)
+    return Status::badInput("conv2d_grad_weight: weight_shape " + shapeStr(w_shape) + " does not fit x " + x.str());
+  CLEAVE_TRY(checkWindowOutput(c, w, x.shape, w_shape[0], w_shape[2], w_shape[3], dy));
+  return Types{TensorType{dy.dtype, w_shape}};
+}
+
+OpCost convGradCost(const OpContext& c) {
+  // Same multiply-adds as the forward convolution: 2·N·O·Ho·Wo·(C/g)·kh·kw.
+  const Shape& dy = c.operands[0].shape;
+  const Shape& w = c.def.id == OpId::conv2d_grad_input ? c.operands[1].shape : c.results[0].shape;
+  double flops = 2.0 * static_cast<double>(dy[0] * dy[1] * dy[2] * dy[3]) * static_cast<double>(w[1] * w[2] * w[3]);
+  OpCost cost = elementwiseGradCost(c);
+  cost.flops = flops;
+  return cost;
+}
+
+ShardingRule convGradInputSharding(const OpContext& c) {
+  // dy [N,O,Ho,Wo], w [O,Cg,kh,kw] -> dx [N,C,H,W]: N pass, O summed, C pass, spatial replicated.
+  ShardingRule rule;
+  const Shape& dy = c.operands[0].shape;
+  const Shape& w = c.operands[1].shape;
+  const Shape& x = c.results[0].shape;
+  bool grouped = c.getInt("groups") != 1;
+  int n = rule.addFactor(dy[0], FactorKind::kPassThrough);
+  int o = rule.addFactor(dy[1], grouped ? FactorKind::kNeedReplication : FactorKind::kReduction);
+  int ch = rule.addFactor(x[1], grouped ? FactorKind::kNeedReplication : FactorKind::kPassThrough);
+  int ho = rule.addFactor(dy[2], FactorKind::kNeedReplication), wo = rule.addFactor(dy[3], FactorKind::kNeedReplication);
+  int kh = rule.addFactor(w[2], FactorKind::kNeedReplication), kw = rule.addFactor(w[3], FactorKind::kNeedReplication);
+  int h = rule.addFactor(x[2], FactorKind::kNeedReplication), wd = rule.addFactor(x[3], FactorKind::kNeedReplication);
+  rule.operand_dims = {{n, o, ho, wo}, {o, grouped ? -1 : ch, kh, kw}};
+  rule.result_dims = {{n, ch, h, wd}};
+  return rule;
+}
+
+ShardingRule convGradWeightSharding(const OpContext& c) {
+  // dy [N,O,Ho,Wo], x [N,C,H,W] -> dw [O,Cg,kh,kw]: N summed, O pass, C pass, spatial replicated.
+  ShardingRule rule;
+  const Shape& dy = c.operands[0].shape;
+  const Shape& x = c.operands[1].shape;
+  const Shape& w = c.results[0].shape;
+  bool grouped = c.getInt("groups") != 1;
+  int n = rule.addFactor(dy[0], FactorKind::kReduction);
+  int o = rule.addFactor(dy[1], grouped ? FactorKind::kNeedReplication : FactorKind::kPassThrough);
+  int ch = rule.addFactor(x[1], grouped ? FactorKind::kNeedReplication : FactorKind::kPassThrough);
+  int ho = rule.addFactor(dy[2], FactorKind::kNeedReplication), wo = rule.addFactor(dy[3], FactorKind::kNeedReplication);
+  int h = rule.addFactor(x[2], FactorKind::kNeedReplication), wd = rule.addFactor(x[3], FactorKind::kNeedReplication);
+  int kh = rule.addFactor(w[2], FactorKind::kNeedReplication), kw = rule.addFactor(w[3], FactorKind::kNeedReplication);
+  rule.operand_dims = {{n, o, ho, wo}, {n, ch, h, wd}};
+  rule.result_dims = {{o, grouped ? -1 : ch, kh, kw}};
+  return rule;
+}
+
+Expected<Types> maxPoolGradShape(const OpContext& c) {
+  Window w;
+  CLEAVE_TRY(readWindow(c, true, w));
+  const TensorType& dy = c.operands[0];
+  const TensorType& x = c.operands[1];
+  if (x.rank() != 4 || dy.rank() != 4) return Status::badInput("max_pool2d_grad: dy and x must be 4-D");
+  if (dy.dtype != x.dtype) return Status::badInput("max_pool2d_grad: dy and x dtypes differ");
+  CLEAVE_TRY(checkWindowOutput(c, w, x.shape, x.shape[1], w.kernel[0], w.kernel[1], dy));
+  return Types{x};
+}
+
+Expected<Types> avgPoolGradShape(const OpContext& c) {
+  Window w;
+  CLEAVE_TRY(readWindow(c, true, w));
+  Shape x_shape;
+  CLEAVE_TRY(shapeAttr(c, "input_shape", x_shape));
+  const TensorType& dy = c.operands[0];
+  if (x_shape.size() != 4 || dy.rank() != 4) return Status::badInput("avg_pool2d_grad: dy and input_shape must be 4-D");
+  CLEAVE_TRY(checkWindowOutput(c, w, x_shape, x_shape[1], w.kernel[0], w.kernel[1], dy));
+  return Types{TensorType{dy.dtype, x_shape}};
+}
+
+OpCost poolGradCost(const OpContext& c) {
+  OpCost cost = elementwiseGradCost(c);
+  const auto& k = c.getInts("kernel");
+  cost.flops = static_cast<double>(c.operands[0].numel()) * (k.size() == 2 ? static_cast<double>(k[0] * k[1]) : 1.0);
+  return cost;
+}
+
+ShardingRule poolGradSharding(const OpContext& c) {
+  ShardingRule rule;
+  const Shape& dy = c.operands[0].shape;
+  const Shape& x = c.results[0].shape;
+  int n = rule.addFactor(x[0], FactorKind::kPassThrough), ch = rule.addFactor(x[1], FactorKind::kPassThrough);
+  int ho = rule.addFactor(dy[2], FactorKind::kNeedReplication), wo = rule.addFactor(dy[3], FactorKind::kNeedReplication);
+  int h = rule.addFactor(x[2], FactorKind::kNeedReplication), w = rule.addFactor(x[3], FactorKind::kNeedReplication);
+  rule.operand_dims.push_back({n, ch, ho, wo});
+  if (c.operands.size() > 1) rule.operand_dims.push_back({n, ch, h, w});
+  rule.result_dims = {{n, ch, h, w}};
+  return rule;
+}
+
+Expected<Types> gatherGradShape(const OpContext& c) {
+  Shape data_shape;
+  CLEAVE_TRY(shapeAttr(c, "data_shape", data_shape));
+  const TensorType& dy = c.operands[0];
+  const TensorType& idx = c.operands[1];
+  if (idx.dtype != DType::kI64 && idx.dtype != DType::kI32)
+    return Status::badInput("gather_grad: operand 1 (indices) must be i64 or i32, got " + idx.str());
+  int64_t axis = normalizeAxis(c.getInt("axis"), static_cast<int64_t>(data_shape.size()));
+  if (axis < 0) return Status::badInput("gather_grad: axis is out of range for data_shape " + shapeStr(data_shape));
+  Shape want(data_shape.begin(), data_shape.begin() + axis);
+  want.insert(want.end(), idx.shape.begin(), idx.shape.end());
+  want.insert(want.end(), data_shape.begin() + axis + 1, data_shape.end());
+  if (dy.shape != want)
+    return Status::badInput("gather_grad: operand 0 (dy) is " + dy.str() + ", gather gives " + shapeStr(want));
+  return Types{TensorType{dy.dtype, data_shape}};
+}
+
+ShardingRule gatherGradSharding(const OpContext& c) {
+  // Index dims are summed over (scatter-add); data dims other than `axis` pass through.
+  ShardingRule rule;
+  const Shape& data = c.results[0].shape;
+  const Shape& idx = c.operands[1].shape;
+  int64_t axis = normalizeAxis(c.getInt("axis"), static_cast<int64_t>(data.size()));
+  std::vector<int> data_dims, idx_dims, dy_dims;
+  for (int64_t d : idx) idx_dims.push_back(rule.addFactor(d, FactorKind::kReduction));
+  for (int64_t d = 0; d < static_cast<int64_t>(data.size()); ++d)
+    data_dims.push_back(rule.addFactor(data[d], d == axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough));
+  dy_dims.assign(data_dims.begin(), data_dims.begin() + axis);
+  dy_dims.insert(dy_dims.end(), idx_dims.begin(), idx_dims.end());
+  dy_dims.insert(dy_dims.end(), data_dims.begin() + axis + 1, data_dims.end());
+  rule.operand_dims = {dy_dims, idx_dims};
+  rule.result_dims = {data_dims};
+  return rule;
+}
+
+// Resolves ONNX slice parameters for one axis: first index, step and count.
+struct SliceAxis {
+  int64_t start = 0, step = 1, count = 0;
+};
+
+Expected<std::vector<SliceAxis>> resolveSlice(const OpContext& c, const Shape& in) {
+  const auto& starts = c.getInts("starts");
+  const auto& ends = c.getInts("ends");
+  std::vector<int64_t> axes = c.getInts("axes");
+  std::vector<int64_t> steps = c.getInts("steps");
+  std::string name(c.def.name);
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    return Status::badInput(name + ": starts, ends, axes and steps must have the same length");
+  std::vector<SliceAxis> result(in.size());
+  for (size_t d = 0; d < in.size(); ++d) result[d] = {0, 1, in[d]};
+  std::vector<bool> seen(in.size(), false);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    int64_t axis = normalizeAxis(axes[i], static_cast<int64_t>(in.size()));
+    if (axis < 0 || seen[axis]) return Status::badInput(name + ": axes are out of range or repeated");
+    seen[axis] = true;
+    int64_t dim = in[axis], step = steps[i];
+    if (step == 0) return Status::badInput(name + ": steps must not be 0");
+    auto clampIndex = [&](int64_t v, int64_t lo, int64_t hi) {
+      if (v < 0) v = v < -dim ? -1 : v + dim;  // saturate huge negatives before adding
+      return std::clamp(v, lo, hi);
+    };
+    int64_t start, end;
+    if (step > 0) {
+      start = clampIndex(starts[i], 0, dim);
+      end = clampIndex(ends[i], 0, dim);
+    } else {
+      start = clampIndex(starts[i], -1, dim - 1);
+      end = clampIndex(ends[i], -1, dim - 1);
+    }
+    int64_t count = step > 0 ? (end > start ? (end - start + step - 1) / step : 0)
+                             : (start > end ? (start - end + (-step) - 1) / (-step) : 0);
+    result[axis] = {start, step, count};
+  }
+  return result;
+}
+
+Expected<Types> sliceGradShape(const OpContext& c) {
+  Shape in;
+  CLEAVE_TRY(shapeAttr(c, "input_shape", in));
+  CLEAVE_ASSIGN_OR_RETURN(auto axes, resolveSlice(c, in));
+  Shape want;
+  for (const auto& a : axes) want.push_back(a.count);
+  if (c.operands[0].shape != want)
+    return Status::badInput("slice_grad: operand 0 (dy) is " + c.operands[0].str() + ", the slice gives " +
+                            shapeStr(want));
+  return Types{TensorType{c.operands[0].dtype, in}};
+}
+
+ShardingRule sliceGradSharding(const OpContext& c) {
+  ShardingRule rule;
+  const Shape& dy = c.operands[0].shape;
+  const Shape& in = c.results[0].shape;
+  std::vector<int> dims;
+  for (size_t d = 0; d < in.size(); ++d)
+    dims.push_back(rule.addFactor(in[d], dy[d] == in[d] ? FactorKind::kPassThrough : FactorKind::kNeedReplication));
+  rule.operand_dims = {dims};
+  rule.result_dims = {dims};
+  return rule;
+}
+
+Expected<Types> softmaxCrossEntropyGradShape(const OpContext& c) {
+  const TensorType& dloss = c.operands[0];
+  const TensorType& logits = c.operands[1];
+  const TensorType& labels = c.operands[2];
+  if (dloss.rank() != 0 || dloss.dtype != DType::kF32)
+    return Status::badInput("softmax_cross_entropy_grad: operand 0 (dloss) must be f32[], got " + dloss.str());
+  CLEAVE_TRY(floatOperand(c, 1));
+  if (logits.rank() < 1) return Status::badInput("softmax_cross_entropy_grad: logits must have a class dim");
+  if (labels.dtype != DType::kI64 && labels.dtype != DType::kI32)
+    return Status::badInput("softmax_cross_entropy_grad: operand 2 (labels) must be i64 or i32, got " + labels.str());
+  Shape lead(logits.shape.begin(), logits.shape.end() - 1);
+  if (labels.shape != lead)
+    return Status::badInput("softmax_cross_entropy_grad: labels " + labels.str() + " must have shape " + shapeStr(lead));
+  return Types{logits};
+}
+
+ShardingRule softmaxCrossEntropyGradSharding(const OpContext& c) {
+  ShardingRule rule;
+  const Shape& logits = c.operands[1].shape;
+  std::vector<int> dims;
+  for (size_t d = 0; d < logits.size(); ++d)
+    dims.push_back(rule.addFactor(logits[d], d + 1 == logits.size() ? FactorKind::kNeedReplication
+                                                                    : FactorKind::kPassThrough));
+  rule.operand_dims = {{}, dims, std::vector<int>(dims.begin(), dims.end() - 1)};
+  rule.result_dims = {dims};
+  return rule;
+}
+
+AttrSpec intAttr(const char* name, int64_t value) { return {name, AttrKind::kInt, false, value}; }
+AttrSpec floatAttr(const char* name, double value) { return {name, AttrKind::kFloat, false, value}; }
+AttrSpec intsAttr(const char* name, std::vector<int64_t> value, bool required = false) {
+  return {name, AttrKind::kInts, required, std::move(value)};
+}
+AttrSpec stringAttr(const char* name, std::string value) { return {name, AttrKind::kString, false, std::move(value)}; }
+
+std::vector<AttrSpec> convAttrs(const char* shape_attr) {
+  return {intsAttr(shape_attr, {}, true), intsAttr("strides", {1, 1}), intsAttr("pads", {0, 0, 0, 0}),
+          intsAttr("dilations", {1, 1}), intAttr("groups", 1)};
+}
+
+std::vector<AttrSpec> poolAttrs(bool avg) {
+  std::vector<AttrSpec> attrs = {intsAttr("kernel", {}, true), intsAttr("strides", {}), intsAttr("pads", {0, 0, 0, 0}),
+                                 intAttr("ceil_mode", 0)};
+  if (avg) {
+    attrs.insert(attrs.begin(), intsAttr("input_shape", {}, true));
+    attrs.push_back(intAttr("count_include_pad", 0));
+  }
+  return attrs;
+}
+
+}  // namespace
+
+void addGradientOps(std::vector<OpDef>& table) {
+  auto elementwise = [&](OpId id, std::string_view name, std::string_view summary, std::vector<AttrSpec> attrs = {}) {
+    table.push_back(OpDef{id, name, summary, 2, 2, std::move(attrs), elementwiseGradShape, elementwiseGradCost,
+                          elementwiseGradSharding});
+  };
+  elementwise(OpId::relu_grad, "relu_grad", "dy where x > 0, else 0");
+  elementwise(OpId::gelu_grad, "gelu_grad", "dy times the derivative of gelu at x",
+              {stringAttr("approximate", "none")});
+  elementwise(OpId::tanh_grad, "tanh_grad", "dy * (1 - y^2) from tanh's result y");
+  elementwise(OpId::sigmoid_grad, "sigmoid_grad", "dy * y * (1 - y) from sigmoid's result y");
+  table.push_back(OpDef{OpId::softmax_grad, "softmax_grad", "y * (dy - sum(dy * y)) along axis", 2, 2,
+                        {intAttr("axis", -1)}, axisGradShape, elementwiseGradCost, axisGradSharding});
+  table.push_back(OpDef{OpId::log_softmax_grad, "log_softmax_grad", "dy - exp(y) * sum(dy) along axis", 2, 2,
+                        {intAttr("axis", -1)}, axisGradShape, elementwiseGradCost, axisGradSharding});
+  table.push_back(OpDef{OpId::layer_norm_grad, "layer_norm_grad", "gradients of layer_norm: dx, dscale, dbias", 3, 3,
+                        {intAttr("axis", -1), floatAttr("epsilon", 1e-5)}, layerNormGradShape, layerNormGradCost,
+                        layerNormGradSharding});
+  table.push_back(OpDef{OpId::conv2d_grad_input, "conv2d_grad_input", "gradient of conv2d with respect to its input",
+                        2, 2, convAttrs("input_shape"), convGradInputShape, convGradCost, convGradInputSharding});
+  table.push_back(OpDef{OpId::conv2d_grad_weight, "conv2d_grad_weight",
+                        "gradient of conv2d with respect to its weight", 2, 2, convAttrs("weight_shape"),
+                        convGradWeightShape, convGradCost, convGradWeightSharding});
+  table.push_back(OpDef{OpId::max_pool2d_grad, "max_pool2d_grad", "routes dy to each window's first maximum", 2, 2,
+                        poolAttrs(false), maxPoolGradShape, poolGradCost, poolGradSharding});
+  table.push_back(OpDef{OpId::avg_pool2d_grad, "avg_pool2d_grad", "spreads dy evenly over each window", 1, 1,
+                        poolAttrs(true), avgPoolGradShape, poolGradCost, poolGradSharding});
+  table.push_back(OpDef{OpId::gather_grad, "gather_grad", "scatter-adds dy into zeros of the gathered data's shape",
+                        2, 2, {intsAttr("data_shape", {}, true), intAttr("axis", 0)}, gatherGradShape,
+                        elementwiseGradCost, gatherGradSharding});
+  table.push_back(OpDef{OpId::slice_grad, "slice_grad", "places dy where slice read, zeros elsewhere", 1, 1,
+                        {intsAttr("input_shape", {}, true), intsAttr("starts", {}, true), intsAttr("ends", {}, true),
+                         intsAttr("axes", {}), intsAttr("steps", {})},
+                        sliceGradShape, elementwiseGradCost, sliceGradSharding});
+  table.push_back(OpDef{OpId::softmax_cross_entropy_grad, "softmax_cross_entropy_grad",
+                        "dloss * (softmax(logits) - onehot(labels)) / count", 3, 3, {intAttr("ignore_index", -100)},
+                        softmaxCrossEntropyGradShape, elementwiseGradCost, softmaxCrossEntropyGradSharding});
+}
+
+}  // namespace cleave::ops

@@ -1,0 +1,93 @@
+// Optimizer ops: one parameter's update per step, with PyTorch's SGD and AdamW rules.
+#include "ir/op_table.h"
+
+namespace cleave::ops {
+namespace {
+
+using Types = std::vector<TensorType>;
+
+Status checkStep(const OpContext& c, int index) {
+  const TensorType& step = c.operands[index];
+  if (step.dtype != DType::kI64 || step.rank() != 0)
+    return Status::badInput(std::string(c.def.name) + ": operand " + std::to_string(index) +
+                            " (step) must be i64[], got " + step.str());
+  return Status::ok();
+}
+
+Status checkLike(const OpContext& c, int index, const char* what) {
+  if (c.operands[index] == c.operands[0]) return Status::ok();
+  return Status::badInput(std::string(c.def.name) + ": operand " + std::to_string(index) + " (" + what + ") is " +
+                          c.operands[index].str() + ", it must match the parameter " + c.operands[0].str());
+}
+
+// sgd_update(w, g, step, [buf]) -> w', [buf']
+Expected<Types> sgdShape(const OpContext& c) {
+  const TensorType& w = c.operands[0];
+  if (w.dtype != DType::kF32 && w.dtype != DType::kF64)
+    return Status::badInput("sgd_update: operand 0 (parameter) must be f32 or f64, got " + w.str());
+  CLEAVE_TRY(checkLike(c, 1, "gradient"));
+  CLEAVE_TRY(checkStep(c, 2));
+  bool has_buffer = c.operands.size() == 4;
+  if (has_buffer) CLEAVE_TRY(checkLike(c, 3, "momentum buffer"));
+  if ((c.getFloat("momentum") != 0.0) != has_buffer)
+    return Status::badInput("sgd_update: a momentum buffer operand is needed exactly when momentum != 0");
+  if (c.getInt("nesterov") && (c.getFloat("momentum") <= 0 || c.getFloat("dampening") != 0))
+    return Status::badInput("sgd_update: nesterov needs momentum > 0 and dampening 0 (as PyTorch)");
+  return has_buffer ? Types{w, w} : Types{w};
+}
+
+// adamw_update(w, g, m, v, step) -> w', m', v'
+Expected<Types> adamwShape(const OpContext& c) {
+  const TensorType& w = c.operands[0];
+  if (w.dtype != DType::kF32 && w.dtype != DType::kF64)
+    return Status::badInput("adamw_update: operand 0 (parameter) must be f32 or f64, got " + w.str());
+  CLEAVE_TRY(checkLike(c, 1, "gradient"));
+  CLEAVE_TRY(checkLike(c, 2, "first moment"));
+  CLEAVE_TRY(checkLike(c, 3, "second moment"));
+  CLEAVE_TRY(checkStep(c, 4));
+  double beta1 = c.getFloat("beta1"), beta2 = c.getFloat("beta2");
+  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1)
+    return Status::badInput("adamw_update: beta1 and beta2 must be in [0, 1)");
+  return Types{w, w, w};
+}
+
+OpCost updateCost(const OpContext& c) {
+  double bytes = 0;
+  for (const auto& t : c.operands) bytes += static_cast<double>(t.bytes());
+  for (const auto& t : c.results) bytes += static_cast<double>(t.bytes());
+  double per_element = c.def.id == OpId::adamw_update ? 12 : 4;
+  return {per_element * static_cast<double>(c.operands[0].numel()), bytes};
+}
+
+// Every parameter-shaped operand and result shares the parameter's factors; step has no dims.
+ShardingRule updateSharding(const OpContext& c) {
+  ShardingRule rule;
+  std::vector<int> dims;
+  for (int64_t d : c.operands[0].shape) dims.push_back(rule.addFactor(d, FactorKind::kPassThrough));
+  for (const auto& t : c.operands) rule.operand_dims.push_back(t.rank() == 0 ? std::vector<int>{} : dims);
+  for (size_t i = 0; i < c.results.size(); ++i) rule.result_dims.push_back(dims);
+  return rule;
+}
+
+}  // namespace
+
+void addOptimizerOps(std::vector<OpDef>& table) {
+  table.push_back(OpDef{OpId::sgd_update, "sgd_update", "one SGD step (PyTorch's rule: momentum, dampening, "
+                                                        "weight decay, nesterov)",
+                        3, 4,
+                        {{"lr", AttrKind::kFloat, true, 0.0},
+                         {"momentum", AttrKind::kFloat, false, 0.0},
+                         {"dampening", AttrKind::kFloat, false, 0.0},
+                         {"weight_decay", AttrKind::kFloat, false, 0.0},
+                         {"nesterov", AttrKind::kInt, false, int64_t{0}}},
+                        sgdShape, updateCost, updateSharding});
+  table.push_back(OpDef{OpId::adamw_update, "adamw_update", "one AdamW step (PyTorch's rule and defaults)", 5, 5,
+                        {{"lr", AttrKind::kFloat, false, 1e-3},
+                         {"beta1", AttrKind::kFloat, false, 0.9},
+                         {"beta2", AttrKind::kFloat, false, 0.999},
+                         {"eps", AttrKind::kFloat, false, 1e-8},
+                         {"weight_decay", AttrKind::kFloat, false, 1e-2}},
+                        adamwShape, updateCost, updateSharding});
+}
+
+}  // namespace cleave::ops

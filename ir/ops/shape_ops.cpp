@@ -1,0 +1,538 @@
+// Shape and data-movement ops: reshape, flatten, transpose, concat, split, slice, gather, expand,
+// squeeze, unsqueeze, trilu, constant.
+#include <algorithm>
+
+#include "ir/ops/op_rules.h"
+
+namespace cleave::ops {
+namespace {
+
+// ---- Shape rules ----
+
+// reshape: `shape` with at most one -1 (inferred) and 0 meaning "copy the input dim at this index".
+Expected<std::vector<TensorType>> reshapeShape(const OpContext& ctx) {
+  const Shape& in = ctx.operands[0].shape;
+  const std::vector<int64_t>& target = ctx.getInts("shape");
+  Shape out(target.size());
+  int64_t inferred = -1;  // index of the -1 entry
+  for (size_t i = 0; i < target.size(); ++i) {
+    int64_t v = target[i];
+    if (v == -1) {
+      if (inferred >= 0)
+        return attrError(ctx, "shape", "is " + intsStr(target) + ", it has more than one -1 (at " +
+                                           std::to_string(inferred) + " and " + std::to_string(i) + ")");
+      inferred = static_cast<int64_t>(i);
+      out[i] = 1;  // placeholder, so the product below covers the other dims
+    } else if (v == 0) {
+      if (i >= in.size())
+        return attrError(ctx, "shape", "is " + intsStr(target) + ", its 0 at index " + std::to_string(i) +
+                                           " copies a dim operand 0 (rank " + std::to_string(in.size()) +
+                                           ") does not have");
+      out[i] = in[i];
+    } else if (v < -1) {
+      return attrError(ctx, "shape", "is " + intsStr(target) + ", dims must be >= -1");
+    } else {
+      out[i] = v;
+    }
+  }
+  std::optional<int64_t> known = checkedProduct(out);
+  if (!known) return attrError(ctx, "shape", "is " + intsStr(target) + ", which has more elements than fit in int64");
+  int64_t numel = ctx.operands[0].numel();
+  std::string mismatch = "its " + std::to_string(numel) + " elements cannot be reshaped to " + intsStr(target);
+  if (inferred >= 0) {
+    if (*known == 0) return operandShapeError(ctx, 0, mismatch + ": the -1 is ambiguous when other dims are 0");
+    if (numel % *known != 0) return operandShapeError(ctx, 0, mismatch);
+    out[inferred] = numel / *known;
+  } else if (*known != numel) {
+    return operandShapeError(ctx, 0, mismatch);
+  }
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// flatten: axis in [-rank, rank]; dims before it and dims from it are each multiplied together.
+Expected<int64_t> flattenAxis(const OpContext& ctx) {
+  int64_t rank = ctx.operands[0].rank();
+  int64_t axis = ctx.getInt("axis");
+  if (axis < -rank || axis > rank)
+    return attrError(ctx, "axis", "is " + std::to_string(axis) + ", out of range [-" + std::to_string(rank) + ", " +
+                                      std::to_string(rank) + "] for operand 0 of rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+Expected<std::vector<TensorType>> flattenShape(const OpContext& ctx) {
+  CLEAVE_ASSIGN_OR_RETURN(int64_t axis, flattenAxis(ctx));
+  const Shape& in = ctx.operands[0].shape;
+  // Operand shapes are checked, so products of their dims fit.
+  int64_t outer = *checkedProduct(std::span(in).first(axis));
+  int64_t inner = *checkedProduct(std::span(in).subspan(axis));
+  return std::vector<TensorType>{{ctx.operands[0].dtype, {outer, inner}}};
+}
+
+// transpose's permutation: `perm`, or the reversed dims when it is empty.
+Expected<std::vector<int64_t>> transposePerm(const OpContext& ctx) {
+  int64_t rank = ctx.operands[0].rank();
+  if (ctx.getInts("perm").empty()) {
+    std::vector<int64_t> reversed(static_cast<size_t>(rank));
+    for (int64_t i = 0; i < rank; ++i) reversed[i] = rank - 1 - i;
+    return reversed;
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> perm, resolveAxes(ctx, "perm", rank, "operand 0"));
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return attrError(ctx, "perm", "is " + intsStr(ctx.getInts("perm")) + ", not a permutation of operand 0's " +
+                                      std::to_string(rank) + " dims");
+  return perm;
+}
+
+Expected<std::vector<TensorType>> transposeShape(const OpContext& ctx) {
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> perm, transposePerm(ctx));
+  const Shape& in = ctx.operands[0].shape;
+  Shape out;
+  for (int64_t p : perm) out.push_back(in[p]);
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// concat: operands of one dtype and rank (>= 1), equal except along axis.
+Expected<std::vector<TensorType>> concatShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireRank(ctx, 0, 1));
+  const Shape& first = ctx.operands[0].shape;
+  CLEAVE_ASSIGN_OR_RETURN(int64_t axis, resolveAxis(ctx, "axis", ctx.operands[0].rank(), 0));
+  Shape out = first;
+  for (int i = 1; i < static_cast<int>(ctx.operands.size()); ++i) {
+    CLEAVE_TRY(requireSameDType(ctx, i, 0));
+    const Shape& shape = ctx.operands[i].shape;
+    if (shape.size() != first.size())
+      return operandShapeError(ctx, i, "needs operand 0's rank " + std::to_string(first.size()));
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (static_cast<int64_t>(d) != axis && shape[d] != first[d])
+        return operandShapeError(ctx, i, "its dim " + std::to_string(d) + " (" + std::to_string(shape[d]) +
+                                             ") must equal operand 0's (" + std::to_string(first[d]) +
+                                             "); only the axis " + std::to_string(axis) + " may differ");
+    std::optional<int64_t> sum = checkedAdd(out[axis], shape[axis]);
+    if (!sum) return operandShapeError(ctx, i, "which makes the concatenated axis too long");
+    out[axis] = *sum;
+  }
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// split: sizes (each >= 0) must sum to the axis dim; one result per size.
+Expected<std::vector<TensorType>> splitShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireRank(ctx, 0, 1));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t axis, resolveAxis(ctx, "axis", ctx.operands[0].rank(), 0));
+  const std::vector<int64_t>& sizes = ctx.getInts("sizes");
+  const Shape& in = ctx.operands[0].shape;
+  if (sizes.empty()) return attrError(ctx, "sizes", "is empty; split needs at least one size");
+  std::optional<int64_t> total = 0;
+  for (int64_t size : sizes) {
+    if (size < 0) return attrError(ctx, "sizes", "is " + intsStr(sizes) + ", sizes must be >= 0");
+    total = checkedAdd(*total, size);
+    if (!total) return attrError(ctx, "sizes", "is " + intsStr(sizes) + ", whose sum overflows int64");
+  }
+  if (*total != in[axis])
+    return attrError(ctx, "sizes", "is " + intsStr(sizes) + ", which sums to " + std::to_string(*total) +
+                                       ", not operand 0's dim " + std::to_string(axis) + " (" + std::to_string(in[axis]) +
+                                       ")");
+  std::vector<TensorType> results;
+  for (int64_t size : sizes) {
+    Shape out = in;
+    out[axis] = size;
+    results.push_back({ctx.operands[0].dtype, out});
+  }
+  return results;
+}
+
+// One sliced axis of a slice, resolved per ONNX Slice.
+struct SliceAxis {
+  int64_t axis;
+  int64_t start;  // clamped
+  int64_t step;
+  int64_t count;  // result dim
+};
+
+// Resolves slice's starts/ends/axes/steps against operand 0 (ONNX semantics):
+// 1. axes default to 0..n-1 and steps to 1; lists must have starts' length; steps must be non-zero.
+// 2. Negative starts/ends count from the end; then they are clamped to [0, dim] (step > 0) or
+//    start to [0, dim-1] and end to [-1, dim-1] (step < 0).
+// 3. The result dim is the number of indices start, start+step, ... before end.
+Expected<std::vector<SliceAxis>> resolveSlice(const OpContext& ctx) {
+  const std::vector<int64_t>& starts = ctx.getInts("starts");
+  const std::vector<int64_t>& ends = ctx.getInts("ends");
+  const std::vector<int64_t>& steps = ctx.getInts("steps");
+  const Shape& in = ctx.operands[0].shape;
+  size_t n = starts.size();
+  if (ends.size() != n)
+    return attrError(ctx, "ends", "has " + std::to_string(ends.size()) + " values, 'starts' has " + std::to_string(n));
+  if (!steps.empty() && steps.size() != n)
+    return attrError(ctx, "steps", "has " + std::to_string(steps.size()) + " values, 'starts' has " + std::to_string(n));
+  std::vector<int64_t> axes;
+  if (ctx.getInts("axes").empty()) {
+    if (n > in.size())
+      return attrError(ctx, "starts", "has " + std::to_string(n) + " values, more than operand 0's rank " +
+                                          std::to_string(in.size()));
+    for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(axes, resolveAxes(ctx, "axes", ctx.operands[0].rank(), "operand 0"));
+    if (axes.size() != n)
+      return attrError(ctx, "axes", "has " + std::to_string(axes.size()) + " values, 'starts' has " + std::to_string(n));
+  }
+  std::vector<SliceAxis> resolved;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t step = steps.empty() ? 1 : steps[i];
+    if (step == 0) return attrError(ctx, "steps", "is " + intsStr(steps) + ", steps must be non-zero");
+    int64_t dim = in[axes[i]];
+    int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];  // no overflow: dim >= 0
+    int64_t end = ends[i] < 0 ? ends[i] + dim : ends[i];
+    int64_t count = 0;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+      if (end > start) count = (end - start - 1) / step + 1;
+    } else if (dim > 0) {
+      start = std::clamp<int64_t>(start, 0, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+      uint64_t magnitude = 0 - static_cast<uint64_t>(step);  // |step|, also for INT64_MIN
+      if (start > end) count = static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1);
+    }
+    resolved.push_back({axes[i], start, step, count});
+  }
+  return resolved;
+}
+
+Expected<std::vector<TensorType>> sliceShape(const OpContext& ctx) {
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<SliceAxis> sliced, resolveSlice(ctx));
+  Shape out = ctx.operands[0].shape;
+  for (const SliceAxis& s : sliced) out[s.axis] = s.count;
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// gather: data (rank >= 1) indexed along axis by i64/i32 indices of any rank.
+Expected<std::vector<TensorType>> gatherShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireRank(ctx, 0, 1));
+  CLEAVE_TRY(requireIndexType(ctx, 1));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t axis, resolveAxis(ctx, "axis", ctx.operands[0].rank(), 0));
+  const Shape& data = ctx.operands[0].shape;
+  const Shape& indices = ctx.operands[1].shape;
+  Shape out(data.begin(), data.begin() + axis);
+  out.insert(out.end(), indices.begin(), indices.end());
+  out.insert(out.end(), data.begin() + axis + 1, data.end());
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// expand: numpy broadcast of x's shape and `shape` (entries >= 0).
+Expected<std::vector<TensorType>> expandShape(const OpContext& ctx) {
+  const std::vector<int64_t>& target = ctx.getInts("shape");
+  for (int64_t d : target)
+    if (d < 0) return attrError(ctx, "shape", "is " + intsStr(target) + ", dims must be >= 0");
+  Shape out;
+  if (!broadcastShapes(ctx.operands[0].shape, target, out))
+    return operandShapeError(ctx, 0, "which does not broadcast with attribute 'shape' " + intsStr(target));
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// The dims squeeze removes: `axes` (each of size 1), or every size-1 dim when it is empty.
+Expected<std::vector<bool>> squeezedDims(const OpContext& ctx) {
+  const Shape& in = ctx.operands[0].shape;
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> axes, resolveAxes(ctx, "axes", ctx.operands[0].rank(), "operand 0"));
+  std::vector<bool> removed(in.size(), false);
+  if (axes.empty()) {
+    for (size_t i = 0; i < in.size(); ++i) removed[i] = in[i] == 1;
+    return removed;
+  }
+  for (int64_t a : axes) {
+    if (in[a] != 1)
+      return operandShapeError(ctx, 0, "its dim " + std::to_string(a) + " has size " + std::to_string(in[a]) +
+                                           ", so attribute 'axes' cannot squeeze it");
+    removed[a] = true;
+  }
+  return removed;
+}
+
+Expected<std::vector<TensorType>> squeezeShape(const OpContext& ctx) {
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<bool> removed, squeezedDims(ctx));
+  const Shape& in = ctx.operands[0].shape;
+  Shape out;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!removed[i]) out.push_back(in[i]);
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// The result dims unsqueeze inserts: `axes` resolved against the result's rank.
+Expected<std::vector<bool>> insertedDims(const OpContext& ctx) {
+  int64_t out_rank = ctx.operands[0].rank() + static_cast<int64_t>(ctx.getInts("axes").size());
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> axes, resolveAxes(ctx, "axes", out_rank, "the result"));
+  std::vector<bool> inserted(static_cast<size_t>(out_rank), false);
+  for (int64_t a : axes) inserted[a] = true;
+  return inserted;
+}
+
+Expected<std::vector<TensorType>> unsqueezeShape(const OpContext& ctx) {
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<bool> inserted, insertedDims(ctx));
+  const Shape& in = ctx.operands[0].shape;
+  Shape out;
+  size_t next_in = 0;
+  for (bool is_new : inserted) out.push_back(is_new ? 1 : in[next_in++]);
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// trilu: rank >= 2; upper is 0 or 1; any diagonal offset k.
+Expected<std::vector<TensorType>> triluShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireRank(ctx, 0, 2));
+  CLEAVE_TRY(requireFlag(ctx, "upper"));
+  return std::vector<TensorType>{ctx.operands[0]};
+}
+
+// constant: the tensor in `value`, whose bytes must match its type.
+Expected<std::vector<TensorType>> constantShape(const OpContext& ctx) {
+  const TensorData* value = ctx.getTensor("value");
+  if (!value) return attrError(ctx, "value", "holds no tensor");
+  CLEAVE_TRY(checkResultShape(ctx, 0, value->type));
+  if (static_cast<int64_t>(value->bytes.size()) != value->type.bytes())
+    return attrError(ctx, "value", "is " + value->type.str() + " with " + std::to_string(value->bytes.size()) +
+                                       " bytes of data, the type needs " + std::to_string(value->type.bytes()));
+  return std::vector<TensorType>{value->type};
+}
+
+// ---- Cost rules (shape ops do no arithmetic) ----
+
+// reshape, flatten, squeeze, unsqueeze: the result aliases the operand; nothing moves.
+OpCost aliasCost(const OpContext&) { return {}; }
+
+// transpose, concat, split, slice, expand, trilu: read the operands, write the results.
+OpCost copyCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  return {0, operandAndResultBytes(ctx, results)};
+}
+
+// gather reads only the selected rows: indices once, and the result's bytes from data.
+OpCost gatherCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  return {0, static_cast<double>(ctx.operands[1].bytes()) + 2 * static_cast<double>(results[0].bytes())};
+}
+
+// constant writes its result.
+OpCost constantCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  return {0, operandAndResultBytes(ctx, results)};
+}
+
+// ---- Sharding rules ----
+
+// Adds a need_replication factor per dim in [begin, end) of `shape` into `dims` (kNoFactor for size 1).
+void addReplicatedDims(ShardingRule& rule, const Shape& shape, size_t begin, size_t end, std::vector<int>& dims) {
+  for (size_t i = begin; i < end; ++i)
+    dims[i] = shape[i] == 1 ? ShardingRule::kNoFactor : rule.addFactor(shape[i], FactorKind::kNeedReplication);
+}
+
+// reshape and flatten. Row-major order means a run of equal leading dims, and a run of equal trailing
+// dims, map element blocks one to one: those are pass-through factors. The dims between them are
+// merged or split, and each gets a need_replication factor of its own. (A finer rule could let a merged
+// group's major dim pass through; this one is simple and always correct.)
+ShardingRule reshapeLikeRule(const OpContext& ctx) {
+  ShardingRule rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return rule;
+  const Shape& in = ctx.operands[0].shape;
+  const Shape& out = results[0].shape;
+  size_t common = std::min(in.size(), out.size());
+  size_t prefix = 0;
+  while (prefix < common && in[prefix] == out[prefix]) ++prefix;
+  size_t suffix = 0;
+  while (suffix < common - prefix && in[in.size() - 1 - suffix] == out[out.size() - 1 - suffix]) ++suffix;
+  std::vector<int> in_dims(in.size()), out_dims(out.size());
+  for (size_t i = 0; i < prefix; ++i) in_dims[i] = out_dims[i] = rule.addFactor(in[i], FactorKind::kPassThrough);
+  addReplicatedDims(rule, in, prefix, in.size() - suffix, in_dims);
+  addReplicatedDims(rule, out, prefix, out.size() - suffix, out_dims);
+  for (size_t s = 1; s <= suffix; ++s)
+    in_dims[in.size() - s] = out_dims[out.size() - s] = rule.addFactor(in[in.size() - s], FactorKind::kPassThrough);
+  rule.operand_dims = {in_dims};
+  rule.result_dims = {out_dims};
+  return rule;
+}
+
+// transpose: one pass-through factor per input dim; result dim i takes input dim perm[i]'s factor.
+ShardingRule transposeShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  if (inferredResults(ctx).empty()) return rule;
+  std::vector<int64_t> perm = *transposePerm(ctx);  // valid: the shape rule accepted it
+  std::vector<int> in_dims = addPassThroughFactors(rule, ctx.operands[0].shape);
+  std::vector<int> out_dims;
+  for (int64_t p : perm) out_dims.push_back(in_dims[p]);
+  rule.operand_dims = {in_dims};
+  rule.result_dims = {out_dims};
+  return rule;
+}
+
+// Ops that move data along one axis (concat, split, slice): every other dim is one shared pass-through
+// factor; each tensor's dim along a moved axis is a need_replication factor of its own, since the
+// tensors' sizes differ there (a size-1 dim there maps to no factor).
+ShardingRule axisMovingRule(const OpContext& ctx, std::span<const TensorType> results, const std::vector<bool>& moved) {
+  ShardingRule rule;
+  const Shape& in = ctx.operands[0].shape;
+  std::vector<int> shared(in.size(), ShardingRule::kNoFactor);
+  for (size_t d = 0; d < in.size(); ++d)
+    if (!moved[d]) shared[d] = rule.addFactor(in[d], FactorKind::kPassThrough);
+  auto dimsOf = [&](const Shape& shape) {
+    std::vector<int> dims = shared;
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (moved[d])
+        dims[d] = shape[d] == 1 ? ShardingRule::kNoFactor : rule.addFactor(shape[d], FactorKind::kNeedReplication);
+    return dims;
+  };
+  for (const auto& operand : ctx.operands) rule.operand_dims.push_back(dimsOf(operand.shape));
+  for (const auto& result : results) rule.result_dims.push_back(dimsOf(result.shape));
+  return rule;
+}
+
+// concat and split: the axis moves.
+ShardingRule alongAxisShardingRule(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  std::vector<bool> moved(ctx.operands[0].shape.size(), false);
+  moved[normalizeAxis(ctx.getInt("axis"), ctx.operands[0].rank())] = true;
+  return axisMovingRule(ctx, results, moved);
+}
+
+ShardingRule sliceShardingRule(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  std::vector<bool> moved(ctx.operands[0].shape.size(), false);
+  std::vector<SliceAxis> sliced = *resolveSlice(ctx);  // valid: the shape rule accepted it
+  for (const SliceAxis& s : sliced) moved[s.axis] = true;
+  return axisMovingRule(ctx, results, moved);
+}
+
+// gather: data dims before and after axis and all index dims pass through to the result; data's axis
+// (an embedding's vocabulary) is need_replication: a plain gather needs every row on every device
+// (vocabulary sharding is a dedicated pass).
+ShardingRule gatherShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  if (inferredResults(ctx).empty()) return rule;
+  const Shape& data = ctx.operands[0].shape;
+  int64_t axis = normalizeAxis(ctx.getInt("axis"), ctx.operands[0].rank());
+  std::vector<int> data_dims = addPassThroughFactors(rule, data);
+  rule.factor_kinds[data_dims[axis]] = FactorKind::kNeedReplication;
+  std::vector<int> index_dims = addPassThroughFactors(rule, ctx.operands[1].shape);
+  std::vector<int> out_dims(data_dims.begin(), data_dims.begin() + axis);
+  out_dims.insert(out_dims.end(), index_dims.begin(), index_dims.end());
+  out_dims.insert(out_dims.end(), data_dims.begin() + axis + 1, data_dims.end());
+  rule.operand_dims = {data_dims, index_dims};
+  rule.result_dims = {out_dims};
+  return rule;
+}
+
+// squeeze: kept dims pass through; removed size-1 dims map to no factor.
+ShardingRule squeezeShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  if (inferredResults(ctx).empty()) return rule;
+  std::vector<bool> removed = *squeezedDims(ctx);  // valid: the shape rule accepted it
+  const Shape& in = ctx.operands[0].shape;
+  std::vector<int> in_dims, out_dims;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (removed[i]) {
+      in_dims.push_back(ShardingRule::kNoFactor);
+    } else {
+      in_dims.push_back(rule.addFactor(in[i], FactorKind::kPassThrough));
+      out_dims.push_back(in_dims.back());
+    }
+  }
+  rule.operand_dims = {in_dims};
+  rule.result_dims = {out_dims};
+  return rule;
+}
+
+// unsqueeze: input dims pass through; inserted size-1 dims map to no factor.
+ShardingRule unsqueezeShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  if (inferredResults(ctx).empty()) return rule;
+  std::vector<bool> inserted = *insertedDims(ctx);  // valid: the shape rule accepted it
+  std::vector<int> in_dims = addPassThroughFactors(rule, ctx.operands[0].shape);
+  std::vector<int> out_dims;
+  size_t next_in = 0;
+  for (bool is_new : inserted) out_dims.push_back(is_new ? ShardingRule::kNoFactor : in_dims[next_in++]);
+  rule.operand_dims = {in_dims};
+  rule.result_dims = {out_dims};
+  return rule;
+}
+
+// trilu: leading dims pass through; the matrix dims need_replication (the mask depends on the
+// global row and column index).
+ShardingRule triluShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  if (inferredResults(ctx).empty()) return rule;
+  const Shape& x = ctx.operands[0].shape;
+  std::vector<int> dims;
+  for (size_t i = 0; i < x.size(); ++i)
+    dims.push_back(rule.addFactor(x[i], i + 2 >= x.size() ? FactorKind::kNeedReplication : FactorKind::kPassThrough));
+  rule.operand_dims = {dims};
+  rule.result_dims = {dims};
+  return rule;
+}
+
+// constant: no operands; each result dim a pass-through factor (any slice of it can be materialised).
+ShardingRule constantShardingRule(const OpContext& ctx) {
+  ShardingRule rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return rule;
+  rule.result_dims = {addPassThroughFactors(rule, results[0].shape)};
+  return rule;
+}
+
+// Builds one op's definition; the shape rule is already wrapped in checkedShapeRule.
+OpDef shapeOp(OpId id, std::string_view name, std::string_view summary, std::vector<AttrSpec> attrs, ShapeRule shape,
+              CostRule cost, ShardingRuleFn sharding) {
+  return OpDef{.id = id,
+               .name = name,
+               .summary = summary,
+               .attrs = std::move(attrs),
+               .shape = shape,
+               .cost = cost,
+               .sharding = sharding};
+}
+
+}  // namespace
+
+void addShapeOps(std::vector<OpDef>& table) {
+  table.push_back(shapeOp(OpId::reshape, "reshape", "same elements in a new shape (-1 inferred, 0 copies)",
+                          {requiredAttr("shape", AttrKind::kInts)}, checkedShapeRule<reshapeShape>, aliasCost,
+                          reshapeLikeRule));
+  table.push_back(shapeOp(OpId::flatten, "flatten", "2-D view: dims before axis times dims from axis",
+                          {optionalInt("axis", 1)}, checkedShapeRule<flattenShape>, aliasCost, reshapeLikeRule));
+  table.push_back(shapeOp(OpId::transpose, "transpose", "permutes dims (reverses them by default)",
+                          {optionalInts("perm", {})}, checkedShapeRule<transposeShape>, copyCost,
+                          transposeShardingRule));
+  OpDef concat = shapeOp(OpId::concat, "concat", "joins operands along axis", {requiredAttr("axis", AttrKind::kInt)},
+                         checkedShapeRule<concatShape>, copyCost, alongAxisShardingRule);
+  concat.max_operands = -1;
+  table.push_back(std::move(concat));
+  table.push_back(shapeOp(OpId::split, "split", "cuts x along axis into pieces of the given sizes",
+                          {requiredAttr("axis", AttrKind::kInt), requiredAttr("sizes", AttrKind::kInts)},
+                          checkedShapeRule<splitShape>, copyCost, alongAxisShardingRule));
+  table.push_back(shapeOp(OpId::slice, "slice", "strided sub-range along axes (ONNX Slice)",
+                          {requiredAttr("starts", AttrKind::kInts), requiredAttr("ends", AttrKind::kInts),
+                           optionalInts("axes", {}), optionalInts("steps", {})},
+                          checkedShapeRule<sliceShape>, copyCost, sliceShardingRule));
+  OpDef gather = shapeOp(OpId::gather, "gather", "picks entries of data along axis by indices",
+                         {optionalInt("axis", 0)}, checkedShapeRule<gatherShape>, gatherCost, gatherShardingRule);
+  gather.min_operands = gather.max_operands = 2;
+  table.push_back(std::move(gather));
+  table.push_back(shapeOp(OpId::expand, "expand", "broadcasts x to the broadcast of its shape and `shape`",
+                          {requiredAttr("shape", AttrKind::kInts)}, checkedShapeRule<expandShape>, copyCost,
+                          broadcastShardingRule));
+  table.push_back(shapeOp(OpId::squeeze, "squeeze", "removes size-1 dims (all of them by default)",
+                          {optionalInts("axes", {})}, checkedShapeRule<squeezeShape>, aliasCost, squeezeShardingRule));
+  table.push_back(shapeOp(OpId::unsqueeze, "unsqueeze", "inserts size-1 dims at result positions axes",
+                          {requiredAttr("axes", AttrKind::kInts)}, checkedShapeRule<unsqueezeShape>, aliasCost,
+                          unsqueezeShardingRule));
+  table.push_back(shapeOp(OpId::trilu, "trilu", "keeps the upper or lower triangle of the last two dims",
+                          {optionalInt("upper", 1), optionalInt("k", 0)}, checkedShapeRule<triluShape>, copyCost,
+                          triluShardingRule));
+  OpDef constant = shapeOp(OpId::constant, "constant", "the tensor in attribute value",
+                           {requiredAttr("value", AttrKind::kTensor)}, checkedShapeRule<constantShape>, constantCost,
+                           constantShardingRule);
+  constant.min_operands = constant.max_operands = 0;
+  table.push_back(std::move(constant));
+}
+
+}  // namespace cleave::ops

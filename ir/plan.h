@@ -1,0 +1,35 @@
+// Plans: reading, writing and checking .cplan files (the schema is ir/plan.proto).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ir/attribute.h"
+#include "ir/status.h"
+#include "ir/tensor_type.h"
+
+namespace cleave {
+namespace planpb {
+class Plan;
+class TensorType;
+class Attribute;
+}  // namespace planpb
+
+// The .cplan format version this build writes and reads.
+constexpr uint32_t kPlanFormatVersion = 1;
+
+// Reads a .cplan file and validates it; errors name the file (kBadInput).
+Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path);
+// Writes a plan atomically (temporary file, fsync, rename); errors name the file.
+Status writePlanFile(const planpb::Plan& plan, const std::string& path);
+// Checks a plan is self-consistent: version, buffer ids, offsets within arenas, known ops, types.
+Status validatePlan(const planpb::Plan& plan);
+
+// Conversions between ir types and their protobuf form.
+void toProto(const TensorType& type, planpb::TensorType* out);
+Expected<TensorType> fromProto(const planpb::TensorType& type);
+void toProto(const Attribute& attr, planpb::Attribute* out);
+Expected<Attribute> fromProto(const planpb::Attribute& attr);
+
+}  // namespace cleave

@@ -1,0 +1,300 @@
+// Lowering to a plan: buffers, instructions, views, in-place state updates and copies for one device.
+#include "passes/lower_to_plan.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "ir/plan.h"
+#include "ir/plan_storage.h"
+#include "ir/verifier.h"
+#include "passes/memory_planner.h"
+
+namespace cleave {
+namespace {
+
+// Name parts by which the optimizer pass marks its state parameters, and its step counter's name.
+constexpr std::array<std::string_view, 3> kOptimizerStateMarkers = {".momentum", ".exp_avg", ".exp_avg_sq"};
+constexpr std::string_view kStepCounterName = "step";
+// Suffix autodiff gives a parameter's gradient.
+constexpr std::string_view kGradientSuffix = ".grad";
+
+// Ops lowered as views of their operand.
+constexpr std::array<OpId, 5> kViewOps = {OpId::reshape, OpId::flatten, OpId::squeeze, OpId::unsqueeze,
+                                          OpId::identity};
+// Ops whose kernels may write a result over a same-typed operand (see docs/ops.md).
+constexpr std::array<OpId, 14> kInPlaceOps = {
+    OpId::add,  OpId::sub,     OpId::mul,  OpId::div,  OpId::neg,  OpId::sqrt,       OpId::exp,
+    OpId::log,  OpId::sigmoid, OpId::tanh, OpId::relu, OpId::clip, OpId::sgd_update, OpId::adamw_update};
+
+constexpr int32_t kNoBuffer = -1;
+
+planpb::Initializer initializerProto(const Initializer& init) {
+  planpb::Initializer out;
+  out.set_kind(init.kind);
+  for (const auto& [arg_name, arg] : init.args) toProto(arg, &(*out.mutable_args())[arg_name]);
+  if (init.kind == "data" && init.data) out.set_data(init.data->bytes.data(), init.data->bytes.size());
+  return out;
+}
+
+// Lowers one graph into one program of a rank. Parameters are shared with the rank's other
+// programs through `param_buffers` (name -> buffer id).
+class ProgramLowering {
+ public:
+  ProgramLowering(const Graph& graph, const std::string& name, planpb::RankPlan& rank,
+                  std::map<std::string, int32_t>& param_buffers)
+      : graph_(graph),
+        rank_(rank),
+        param_buffers_(param_buffers),
+        program_(rank.add_programs()),
+        where_("program '" + name + "': "),
+        buffer_of_(graph.values.size(), kNoBuffer),
+        instruction_of_node_(graph.nodes.size(), -1) {
+    program_->set_name(name);
+  }
+
+  Status run() {
+    CLEAVE_TRY(lowerParameters());
+    lowerInputs();
+    lowerNodes();
+    lowerUpdatesAndOutputs();
+    return Status::ok();
+  }
+
+ private:
+  int32_t addBuffer(const std::string& name, const TensorType& type, planpb::BufferKind kind,
+                    int32_t alias_of = kNoBuffer) {
+    int32_t id = rank_.buffers_size();
+    planpb::Buffer* buffer = rank_.add_buffers();
+    buffer->set_id(id);
+    buffer->set_name(name);
+    toProto(type, buffer->mutable_type());
+    buffer->set_kind(kind);
+    if (alias_of != kNoBuffer) buffer->set_alias_of(alias_of);
+    return id;
+  }
+
+  const std::string& nameOf(ValueId v) const { return graph_.values[v].name; }
+  int32_t rootOf(ValueId v) const { return storageRoot(rank_, buffer_of_[v]); }
+
+  // 1. Parameters: one persistent buffer per name for the whole rank, with its initializer.
+  Status lowerParameters() {
+    for (const Param& param : graph_.params) {
+      const Value& value = graph_.values[param.value];
+      auto known = param_buffers_.find(value.name);
+      if (known != param_buffers_.end()) {
+        auto earlier = fromProto(rank_.buffers(known->second).type());
+        if (!earlier || *earlier != value.type)
+          return Status::badInput(where_ + "parameter '%" + value.name + "' is " + value.type.str() +
+                                  " here but " + (earlier ? earlier->str() : "invalid") + " in an earlier program");
+        buffer_of_[param.value] = known->second;
+        continue;
+      }
+      planpb::BufferKind kind =
+          isOptimizerState(value.name, param.trainable) ? planpb::BUFFER_OPTIMIZER_STATE : planpb::BUFFER_PARAM;
+      int32_t id = addBuffer(value.name, value.type, kind);
+      planpb::Parameter* entry = rank_.add_parameters();
+      entry->set_name(value.name);
+      entry->set_buffer(id);
+      *entry->mutable_init() = initializerProto(param.init);
+      entry->set_trainable(param.trainable);
+      param_buffers_.emplace(value.name, id);
+      buffer_of_[param.value] = id;
+    }
+    return Status::ok();
+  }
+
+  // 2. Graph inputs: buffers the runtime fills before the program runs.
+  void lowerInputs() {
+    for (ValueId v : graph_.inputs) {
+      buffer_of_[v] = addBuffer(nameOf(v), graph_.values[v].type, planpb::BUFFER_INPUT);
+      planpb::NamedBuffer* input = program_->add_inputs();
+      input->set_name(nameOf(v));
+      input->set_buffer(buffer_of_[v]);
+    }
+  }
+
+  planpb::BufferKind resultKind(ValueId v, const std::set<ValueId>& outputs) const {
+    if (outputs.count(v)) return planpb::BUFFER_OUTPUT;
+    if (isParameterGradient(graph_, nameOf(v))) return planpb::BUFFER_GRADIENT;
+    return planpb::BUFFER_ACTIVATION;
+  }
+
+  // 3. Nodes: views alias their operand's storage and emit nothing; every other node is a kernel.
+  void lowerNodes() {
+    const std::set<ValueId> outputs(graph_.outputs.begin(), graph_.outputs.end());
+    for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+      const Node& node = graph_.nodes[n];
+      if (isViewOp(node.op)) {
+        ValueId result = node.results[0];
+        int32_t root = rootOf(node.operands[0]);
+        planpb::BufferKind kind = resultKind(result, outputs);
+        buffer_of_[result] = addBuffer(nameOf(result), graph_.values[result].type, kind, root);
+        // A gradient reached through a view still makes its storage a gradient.
+        if (kind == planpb::BUFFER_GRADIENT && rank_.buffers(root).kind() == planpb::BUFFER_ACTIVATION)
+          rank_.mutable_buffers(root)->set_kind(planpb::BUFFER_GRADIENT);
+        continue;
+      }
+      instruction_of_node_[n] = program_->instructions_size();
+      planpb::Instruction* instruction = program_->add_instructions();
+      instruction->set_kind(planpb::KERNEL);
+      instruction->set_op(std::string(opName(node.op)));
+      for (const auto& [attr_name, attr] : node.attrs) toProto(attr, &(*instruction->mutable_attrs())[attr_name]);
+      for (ValueId v : node.operands) instruction->add_operands(buffer_of_[v]);
+      for (ValueId v : node.results) {
+        buffer_of_[v] = addBuffer(nameOf(v), graph_.values[v].type, resultKind(v, outputs));
+        instruction->add_results(buffer_of_[v]);
+      }
+      if (node.loc.known()) instruction->set_source(node.loc.str());
+    }
+  }
+
+  // Whether `update` may compute its new value straight into the parameter's storage: the new
+  // value comes from an in-place op that reads the parameter only through same-typed operands,
+  // and nothing reads the parameter after that op (no later instruction, output or copy).
+  bool canUpdateInPlace(const StateUpdate& update, const std::vector<int>& last_read,
+                        const std::set<int32_t>& read_at_end) const {
+    const Value& new_value = graph_.values[update.new_value];
+    const int32_t target_root = buffer_of_[update.target];
+    if (new_value.producer < 0) return false;
+    const Node& producer = graph_.nodes[new_value.producer];
+    if (isViewOp(producer.op) || !allowsInPlaceResult(producer.op)) return false;
+    if (rank_.buffers(buffer_of_[update.new_value]).has_alias_of()) return false;  // already in place elsewhere
+    if (last_read[target_root] > instruction_of_node_[new_value.producer] || read_at_end.count(target_root)) return false;
+    for (ValueId operand : producer.operands)
+      if (rootOf(operand) == target_root && graph_.values[operand].type != new_value.type) return false;
+    return true;
+  }
+
+  void emitCopy(int32_t from, int32_t to, const std::string& source) {
+    planpb::Instruction* copy = program_->add_instructions();
+    copy->set_kind(planpb::COPY);
+    copy->add_operands(from);
+    copy->add_results(to);
+    copy->set_source(source);
+  }
+
+  // Copies `v` into a new buffer of `kind` now, before the update copies overwrite it.
+  int32_t snapshot(ValueId v, planpb::BufferKind kind) {
+    int32_t copy = addBuffer(nameOf(v) + ".snapshot", graph_.values[v].type, kind);
+    emitCopy(buffer_of_[v], copy, "snapshot of %" + nameOf(v) + " before state updates");
+    return copy;
+  }
+
+  // 4. State updates, in place or by copies at the end, then the program's outputs. Outputs and
+  //    copies that read a parameter updated by copy read a snapshot taken before the copies.
+  void lowerUpdatesAndOutputs() {
+    // Last instruction reading each storage, and storages read after the program's instructions.
+    std::vector<int> last_read(rank_.buffers_size(), -1);
+    for (int i = 0; i < program_->instructions_size(); ++i)
+      for (int32_t id : program_->instructions(i).operands())
+        last_read[storageRoot(rank_, id)] = std::max(last_read[storageRoot(rank_, id)], i);
+    std::set<int32_t> read_at_end;
+    for (ValueId v : graph_.outputs) read_at_end.insert(rootOf(v));
+    for (const StateUpdate& update : graph_.updates) read_at_end.insert(rootOf(update.new_value));
+
+    struct PendingCopy {
+      ValueId new_value;
+      int32_t from;
+      int32_t to;
+      std::string source;
+    };
+    std::vector<PendingCopy> update_copies;
+    std::set<int32_t> copied_targets;
+    // The verifier has checked that targets are parameters, each updated once, with same-typed values.
+    for (const StateUpdate& update : graph_.updates) {
+      const int32_t target = buffer_of_[update.target];
+      if (rootOf(update.new_value) == target) continue;  // the new value already lives in the parameter
+      if (canUpdateInPlace(update, last_read, read_at_end)) {
+        rank_.mutable_buffers(buffer_of_[update.new_value])->set_alias_of(target);
+      } else {
+        std::string source = "update %" + nameOf(update.target) + " = %" + nameOf(update.new_value);
+        update_copies.push_back({update.new_value, buffer_of_[update.new_value], target, std::move(source)});
+        copied_targets.insert(target);
+      }
+    }
+
+    std::set<ValueId> listed;
+    for (ValueId v : graph_.outputs) {
+      if (!listed.insert(v).second) continue;
+      int32_t buffer = buffer_of_[v];
+      if (copied_targets.count(rootOf(v))) buffer = snapshot(v, planpb::BUFFER_OUTPUT);
+      planpb::NamedBuffer* output = program_->add_outputs();
+      output->set_name(nameOf(v));
+      output->set_buffer(buffer);
+    }
+    for (PendingCopy& copy : update_copies)
+      if (copied_targets.count(rootOf(copy.new_value))) copy.from = snapshot(copy.new_value, planpb::BUFFER_ACTIVATION);
+    for (const PendingCopy& copy : update_copies) emitCopy(copy.from, copy.to, copy.source);
+  }
+
+  const Graph& graph_;
+  planpb::RankPlan& rank_;
+  std::map<std::string, int32_t>& param_buffers_;
+  planpb::Program* program_;
+  const std::string where_;
+  std::vector<int32_t> buffer_of_;           // value -> buffer id
+  std::vector<int> instruction_of_node_;     // node -> instruction index (-1 for views)
+};
+
+}  // namespace
+
+bool isOptimizerState(std::string_view param_name, bool trainable) {
+  if (trainable) return false;
+  if (param_name == kStepCounterName) return true;
+  return std::any_of(kOptimizerStateMarkers.begin(), kOptimizerStateMarkers.end(),
+                     [&](std::string_view marker) { return param_name.find(marker) != std::string_view::npos; });
+}
+
+bool isParameterGradient(const Graph& graph, std::string_view value_name) {
+  if (value_name.size() <= kGradientSuffix.size() || !value_name.ends_with(kGradientSuffix)) return false;
+  ValueId param = graph.findValue(value_name.substr(0, value_name.size() - kGradientSuffix.size()));
+  return param != kNoValue && graph.findParam(param) != nullptr;
+}
+
+bool isViewOp(OpId op) { return std::find(kViewOps.begin(), kViewOps.end(), op) != kViewOps.end(); }
+
+bool allowsInPlaceResult(OpId op) { return std::find(kInPlaceOps.begin(), kInPlaceOps.end(), op) != kInPlaceOps.end(); }
+
+Expected<planpb::Plan> lowerToPlan(const LoweringInput& input) {
+  if (input.programs.empty()) return Status::badInput("nothing to lower: no graphs given");
+  planpb::Plan plan;
+  plan.set_format_version(kPlanFormatVersion);
+  plan.set_producer(input.producer);
+  plan.set_model_name(input.model_name);
+  plan.set_model_file(input.model_file);
+  plan.set_devices(1);
+  plan.set_global_batch(input.global_batch);
+  planpb::Strategy* strategy = plan.mutable_strategy();
+  strategy->set_dp(1);
+  strategy->set_tp(1);
+  strategy->set_pp(1);
+  strategy->set_microbatches(1);
+  strategy->set_schedule(input.schedule);
+  planpb::RankPlan* rank = plan.add_ranks();
+  rank->set_rank(0);
+  rank->set_stage(0);
+
+  // 1. Each graph becomes a program; parameters are shared by name.
+  std::map<std::string, int32_t> param_buffers;
+  std::set<std::string> names;
+  for (const ProgramGraph& program : input.programs) {
+    if (!program.graph || program.name.empty()) return Status::internal("lowerToPlan: a program lacks a name or graph");
+    if (!names.insert(program.name).second)
+      return Status::badInput("program '" + program.name + "' is given twice");
+    CLEAVE_TRY(verifyGraph(*program.graph).withContext("program '" + program.name + "': "));
+    CLEAVE_TRY(ProgramLowering(*program.graph, program.name, *rank, param_buffers).run());
+  }
+  // 2. Aliases name their storage's root directly.
+  for (int32_t id = 0; id < rank->buffers_size(); ++id)
+    if (rank->buffers(id).has_alias_of()) rank->mutable_buffers(id)->set_alias_of(storageRoot(*rank, id));
+  // 3. Offsets, then a check that the result is a plan the runtime accepts.
+  CLEAVE_TRY(planMemory(*rank));
+  Status valid = validatePlan(plan);
+  if (!valid) return Status::internal("lowering produced an invalid plan: " + valid.message());
+  return plan;
+}
+
+}  // namespace cleave

@@ -1,0 +1,227 @@
+// Training loop: steps of a plan's "train" program over a data source, with metrics, evaluation,
+// checkpoints and a progress bar.
+#include "runtime/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ir/plan.pb.h"
+#include "runtime/checkpoint.h"
+#include "runtime/data_source.h"
+#include "runtime/element_access.h"
+#include "runtime/file_io.h"
+#include "runtime/progress_bar.h"
+
+namespace cleave::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// The scalar loss from the train program's loss output.
+Expected<double> readLoss(Device& device, const TensorView& loss) {
+  if (loss.type.numel() != 1)
+    return Status::badInput("the loss output is " + loss.type.str() + ", not a scalar");
+  uint8_t bytes[8] = {};
+  CLEAVE_TRY(device.copyToHost(bytes, loss.data, dtypeSize(loss.type.dtype)));
+  return loadElement(loss.type.dtype, bytes, 0);
+}
+
+std::string evalSummary(const EvalRecord& record) {
+  char text[160];
+  std::string where = record.epoch > 0 ? "epoch " + std::to_string(record.epoch) + " (step " +
+                                             std::to_string(record.step) + ")"
+                                       : "step " + std::to_string(record.step);
+  std::string scores;
+  if (record.result.accuracy) {
+    std::snprintf(text, sizeof text, "accuracy %.4f", *record.result.accuracy);
+    scores += text;
+  }
+  if (record.result.loss) {
+    std::snprintf(text, sizeof text, "%sloss %.4f", scores.empty() ? "" : ", ", *record.result.loss);
+    scores += text;
+  }
+  return where + ": eval " + scores + " over " + std::to_string(record.result.samples) + " samples";
+}
+
+// Keeps the lines of a metrics file up to step `last_step`: a resumed run redoes the steps after its
+// checkpoint, so their lines (and a line cut short by a crash) are dropped to list each step once.
+Status trimMetrics(const std::string& path, int64_t last_step) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return Status::ok();
+  CLEAVE_ASSIGN_OR_RETURN(std::string contents, readWholeFile(path));
+  std::istringstream lines(contents);
+  std::string line, kept;
+  while (std::getline(lines, line)) {
+    nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+        record["step"].get<int64_t>() <= last_step)
+      kept += line + "\n";
+  }
+  return writeFileAtomically(path, [&](FileWriter& out) { return out.write(kept); });
+}
+
+// The run's checks and sources, set up before the first step.
+struct TrainSetup {
+  TensorView loss;
+  std::unique_ptr<DataSource> train_source;
+  std::unique_ptr<DataSource> eval_source;
+  int64_t total_steps = 0;
+  CheckpointState start;
+};
+
+// Steps: check the plan and options, resume or initialize, open the sources, count the steps.
+Expected<TrainSetup> setUp(RankExecutor& executor, const planpb::Plan& plan, const TrainOptions& options,
+                           TrainReport& report) {
+  // 1. The plan must be a training plan; the options must say how long to train.
+  const planpb::Training& training = plan.training();
+  if (!plan.has_training() || training.loss_output().empty())
+    return Status::usage("the plan is not a training plan (compile it with --train)");
+  TrainSetup setup;
+  CLEAVE_ASSIGN_OR_RETURN(setup.loss, executor.output("train", training.loss_output()));
+  CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> train_inputs, executor.inputs("train"));
+  if (options.steps < 0 || options.epochs < 0 || options.checkpoint_every < 0)
+    return Status::usage("--steps, --epochs and --checkpoint-every cannot be negative");
+  if (options.steps == 0 && options.epochs == 0) return Status::usage("give the number of --steps or --epochs");
+  if (options.resume && options.checkpoint_dir.empty()) return Status::usage("--resume needs --checkpoint-dir");
+  if (options.threads > 0) executor.setThreads(options.threads);
+
+  // 2. Weights: from the latest checkpoint when resuming, else from the initializers.
+  setup.start.seed = options.seed;
+  if (options.resume && hasCheckpoint(options.checkpoint_dir)) {
+    CLEAVE_ASSIGN_OR_RETURN(setup.start, loadLatestCheckpoint(options.checkpoint_dir, executor));
+    report.resumed_from = checkpointPath(options.checkpoint_dir, setup.start.step);
+  } else {
+    CLEAVE_TRY(executor.initializeParameters());
+  }
+  report.start_step = setup.start.step;
+
+  // 3. Sources: training data at the saved position; evaluation data bound to "eval".
+  DataSourceOptions train_options{DataSplit::kTrain, setup.start.seed, training.labels_input()};
+  CLEAVE_ASSIGN_OR_RETURN(setup.train_source, openDataSource(options.data, train_inputs, train_options));
+  CLEAVE_TRY(setup.train_source->seek(setup.start.position));
+  if (!options.eval_data.empty()) {
+    CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> eval_inputs, executor.inputs("eval"));
+    DataSourceOptions eval_options{DataSplit::kEval, setup.start.seed, training.labels_input()};
+    CLEAVE_ASSIGN_OR_RETURN(setup.eval_source, openDataSource(options.eval_data, eval_inputs, eval_options));
+  }
+
+  // 4. Length: steps, or epochs of a finite source.
+  int64_t per_epoch = setup.train_source->batchesPerEpoch();
+  if (options.steps > 0) {
+    setup.total_steps = options.steps;
+  } else if (per_epoch == 0) {
+    return Status::usage("--epochs needs a finite data set; " + setup.train_source->description() +
+                         " is endless: give --steps");
+  } else {
+    setup.total_steps = options.epochs * per_epoch;
+  }
+  return setup;
+}
+
+}  // namespace
+
+// Steps: set up, then per step: fill, run, read the loss, evaluate and checkpoint when due, record;
+// finally evaluate once more unless the last step just did.
+Status train(RankExecutor& executor, const planpb::Plan& plan, const TrainOptions& options, TrainReport& report) {
+  report = TrainReport{};
+  report.final_loss = NAN;
+  report.peak_arena_bytes = executor.arenaBytes();
+  CLEAVE_ASSIGN_OR_RETURN(TrainSetup setup, setUp(executor, plan, options, report));
+  DataSource& source = *setup.train_source;
+  report.steps = setup.start.step;
+
+  // Metrics: continued when resuming, so the file holds the whole run.
+  std::ofstream metrics;
+  if (!options.metrics_path.empty()) {
+    bool resumed = !report.resumed_from.empty();
+    if (resumed) CLEAVE_TRY(trimMetrics(options.metrics_path, setup.start.step));
+    metrics.open(options.metrics_path, resumed ? std::ios::app : std::ios::trunc);
+    if (!metrics) return Status::badInput("cannot write metrics file '" + options.metrics_path + "'");
+  }
+  bool show_progress = options.progress == ProgressMode::kAlways ||
+                       (options.progress == ProgressMode::kAuto && stderrIsTerminal());
+  ProgressBar progress(setup.start.step, setup.total_steps, show_progress);
+
+  auto runEvaluation = [&](int64_t step, int64_t epoch) -> Status {
+    CLEAVE_ASSIGN_OR_RETURN(EvalResult result, evaluate(executor, plan, *setup.eval_source));
+    EvalRecord record{step, epoch, result};
+    report.evals.push_back(record);
+    report.final_eval = result;
+    if (options.print_summaries) progress.printLine(evalSummary(record));
+    return Status::ok();
+  };
+  auto saveAt = [&](int64_t step) -> Status {
+    CheckpointState state{step, source.position(), setup.start.seed};
+    CLEAVE_ASSIGN_OR_RETURN(report.last_checkpoint, saveCheckpoint(options.checkpoint_dir, executor, state));
+    return Status::ok();
+  };
+
+  Clock::time_point run_start = Clock::now();
+  int64_t samples = 0;
+  bool evaluated_last = false;
+  for (int64_t step = setup.start.step + 1; step <= setup.total_steps; ++step) {
+    // 1. One optimizer step.
+    int64_t epoch = source.position().epoch + 1;
+    Clock::time_point step_start = Clock::now();
+    CLEAVE_ASSIGN_OR_RETURN(int64_t rows, source.next());
+    CLEAVE_TRY(executor.run("train"));
+    CLEAVE_ASSIGN_OR_RETURN(double loss, readLoss(executor.device(), setup.loss));
+    double step_seconds = secondsBetween(step_start, Clock::now());
+    report.train_seconds += step_seconds;
+    samples += rows;
+    report.steps = step;
+    report.final_loss = loss;
+    if (!std::isfinite(loss)) {
+      progress.finish();
+      return Status::runtime("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
+                             "; training stopped (try a lower learning rate)" +
+                             (report.last_checkpoint.empty() ? "" : "; last checkpoint: " + report.last_checkpoint));
+    }
+
+    // 2. At an epoch's end (the source moved to a new epoch): evaluate.
+    bool epoch_done = source.batchesPerEpoch() > 0 && source.position().batch == 0;
+    evaluated_last = false;
+    if (epoch_done && setup.eval_source) {
+      CLEAVE_TRY(runEvaluation(step, epoch));
+      evaluated_last = true;
+    }
+
+    // 3. The step's metrics line (with the evaluation's scores when one just ran), flushed.
+    double samples_per_s = step_seconds > 0 ? static_cast<double>(rows) / step_seconds : 0.0;
+    if (metrics.is_open()) {
+      nlohmann::json line = {{"step", step},
+                             {"loss", loss},
+                             {"samples_per_s", samples_per_s},
+                             {"epoch", epoch},
+                             {"elapsed_s", secondsBetween(run_start, Clock::now())}};
+      if (evaluated_last && report.final_eval->accuracy) line["eval_accuracy"] = *report.final_eval->accuracy;
+      if (evaluated_last && report.final_eval->loss) line["eval_loss"] = *report.final_eval->loss;
+      metrics << line.dump() << "\n";
+      metrics.flush();
+      if (!metrics) return Status::runtime("cannot write metrics file '" + options.metrics_path + "'");
+    }
+    progress.update(step, loss, report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0);
+
+    // 4. Checkpoint: every N steps, or at each epoch's end; always after the last step.
+    bool due = options.checkpoint_every > 0 ? step % options.checkpoint_every == 0 : epoch_done;
+    if (!options.checkpoint_dir.empty() && (due || step == setup.total_steps)) CLEAVE_TRY(saveAt(step));
+  }
+  progress.finish();
+
+  // 5. A final evaluation unless the last step's epoch end just had one.
+  if (setup.eval_source && !evaluated_last) CLEAVE_TRY(runEvaluation(report.steps, 0));
+  report.samples_per_s = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
+  return Status::ok();
+}
+
+}  // namespace cleave::runtime

@@ -1,0 +1,330 @@
+// The cleave command-line tool: parses flags, calls the libraries, prints; exit codes per DESIGN.md.
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "frontend/model_generators.h"
+#include "ir/graph_summary.h"
+#include "ir/status.h"
+#include "ir/text_format.h"
+
+namespace cleave {
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = static_cast<int>(ErrorKind::kUsage);
+constexpr int kExitInternal = static_cast<int>(ErrorKind::kInternal);
+
+// The issues that build the subcommands that are not built yet.
+constexpr int kIssueRuntime = 3;       // compile, run, and plans (.cplan): the training runtime
+constexpr int kIssueOnnxFrontend = 4;  // import
+constexpr int kIssueCostModel = 8;     // simulate
+
+// Prints `cleave: error: <message>` and returns the status's exit code.
+int reportError(const Status& status) {
+  std::cerr << "cleave: error: " << status.message() << "\n";
+  return status.exitCode();
+}
+
+// Says that `what` is not built yet and which issue builds it; exit code 2 (usage).
+int notBuiltYet(const std::string& what, int issue) {
+  return reportError(Status::usage(what + ": not built yet (see issue " + std::to_string(issue) + ")"));
+}
+
+bool endsWith(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Writes `text` to `path`, or to stdout when `path` is empty.
+Status writeOutput(const std::string& path, const std::string& text) {
+  if (path.empty()) {
+    std::cout << text;
+    std::cout.flush();
+    return std::cout ? Status::ok() : Status::runtime("cannot write to standard output");
+  }
+  std::ofstream file(path, std::ios::binary);
+  if (file) file << text;
+  if (file) file.close();
+  if (!file) return Status::badInput("cannot write '" + path + "': " + std::strerror(errno));
+  return Status::ok();
+}
+
+// ---- gen ----
+
+struct GenFlags {
+  std::string output;
+  GptSpec gpt;
+  MlpSpec mlp;
+  CnnSpec cnn;
+};
+
+int runGen(const Expected<Graph>& graph, const std::string& output) {
+  if (!graph) return reportError(graph.status());
+  Status written = writeOutput(output, printGraph(*graph));
+  return written.isOk() ? kExitOk : reportError(written);
+}
+
+void addGenCommands(CLI::App& app, GenFlags& flags) {
+  CLI::App* gen = app.add_subcommand("gen", "Generate a model (.cir) from a few sizes: gpt, mlp or cnn");
+
+  CLI::App* gpt = gen->add_subcommand("gpt", "A GPT-style decoder: embeddings, pre-norm attention + MLP blocks, vocab head");
+  gpt->add_option("--layers", flags.gpt.layers, "Transformer blocks")->required();
+  gpt->add_option("--hidden", flags.gpt.hidden, "Hidden size H")->required();
+  gpt->add_option("--heads", flags.gpt.heads, "Attention heads (must divide H)")->required();
+  gpt->add_option("--seq", flags.gpt.seq, "Sequence length S")->required();
+  gpt->add_option("--vocab", flags.gpt.vocab, "Vocabulary size V")->required();
+  gpt->add_option("--batch", flags.gpt.batch, "Batch size B")->required();
+  gpt->add_option("--ffn", flags.gpt.ffn, "MLP width (0: 4*H)")->capture_default_str();
+  gpt->add_option("--seed", flags.gpt.seed, "Base seed of the parameter initializers")->capture_default_str();
+  gpt->add_option("-o,--output", flags.output, "Output .cir file (default: standard output)");
+
+  CLI::App* mlp = gen->add_subcommand("mlp", "A multilayer perceptron with relu between layers");
+  mlp->add_option("--input", flags.mlp.input, "Input features")->capture_default_str();
+  mlp->add_option("--hidden", flags.mlp.hidden, "Hidden widths, comma separated")->delimiter(',')->capture_default_str();
+  mlp->add_option("--classes", flags.mlp.classes, "Output classes")->capture_default_str();
+  mlp->add_option("--batch", flags.mlp.batch, "Batch size")->capture_default_str();
+  mlp->add_option("--seed", flags.mlp.seed, "Base seed of the parameter initializers")->capture_default_str();
+  mlp->add_option("-o,--output", flags.output, "Output .cir file (default: standard output)");
+
+  CLI::App* cnn = gen->add_subcommand("cnn", "The Fashion-MNIST convnet: 2x (conv 5x5, relu, max pool 2), dense 1024, dense");
+  cnn->add_option("--batch", flags.cnn.batch, "Batch size")->capture_default_str();
+  cnn->add_option("--classes", flags.cnn.classes, "Output classes")->capture_default_str();
+  cnn->add_option("--seed", flags.cnn.seed, "Base seed of the parameter initializers")->capture_default_str();
+  cnn->add_option("-o,--output", flags.output, "Output .cir file (default: standard output)");
+}
+
+// ---- inspect ----
+
+struct InspectFlags {
+  std::string path;
+  bool json = false;
+  int rank = -1;
+  std::string dot;
+  std::string timeline;
+};
+
+nlohmann::ordered_json namedTypesJson(const std::vector<NamedType>& values) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& v : values) list.push_back({{"name", v.name}, {"type", v.type.str()}});
+  return list;
+}
+
+nlohmann::ordered_json summaryJson(const GraphSummary& s, const std::string& path) {
+  nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+  for (const auto& [name, count] : s.op_counts) ops.push_back({{"op", name}, {"count", count}});
+  return {
+      {"file", path},
+      {"graph", s.graph_name},
+      {"nodes", s.node_count},
+      {"ops", ops},
+      {"parameters", {{"tensors", s.parameter_tensors}, {"count", s.parameter_count}, {"bytes", s.parameter_bytes}}},
+      {"inputs", namedTypesJson(s.inputs)},
+      {"outputs", namedTypesJson(s.outputs)},
+      {"forward", {{"flops", s.forward_flops}, {"bytes", s.forward_bytes}}},
+      {"training_step",
+       {{"flops", s.training_step_flops}, {"estimate", "forward FLOPs x " + std::to_string(static_cast<int>(kTrainingStepFlopsPerForward))}}},
+  };
+}
+
+int runInspect(const InspectFlags& flags) {
+  if (endsWith(flags.path, ".cplan")) return notBuiltYet("inspect of a plan (.cplan)", kIssueRuntime);
+  if (!endsWith(flags.path, ".cir"))
+    return reportError(Status::badInput("cannot inspect '" + flags.path + "': expected a plan (.cplan) or a model (.cir)"));
+  if (flags.rank >= 0 || !flags.dot.empty() || !flags.timeline.empty())
+    return reportError(Status::badInput("--rank, --dot and --timeline apply to plans (.cplan); '" + flags.path +
+                                        "' is a model"));
+  auto graph = loadGraphFile(flags.path);
+  if (!graph) return reportError(graph.status());
+  GraphSummary summary = summarizeGraph(*graph);
+  std::string text = flags.json ? summaryJson(summary, flags.path).dump(2) + "\n"
+                                : flags.path + "\n" + summaryText(summary);
+  Status written = writeOutput("", text);
+  return written.isOk() ? kExitOk : reportError(written);
+}
+
+void addInspectCommand(CLI::App& app, InspectFlags& flags) {
+  CLI::App* inspect = app.add_subcommand("inspect", "Summarize a model (.cir) now; a plan (.cplan) once plans are built");
+  inspect->add_option("PLAN", flags.path, "A plan (.cplan) or a model (.cir)")->required();
+  inspect->add_flag("--json", flags.json, "Print JSON instead of text");
+  inspect->add_option("--rank", flags.rank, "Show one rank's program (plans only)")->check(CLI::NonNegativeNumber);
+  inspect->add_option("--dot", flags.dot, "Write the plan as a Graphviz file (plans only)");
+  inspect->add_option("--timeline", flags.timeline, "Write the simulated timeline as a Chrome trace (plans only)");
+}
+
+// ---- subcommands whose flags are declared but whose work is not built yet ----
+
+struct ImportFlags {
+  std::string model;
+  std::string output;
+};
+
+struct CompileFlags {
+  std::string model;
+  std::string output;
+  int devices = 0;
+  int dp = 1, tp = 1, pp = 1;
+  std::string strategy;
+  int microbatches = 1;
+  std::string schedule = "1f1b";
+  int64_t batch = 0;
+  bool train = false;
+  std::string loss;
+  std::string optimizer;
+  std::string cluster;
+};
+
+struct SimulateFlags {
+  std::string plan;
+  std::string cluster;
+  bool json = false;
+};
+
+struct RunFlags {
+  std::string plan;
+  std::string device = "cpu";
+  std::string backend = "local";
+  std::string inputs, outputs;
+  std::string data;
+  int64_t steps = 0, epochs = 0;
+  std::string eval_data;
+  std::string metrics;
+  std::string checkpoint_dir;
+  bool resume = false;
+  std::string trace;
+  int64_t seed = 0;
+};
+
+void addImportCommand(CLI::App& app, ImportFlags& flags) {
+  CLI::App* command = app.add_subcommand("import", "Convert an ONNX model to cleave's text IR (not built yet)");
+  command->add_option("MODEL", flags.model, "The ONNX model (.onnx)")->required();
+  command->add_option("-o,--output", flags.output, "Output .cir file")->required();
+}
+
+void addCompileCommand(CLI::App& app, CompileFlags& flags) {
+  CLI::App* compile = app.add_subcommand("compile", "Compile a model into a per-device plan (not built yet)");
+  compile->add_option("MODEL", flags.model, "The model (.onnx or .cir)")->required();
+  compile->add_option("-o,--output", flags.output, "Output plan (.cplan)")->required();
+  compile->add_option("--devices", flags.devices, "Device count (default: dp*tp*pp)")->check(CLI::PositiveNumber);
+  compile->add_option("--dp", flags.dp, "Data-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
+  compile->add_option("--tp", flags.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
+  compile->add_option("--pp", flags.pp, "Pipeline-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
+  compile->add_option("--strategy", flags.strategy, "Let the cost model choose dp/tp/pp")->check(CLI::IsMember({"auto"}));
+  compile->add_option("--microbatches", flags.microbatches, "Pipeline microbatches")->check(CLI::PositiveNumber);
+  compile->add_option("--schedule", flags.schedule, "Pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
+  compile->add_option("--batch", flags.batch, "Global batch size")->check(CLI::PositiveNumber);
+  compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
+  compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
+  compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01");
+  compile->add_option("--cluster", flags.cluster, "Cluster spec: a built-in NAME or FILE.json");
+}
+
+void addSimulateCommand(CLI::App& app, SimulateFlags& flags) {
+  CLI::App* simulate = app.add_subcommand("simulate", "Predict a plan's step time on a cluster (not built yet)");
+  simulate->add_option("PLAN", flags.plan, "The plan (.cplan)")->required();
+  simulate->add_option("--cluster", flags.cluster, "Cluster spec: a built-in NAME or FILE.json")->required();
+  simulate->add_flag("--json", flags.json, "Print JSON instead of text");
+}
+
+void addRunCommand(CLI::App& app, RunFlags& flags) {
+  CLI::App* run = app.add_subcommand("run", "Run a plan: inference or training (not built yet)");
+  run->add_option("PLAN", flags.plan, "The plan (.cplan)")->required();
+  run->add_option("--device", flags.device, "Device kind")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  run->add_option("--backend", flags.backend, "Communicator")->check(CLI::IsMember({"local", "mpi", "nccl"}))->capture_default_str();
+  CLI::Option* inputs = run->add_option("--inputs", flags.inputs, "Inference: read DIR/<input>.npy");
+  CLI::Option* outputs = run->add_option("--outputs", flags.outputs, "Inference: write DIR/<output>.npy");
+  CLI::Option* data = run->add_option("--data", flags.data, "Training data: fashion-mnist[:DIR], npy:DIR or synthetic");
+  CLI::Option* steps = run->add_option("--steps", flags.steps, "Training steps")->check(CLI::PositiveNumber);
+  CLI::Option* epochs = run->add_option("--epochs", flags.epochs, "Training epochs")->check(CLI::PositiveNumber);
+  run->add_option("--eval-data", flags.eval_data, "Evaluation data (as --data); reports accuracy");
+  run->add_option("--metrics", flags.metrics, "Write one JSON object per step to FILE.jsonl");
+  run->add_option("--checkpoint-dir", flags.checkpoint_dir, "Save checkpoints in DIR");
+  run->add_flag("--resume", flags.resume, "Resume from the newest checkpoint in --checkpoint-dir");
+  run->add_option("--trace", flags.trace, "Write a Chrome trace to FILE.json");
+  run->add_option("--seed", flags.seed, "Seed of data order and dropout")->capture_default_str();
+  inputs->needs(outputs);
+  outputs->needs(inputs);
+  data->excludes(inputs);
+  steps->excludes(epochs);
+}
+
+// "cleave gen gpt": the deepest subcommand the command line reached, for usage hints.
+std::string commandPath(const CLI::App& app) {
+  std::string path = app.get_name();
+  for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+    sub = sub->get_subcommands().front();
+    path += " " + sub->get_name();
+  }
+  return path;
+}
+
+// A usage error for a command line that names no subcommand of `app`.
+int missingSubcommand(const CLI::App& app, const std::string& command) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+  std::cerr << "cleave: error: '" << command << "' needs a subcommand: " << names << "\n"
+            << "Run '" << command << " --help' for usage.\n";
+  return kExitUsage;
+}
+
+int runCli(int argc, char** argv) {
+  CLI::App app("cleave: compile a neural-network graph for many devices and run it.", "cleave");
+  app.set_version_flag("--version", std::string("cleave ") + kVersion);
+  app.footer("Exit codes: 0 ok, 1 bad input, 2 usage or not built yet, 3 runtime failure, 4 internal error.\n"
+             "Run 'cleave SUBCOMMAND --help' for a subcommand's flags.");
+
+  ImportFlags import_flags;
+  CompileFlags compile_flags;
+  InspectFlags inspect_flags;
+  SimulateFlags simulate_flags;
+  RunFlags run_flags;
+  GenFlags gen_flags;
+  addImportCommand(app, import_flags);
+  addCompileCommand(app, compile_flags);
+  addInspectCommand(app, inspect_flags);
+  addSimulateCommand(app, simulate_flags);
+  addRunCommand(app, run_flags);
+  addGenCommands(app, gen_flags);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    std::cerr << "cleave: error: " << e.what() << "\n"
+              << "Run '" << commandPath(app) << " --help' for usage.\n";
+    return kExitUsage;
+  }
+
+  // CLI11 reports unknown flags only when it is not asked to require a subcommand, so the
+  // subcommand checks are made here.
+  if (app.get_subcommands().empty()) return missingSubcommand(app, "cleave");
+  if (app.got_subcommand("import")) return notBuiltYet("import", kIssueOnnxFrontend);
+  if (app.got_subcommand("compile")) return notBuiltYet("compile", kIssueRuntime);
+  if (app.got_subcommand("simulate")) return notBuiltYet("simulate", kIssueCostModel);
+  if (app.got_subcommand("run")) return notBuiltYet("run", kIssueRuntime);
+  if (app.got_subcommand("inspect")) return runInspect(inspect_flags);
+  CLI::App* gen = app.get_subcommand("gen");
+  if (gen->get_subcommands().empty()) return missingSubcommand(*gen, "cleave gen");
+  if (gen->got_subcommand("gpt")) return runGen(generateGpt(gen_flags.gpt), gen_flags.output);
+  if (gen->got_subcommand("mlp")) return runGen(generateMlp(gen_flags.mlp), gen_flags.output);
+  if (gen->got_subcommand("cnn")) return runGen(generateCnn(gen_flags.cnn), gen_flags.output);
+  return reportError(Status::internal("no subcommand ran"));
+}
+
+}  // namespace
+}  // namespace cleave
+
+int main(int argc, char** argv) {
+  try {
+    return cleave::runCli(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "cleave: internal error: " << e.what() << "\n";
+    return cleave::kExitInternal;
+  }
+}
