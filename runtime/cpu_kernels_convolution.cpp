@@ -34,6 +34,11 @@ struct ConvProblem {
     return w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_top == 0 &&
            w.pad_left == 0 && w.pad_bottom == 0 && w.pad_right == 0;
   }
+  // Stride 1 and an output as wide as the input ("same" padding): a column-matrix row is the input
+  // plane shifted, so im2col and col2im move whole planes instead of one output row at a time.
+  bool keepsWidth() const {
+    return window.stride_h == 1 && window.stride_w == 1 && window.out_width == window.width;
+  }
   // Each output channel reads one input channel and each group has few output channels (depthwise
   // convolutions): direct loops beat GEMMs with m < 8 and k = kh·kw. (A single-channel input with
   // many output channels, as a first layer, is faster as a GEMM.)
@@ -63,6 +68,39 @@ std::pair<int64_t, int64_t> validOutputs(int64_t offset, int64_t stride, int64_t
 
 // ---- im2col and col2im for one image and group ----
 
+// The part of a column-matrix row that keepsWidth() lets im2col and col2im move in one piece: output
+// rows [rows_first, rows_last) read input rows shifted by h_offset, and the output elements
+// [first, last) of those rows read input elements first + shift .. last + shift of the plane. The
+// elements in between that belong to no input column (|w_offset| per row, at the row ends) are
+// zeroed separately.
+struct ShiftedRows {
+  int64_t rows_first, rows_last, first, last, shift;
+};
+
+ShiftedRows shiftedRows(const ConvProblem& p, int64_t h_offset, int64_t w_offset) {
+  const Window2d& w = p.window;
+  const auto [rows_first, rows_last] = validOutputs(h_offset, 1, w.height, w.out_height);
+  const int64_t shift = h_offset * w.width + w_offset;
+  // Stay inside the plane: skip the leading (or trailing) |w_offset| elements, which are zeroed anyway.
+  const int64_t first = rows_first * w.width + std::max<int64_t>(0, -w_offset);
+  const int64_t last = rows_last * w.width - std::max<int64_t>(0, w_offset);
+  return {rows_first, rows_last, first, std::max(first, last), shift};
+}
+
+// Zeroes, in output rows [rows_first, rows_last) of a column-matrix row, the elements that read
+// outside the image: the first −w_offset or the last w_offset of each row.
+template <class T>
+void zeroRowEnds(const ConvProblem& p, const ShiftedRows& rows, int64_t w_offset, T* out) {
+  const int64_t width = p.window.width;
+  const int64_t left = std::min(width, std::max<int64_t>(0, -w_offset));
+  const int64_t right = std::min(width, std::max<int64_t>(0, w_offset));
+  for (int64_t oh = rows.rows_first; oh < rows.rows_last; ++oh) {
+    T* row = out + oh * width;
+    for (int64_t ow = 0; ow < left; ++ow) row[ow] = T{0};
+    for (int64_t ow = width - right; ow < width; ++ow) row[ow] = T{0};
+  }
+}
+
 // col[(c·kh + i)·kw + j][oh·Wo + ow] = image[g·Cg + c, oh·sh − pt + i·dh, ow·sw − pl + j·dw], zero
 // outside the image; `image` points at one image [C,H,W].
 template <class T>
@@ -75,6 +113,14 @@ void im2col(const ConvProblem& p, const T* image, int64_t group, T* col, int thr
       const T* plane = image + (group * p.group_channels + c) * p.in_plane;
       T* out = col + row * p.out_plane;
       const int64_t h_offset = i * w.dilation_h - w.pad_top, w_offset = j * w.dilation_w - w.pad_left;
+      if (p.keepsWidth()) {
+        const ShiftedRows rows = shiftedRows(p, h_offset, w_offset);
+        std::fill(out, out + rows.first, T{0});
+        std::copy(plane + rows.first + rows.shift, plane + rows.last + rows.shift, out + rows.first);
+        std::fill(out + rows.last, out + p.out_plane, T{0});
+        zeroRowEnds(p, rows, w_offset, out);
+        continue;
+      }
       const auto [ow_first, ow_last] = validOutputs(w_offset, w.stride_w, w.width, w.out_width);
       for (int64_t oh = 0; oh < w.out_height; ++oh, out += w.out_width) {
         const int64_t ih = oh * w.stride_h + h_offset;
@@ -95,10 +141,11 @@ void im2col(const ConvProblem& p, const T* image, int64_t group, T* col, int thr
   });
 }
 
-// The adjoint of im2col: adds each column-matrix entry to the image element it was read from.
-// Threads own whole channel planes, so the additions never race.
+// The adjoint of im2col: adds each column-matrix entry to the image element it was read from
+// (`col` is scratch: the keepsWidth() path zeroes its entries that read outside the image). Threads
+// own whole channel planes, so the additions never race.
 template <class T>
-void col2im(const ConvProblem& p, const T* col, int64_t group, T* image_grad, int threads) {
+void col2im(const ConvProblem& p, T* col, int64_t group, T* image_grad, int threads) {
   const Window2d& w = p.window;
   const int64_t taps = w.kernel_h * w.kernel_w;
   parallelFor(p.group_channels, threads, taps * p.out_plane, [&](int64_t begin, int64_t end) {
@@ -106,8 +153,15 @@ void col2im(const ConvProblem& p, const T* col, int64_t group, T* image_grad, in
       T* plane = image_grad + (group * p.group_channels + c) * p.in_plane;
       for (int64_t tap = 0; tap < taps; ++tap) {
         const int64_t i = tap / w.kernel_w, j = tap % w.kernel_w;
-        const T* in = col + (c * taps + tap) * p.out_plane;
+        T* in = col + (c * taps + tap) * p.out_plane;
         const int64_t h_offset = i * w.dilation_h - w.pad_top, w_offset = j * w.dilation_w - w.pad_left;
+        if (p.keepsWidth()) {
+          const ShiftedRows rows = shiftedRows(p, h_offset, w_offset);
+          zeroRowEnds(p, rows, w_offset, in);  // then the shifted addition adds nothing for them
+          T* to = plane + rows.shift;
+          for (int64_t e = rows.first; e < rows.last; ++e) to[e] += in[e];
+          continue;
+        }
         const auto [ow_first, ow_last] = validOutputs(w_offset, w.stride_w, w.width, w.out_width);
         for (int64_t oh = 0; oh < w.out_height; ++oh, in += w.out_width) {
           const int64_t ih = oh * w.stride_h + h_offset;

@@ -8,6 +8,7 @@
 
 #include "runtime/cpu_kernel_support.h"
 #include "runtime/cpu_kernels.h"
+#include "runtime/cpu_vector_math.h"
 #include "runtime/element_access.h"
 
 namespace cleave::runtime::cpu {
@@ -95,7 +96,8 @@ template <class T, class Fn>
 void mapUnary(const KernelCall& call, int64_t work_per_element, Fn fn) {
   const T* x = call.in<T>(0);
   T* y = call.out<T>(0);
-  parallelFor(call.op.results[0].numel(), threadCount(call), work_per_element, [&](int64_t begin, int64_t end) {
+  // Captured by value: the loop must not reload the pointers from the closure to be vectorised.
+  parallelFor(call.op.results[0].numel(), threadCount(call), work_per_element, [x, y, fn](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) y[i] = fn(x[i]);
   });
 }
@@ -126,9 +128,9 @@ Status arithmeticKernel(const KernelCall& call) {
         broadcastBinary<T, T>(call, kTranscendentalWork, [](T a, T b) { return std::pow(a, b); });
       return Status::ok();
     } else {
-      if constexpr (kOp == OpId::add) broadcastBinary<T, T>(call, kSimpleWork, wrappingAdd<T>);
-      if constexpr (kOp == OpId::sub) broadcastBinary<T, T>(call, kSimpleWork, wrappingSub<T>);
-      if constexpr (kOp == OpId::mul) broadcastBinary<T, T>(call, kSimpleWork, wrappingMul<T>);
+      if constexpr (kOp == OpId::add) broadcastBinary<T, T>(call, kSimpleWork, [](T a, T b) { return wrappingAdd(a, b); });
+      if constexpr (kOp == OpId::sub) broadcastBinary<T, T>(call, kSimpleWork, [](T a, T b) { return wrappingSub(a, b); });
+      if constexpr (kOp == OpId::mul) broadcastBinary<T, T>(call, kSimpleWork, [](T a, T b) { return wrappingMul(a, b); });
       if constexpr (kOp == OpId::div) {
         CLEAVE_TRY(checkNoZeroDivisor<T>(call));
         // x / -1 is written as 0 - x so that the most negative value wraps instead of trapping.
@@ -173,38 +175,33 @@ Status comparisonKernel(const KernelCall& call) {
 
 // ---- Unary math ----
 
-template <class T>
-T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
-
 // gelu as PyTorch writes it: x·Φ(x) with erf, or the tanh approximation.
 template <class T>
 T geluExact(T x) {
-  return x * T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+  return x * T(0.5) * (T(1) + verf(x * T(std::numbers::sqrt2 / 2)));
 }
 template <class T>
 T geluTanh(T x) {
   const T beta = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
   const T kappa = T(0.044715);
   const T cube = x * x * x;
-  return T(0.5) * x * (T(1) + std::tanh(beta * (x + kappa * cube)));
+  return T(0.5) * x * (T(1) + vtanh(beta * (x + kappa * cube)));
 }
 
 template <OpId kOp>
 Status floatUnaryKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     if constexpr (kOp == OpId::sqrt) mapUnary<T>(call, kSimpleWork, [](T x) { return std::sqrt(x); });
-    if constexpr (kOp == OpId::exp) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::exp(x); });
+    if constexpr (kOp == OpId::exp) mapUnary<T>(call, kTranscendentalWork, [](T x) { return vexp(x); });
     if constexpr (kOp == OpId::log) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::log(x); });
-    if constexpr (kOp == OpId::erf) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::erf(x); });
-    if constexpr (kOp == OpId::tanh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::tanh(x); });
-    if constexpr (kOp == OpId::sigmoid) mapUnary<T>(call, kTranscendentalWork, sigmoid<T>);
+    if constexpr (kOp == OpId::erf) mapUnary<T>(call, kTranscendentalWork, [](T x) { return verf(x); });
+    if constexpr (kOp == OpId::tanh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return vtanh(x); });
+    if constexpr (kOp == OpId::sigmoid) mapUnary<T>(call, kTranscendentalWork, [](T x) { return vsigmoid(x); });
     if constexpr (kOp == OpId::gelu) {
       if (call.op.getString("approximate") == "tanh")
-        mapUnary<T>(call, kTranscendentalWork, geluTanh<T>);
+        mapUnary<T>(call, kTranscendentalWork, [](T x) { return geluTanh(x); });
       else
-        mapUnary<T>(call, kTranscendentalWork, geluExact<T>);
+        mapUnary<T>(call, kTranscendentalWork, [](T x) { return geluExact(x); });
     }
     return Status::ok();
   });

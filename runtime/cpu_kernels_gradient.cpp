@@ -11,6 +11,7 @@
 
 #include "runtime/cpu_kernel_support.h"
 #include "runtime/cpu_kernels.h"
+#include "runtime/cpu_vector_math.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -42,8 +43,8 @@ Status reluGradKernel(const KernelCall& call) {
 // gelu'(x) = Φ(x) + x·φ(x) (exact), or the derivative of the tanh approximation.
 template <class T>
 T geluGradExact(T dy, T x) {
-  const T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
-  const T pdf = std::exp(T(-0.5) * x * x) * T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
+  const T cdf = T(0.5) * (T(1) + verf(x * T(std::numbers::sqrt2 / 2)));
+  const T pdf = vexp(T(-0.5) * x * x) * T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
   return dy * (cdf + x * pdf);
 }
 template <class T>
@@ -52,7 +53,7 @@ T geluGradTanh(T dy, T x) {
   const T kappa = T(0.044715);
   const T x_sq = x * x;
   const T inner = beta * (x + kappa * x_sq * x);
-  const T tanh_inner = std::tanh(inner);
+  const T tanh_inner = vtanh(inner);
   const T left = T(0.5) * x;
   const T right = T(1) + tanh_inner;
   const T left_derivative = T(0.5) * right;
@@ -63,9 +64,9 @@ T geluGradTanh(T dy, T x) {
 Status geluGradKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     if (call.op.getString("approximate") == "tanh")
-      mapGradient<T>(call, kTranscendentalWork, geluGradTanh<T>);
+      mapGradient<T>(call, kTranscendentalWork, [](T dy, T x) { return geluGradTanh(dy, x); });
     else
-      mapGradient<T>(call, kTranscendentalWork, geluGradExact<T>);
+      mapGradient<T>(call, kTranscendentalWork, [](T dy, T x) { return geluGradExact(dy, x); });
     return Status::ok();
   });
 }
@@ -96,7 +97,7 @@ void softmaxGradSlice(const T* dy, const T* y, T* dx, int64_t length, int64_t st
   const T s = static_cast<T>(sum);
   for (int64_t l = 0; l < length; ++l) {
     const int64_t i = l * stride;
-    if constexpr (kLog) dx[i] = dy[i] - std::exp(y[i]) * s;
+    if constexpr (kLog) dx[i] = dy[i] - vexp(y[i]) * s;
     else dx[i] = y[i] * (dy[i] - s);
   }
 }
@@ -286,15 +287,15 @@ Status softmaxCrossEntropyGradKernel(const KernelCall& call) {
             continue;
           }
           T max = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : max)
           for (int64_t c = 0; c < classes; ++c) max = row[c] > max ? row[c] : max;
           double sum = 0;
-          for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c]) - static_cast<double>(max));
-          const double inverse_sum = 1.0 / sum;
-          for (int64_t c = 0; c < classes; ++c) {
-            const T probability =
-                static_cast<T>(std::exp(static_cast<double>(row[c]) - static_cast<double>(max)) * inverse_sum);
-            out[c] = (probability - (c == labels[r] ? T(1) : T(0))) * scale;
-          }
+#pragma omp simd reduction(+ : sum)
+          for (int64_t c = 0; c < classes; ++c) sum += static_cast<double>(vexp(row[c] - max));
+          const T inverse_sum = static_cast<T>(1.0 / sum);
+          const int64_t label = labels[r];
+          for (int64_t c = 0; c < classes; ++c)
+            out[c] = (vexp(row[c] - max) * inverse_sum - (c == label ? T(1) : T(0))) * scale;
         }
       });
       return Status::ok();

@@ -6,6 +6,7 @@
 
 #include "runtime/cpu_kernel_support.h"
 #include "runtime/cpu_kernels.h"
+#include "runtime/cpu_vector_math.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -13,13 +14,15 @@ namespace {
 // Rows (label positions) per block of the deterministic sum.
 constexpr int64_t kRowsPerBlock = 64;
 
-// log Σ exp(row) − row[label], in double.
+// log Σ exp(row) − row[label]; the exps in T, their sum and the rest in double.
 template <class T>
 double rowCrossEntropy(const T* row, int64_t classes, int64_t label) {
   T max = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : max)
   for (int64_t c = 0; c < classes; ++c) max = row[c] > max ? row[c] : max;
   double sum = 0;
-  for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c]) - static_cast<double>(max));
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < classes; ++c) sum += static_cast<double>(vexp(row[c] - max));
   return std::log(sum) + static_cast<double>(max) - static_cast<double>(row[label]);
 }
 

@@ -8,6 +8,7 @@
 
 #include "runtime/cpu_kernel_support.h"
 #include "runtime/cpu_kernels.h"
+#include "runtime/cpu_vector_math.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -172,19 +173,22 @@ Status reduceKernel(const KernelCall& call) {
 
 // ---- softmax, log_softmax ----
 
-// softmax or log_softmax of one contiguous row of `length` elements.
+// softmax or log_softmax of one contiguous row of `length` elements (a NaN makes the row NaN).
 template <class T, bool kLog>
 void softmaxRow(const T* x, T* y, int64_t length) {
   T max = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : max)
   for (int64_t i = 0; i < length; ++i) max = x[i] > max ? x[i] : max;
   double sum = 0;
   if constexpr (kLog) {
-    for (int64_t i = 0; i < length; ++i) sum += static_cast<double>(std::exp(x[i] - max));
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < length; ++i) sum += static_cast<double>(vexp(x[i] - max));
     const T log_sum = static_cast<T>(std::log(sum));
     for (int64_t i = 0; i < length; ++i) y[i] = x[i] - max - log_sum;
   } else {
+#pragma omp simd reduction(+ : sum)
     for (int64_t i = 0; i < length; ++i) {
-      y[i] = std::exp(x[i] - max);
+      y[i] = vexp(x[i] - max);
       sum += static_cast<double>(y[i]);
     }
     const T scale = static_cast<T>(1.0 / sum);
@@ -205,7 +209,7 @@ void softmaxColumns(const T* x, T* y, int64_t length, int64_t stride, int64_t wi
     for (int64_t j = 0; j < width; ++j) max[j] = x[l * stride + j] > max[j] ? x[l * stride + j] : max[j];
   for (int64_t l = 0; l < length; ++l)
     for (int64_t j = 0; j < width; ++j) {
-      const T e = std::exp(x[l * stride + j] - max[j]);
+      const T e = vexp(x[l * stride + j] - max[j]);
       sum[j] += static_cast<double>(e);
       if constexpr (!kLog) y[l * stride + j] = e;
     }

@@ -13,9 +13,17 @@
 #include "ir/graph_summary.h"
 #include "ir/status.h"
 #include "ir/text_format.h"
+#include "tools/cli_common.h"
+#include "tools/plan_commands.h"
 
 namespace cleave {
 namespace {
+
+using cli::CompileFlags;
+using cli::RunFlags;
+using cli::endsWith;
+using cli::reportError;
+using cli::writeOutput;
 
 constexpr const char* kVersion = "0.1.0";
 constexpr int kExitOk = 0;
@@ -23,37 +31,12 @@ constexpr int kExitUsage = static_cast<int>(ErrorKind::kUsage);
 constexpr int kExitInternal = static_cast<int>(ErrorKind::kInternal);
 
 // The issues that build the subcommands that are not built yet.
-constexpr int kIssueRuntime = 3;       // compile, run, and plans (.cplan): the training runtime
 constexpr int kIssueOnnxFrontend = 4;  // import
 constexpr int kIssueCostModel = 8;     // simulate
-
-// Prints `cleave: error: <message>` and returns the status's exit code.
-int reportError(const Status& status) {
-  std::cerr << "cleave: error: " << status.message() << "\n";
-  return status.exitCode();
-}
 
 // Says that `what` is not built yet and which issue builds it; exit code 2 (usage).
 int notBuiltYet(const std::string& what, int issue) {
   return reportError(Status::usage(what + ": not built yet (see issue " + std::to_string(issue) + ")"));
-}
-
-bool endsWith(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Writes `text` to `path`, or to stdout when `path` is empty.
-Status writeOutput(const std::string& path, const std::string& text) {
-  if (path.empty()) {
-    std::cout << text;
-    std::cout.flush();
-    return std::cout ? Status::ok() : Status::runtime("cannot write to standard output");
-  }
-  std::ofstream file(path, std::ios::binary);
-  if (file) file << text;
-  if (file) file.close();
-  if (!file) return Status::badInput("cannot write '" + path + "': " + std::strerror(errno));
-  return Status::ok();
 }
 
 // ---- gen ----
@@ -134,10 +117,12 @@ nlohmann::ordered_json summaryJson(const GraphSummary& s, const std::string& pat
 }
 
 int runInspect(const InspectFlags& flags) {
-  if (endsWith(flags.path, ".cplan")) return notBuiltYet("inspect of a plan (.cplan)", kIssueRuntime);
+  if (endsWith(flags.path, ".cplan")) return cli::runInspectPlan({flags.path, flags.json, flags.rank});
   if (!endsWith(flags.path, ".cir"))
     return reportError(Status::badInput("cannot inspect '" + flags.path + "': expected a plan (.cplan) or a model (.cir)"));
-  if (flags.rank >= 0 || !flags.dot.empty() || !flags.timeline.empty())
+  if (!flags.dot.empty() || !flags.timeline.empty())
+    return notBuiltYet("--dot and --timeline", 5);
+  if (flags.rank >= 0)
     return reportError(Status::badInput("--rank, --dot and --timeline apply to plans (.cplan); '" + flags.path +
                                         "' is a model"));
   auto graph = loadGraphFile(flags.path);
@@ -165,40 +150,10 @@ struct ImportFlags {
   std::string output;
 };
 
-struct CompileFlags {
-  std::string model;
-  std::string output;
-  int devices = 0;
-  int dp = 1, tp = 1, pp = 1;
-  std::string strategy;
-  int microbatches = 1;
-  std::string schedule = "1f1b";
-  int64_t batch = 0;
-  bool train = false;
-  std::string loss;
-  std::string optimizer;
-  std::string cluster;
-};
-
 struct SimulateFlags {
   std::string plan;
   std::string cluster;
   bool json = false;
-};
-
-struct RunFlags {
-  std::string plan;
-  std::string device = "cpu";
-  std::string backend = "local";
-  std::string inputs, outputs;
-  std::string data;
-  int64_t steps = 0, epochs = 0;
-  std::string eval_data;
-  std::string metrics;
-  std::string checkpoint_dir;
-  bool resume = false;
-  std::string trace;
-  int64_t seed = 0;
 };
 
 void addImportCommand(CLI::App& app, ImportFlags& flags) {
@@ -208,7 +163,7 @@ void addImportCommand(CLI::App& app, ImportFlags& flags) {
 }
 
 void addCompileCommand(CLI::App& app, CompileFlags& flags) {
-  CLI::App* compile = app.add_subcommand("compile", "Compile a model into a per-device plan (not built yet)");
+  CLI::App* compile = app.add_subcommand("compile", "Compile a model into a per-device plan (.cplan)");
   compile->add_option("MODEL", flags.model, "The model (.onnx or .cir)")->required();
   compile->add_option("-o,--output", flags.output, "Output plan (.cplan)")->required();
   compile->add_option("--devices", flags.devices, "Device count (default: dp*tp*pp)")->check(CLI::PositiveNumber);
@@ -220,8 +175,8 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   compile->add_option("--schedule", flags.schedule, "Pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
   compile->add_option("--batch", flags.batch, "Global batch size")->check(CLI::PositiveNumber);
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
-  compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
-  compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01");
+  compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}))->capture_default_str();
+  compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01")->capture_default_str();
   compile->add_option("--cluster", flags.cluster, "Cluster spec: a built-in NAME or FILE.json");
 }
 
@@ -233,7 +188,7 @@ void addSimulateCommand(CLI::App& app, SimulateFlags& flags) {
 }
 
 void addRunCommand(CLI::App& app, RunFlags& flags) {
-  CLI::App* run = app.add_subcommand("run", "Run a plan: inference or training (not built yet)");
+  CLI::App* run = app.add_subcommand("run", "Run a plan: inference or training");
   run->add_option("PLAN", flags.plan, "The plan (.cplan)")->required();
   run->add_option("--device", flags.device, "Device kind")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   run->add_option("--backend", flags.backend, "Communicator")->check(CLI::IsMember({"local", "mpi", "nccl"}))->capture_default_str();
@@ -247,7 +202,12 @@ void addRunCommand(CLI::App& app, RunFlags& flags) {
   run->add_option("--checkpoint-dir", flags.checkpoint_dir, "Save checkpoints in DIR");
   run->add_flag("--resume", flags.resume, "Resume from the newest checkpoint in --checkpoint-dir");
   run->add_option("--trace", flags.trace, "Write a Chrome trace to FILE.json");
-  run->add_option("--seed", flags.seed, "Seed of data order and dropout")->capture_default_str();
+  run->add_option("--seed", flags.seed, "Seed of data order and synthetic data")->capture_default_str();
+  run->add_option("--threads", flags.threads, "Threads per kernel (default: all cores)")->check(CLI::NonNegativeNumber);
+  run->add_option("--checkpoint-every", flags.checkpoint_every, "Steps between checkpoints (default: each epoch and the end)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--progress", flags.progress, "Progress bar on stderr")->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
   inputs->needs(outputs);
   outputs->needs(inputs);
   data->excludes(inputs);
@@ -264,13 +224,18 @@ std::string commandPath(const CLI::App& app) {
   return path;
 }
 
-// A usage error for a command line that names no subcommand of `app`.
+// Prints a usage error and where the usage of `command` is explained; exit code 2.
+int usageError(const std::string& message, const std::string& command) {
+  std::cerr << "cleave: error: " << message << "\n"
+            << "Run '" << command << " --help' for usage.\n";
+  return kExitUsage;
+}
+
+// The usage error for a command line that names no subcommand of `app`.
 int missingSubcommand(const CLI::App& app, const std::string& command) {
   std::string names;
   for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
-  std::cerr << "cleave: error: '" << command << "' needs a subcommand: " << names << "\n"
-            << "Run '" << command << " --help' for usage.\n";
-  return kExitUsage;
+  return usageError("'" + command + "' needs a subcommand: " + names, command);
 }
 
 int runCli(int argc, char** argv) {
@@ -296,18 +261,16 @@ int runCli(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
-    std::cerr << "cleave: error: " << e.what() << "\n"
-              << "Run '" << commandPath(app) << " --help' for usage.\n";
-    return kExitUsage;
+    return usageError(e.what(), commandPath(app));
   }
 
   // CLI11 reports unknown flags only when it is not asked to require a subcommand, so the
   // subcommand checks are made here.
   if (app.get_subcommands().empty()) return missingSubcommand(app, "cleave");
   if (app.got_subcommand("import")) return notBuiltYet("import", kIssueOnnxFrontend);
-  if (app.got_subcommand("compile")) return notBuiltYet("compile", kIssueRuntime);
+  if (app.got_subcommand("compile")) return cli::runCompile(compile_flags, std::string("cleave ") + kVersion);
   if (app.got_subcommand("simulate")) return notBuiltYet("simulate", kIssueCostModel);
-  if (app.got_subcommand("run")) return notBuiltYet("run", kIssueRuntime);
+  if (app.got_subcommand("run")) return cli::runRun(run_flags);
   if (app.got_subcommand("inspect")) return runInspect(inspect_flags);
   CLI::App* gen = app.get_subcommand("gen");
   if (gen->get_subcommands().empty()) return missingSubcommand(*gen, "cleave gen");

@@ -135,7 +135,10 @@ const std::vector<ConvCase>& convCases() {
       {2, 6, 4, 5, 3, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true},   // 1x1
       {2, 6, 4, 5, 6, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 3, false},  // grouped 1x1
       {3, 2, 5, 5, 3, 1, 1, {2, 2}, {1, 0, 0, 1}, {1, 1}, 1, false},  // 1x1 with stride and padding
-      {2, 16, 32, 32, 4, 5, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}, 1, true},  // one image per im2col block
+      {2, 16, 32, 32, 4, 5, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}, 1, true},  // a large image
+      {2, 3, 6, 7, 9, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1, true},    // width-keeping with dilation
+      {1, 2, 5, 6, 9, 4, 4, {1, 1}, {2, 1, 1, 2}, {1, 1}, 1, false},   // width-keeping, even kernel, asymmetric pads
+      {2, 2, 4, 3, 8, 1, 7, {1, 1}, {0, 3, 0, 3}, {1, 1}, 1, false},   // kernel wider than the image
   };
   return cases;
 }

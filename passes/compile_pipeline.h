@@ -1,0 +1,33 @@
+// The compile pipeline `cleave compile` runs: model graph -> shapes fixed -> (training) -> plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ir/graph.h"
+#include "ir/status.h"
+#include "passes/training_pipeline.h"
+
+namespace cleave {
+namespace planpb {
+class Plan;
+}  // namespace planpb
+
+// What to compile a model into.
+struct CompileOptions {
+  std::string model_file;       // recorded in the plan and in diagnostics
+  std::string producer;         // e.g. "cleave 0.1.0"
+  int64_t batch = 0;            // global batch: replaces dim 0 of every input; 0 keeps the model's
+  int dp = 1, tp = 1, pp = 1;   // parallel degrees (only 1 x 1 x 1 is built so far)
+  int microbatches = 1;
+  std::string schedule = "1f1b";
+  bool train = false;
+  TrainingOptions training;     // used when `train`
+};
+
+// Compiles `model` into a memory-planned, validated plan: programs "train" and "eval" for a
+// training plan, "infer" otherwise. Integer inputs get their value range (labels: the class count;
+// indices feeding gather: the gathered dim) so synthetic data can be made for them.
+Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& options);
+
+}  // namespace cleave

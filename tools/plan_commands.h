@@ -1,0 +1,55 @@
+// The subcommands that make and use plans: compile, run, and inspect of a .cplan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cleave::cli {
+
+// Flags of `cleave compile`.
+struct CompileFlags {
+  std::string model;
+  std::string output;
+  int devices = 0;
+  int dp = 1, tp = 1, pp = 1;
+  std::string strategy;
+  int microbatches = 1;
+  std::string schedule = "1f1b";
+  int64_t batch = 0;
+  bool train = false;
+  std::string loss = "softmax_cross_entropy";
+  std::string optimizer = "sgd:lr=0.01";
+  std::string cluster;
+};
+
+// Flags of `cleave run`.
+struct RunFlags {
+  std::string plan;
+  std::string device = "cpu";
+  std::string backend = "local";
+  std::string inputs, outputs;
+  std::string data;
+  int64_t steps = 0, epochs = 0;
+  std::string eval_data;
+  std::string metrics;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  std::string trace;
+  int64_t seed = 0;
+  int threads = 0;
+  std::string progress = "auto";
+};
+
+// Flags of `cleave inspect` on a plan.
+struct InspectPlanFlags {
+  std::string path;
+  bool json = false;
+  int rank = -1;
+};
+
+int runCompile(const CompileFlags& flags, const std::string& producer);
+int runRun(const RunFlags& flags);
+int runInspectPlan(const InspectPlanFlags& flags);
+
+}  // namespace cleave::cli
