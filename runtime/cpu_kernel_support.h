@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/cpu_vector_math.h"
 #include "runtime/kernel.h"
 
 namespace cleave::runtime::cpu {
@@ -187,16 +188,11 @@ void forEachSegment(const BroadcastLayout& layout, int64_t begin, int64_t end, S
 // Mean and 1/sqrt(biased variance + epsilon) of one row, in double (two passes).
 template <class T>
 std::pair<double, double> rowMoments(const T* x, int64_t length, double epsilon) {
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < length; ++i) sum += static_cast<double>(x[i]);
-  const double mean = sum / static_cast<double>(length);
-  double squares = 0;
-#pragma omp simd reduction(+ : squares)
-  for (int64_t i = 0; i < length; ++i) {
+  const double mean = sumOf(length, [x](int64_t i) { return x[i]; }) / static_cast<double>(length);
+  const double squares = sumOf(length, [x, mean](int64_t i) {
     const double centred = static_cast<double>(x[i]) - mean;
-    squares += centred * centred;
-  }
+    return centred * centred;
+  });
   return {mean, 1.0 / std::sqrt(squares / static_cast<double>(length) + epsilon)};
 }
 

@@ -305,15 +305,12 @@ void channelwiseGradWeight(const ConvProblem& p, const T* dy, const T* x, T* dw,
           const T* in_plane = x + (n * p.channels + ic) * p.in_plane;
           for (int64_t oh = oh_first; oh < oh_last; ++oh) {
             const T* in = in_plane + (oh * w.stride_h + h_offset) * w.width + w_offset;
-            const T* g = grad + oh * w.out_width;
-            T row = 0;
-            if (w.stride_w == 1) {
-#pragma omp simd reduction(+ : row)
-              for (int64_t ow = ow_first; ow < ow_last; ++ow) row += g[ow] * in[ow];
-            } else {
-              for (int64_t ow = ow_first; ow < ow_last; ++ow) row += g[ow] * in[ow * w.stride_w];
-            }
-            sum += static_cast<double>(row);
+            const T* g = grad + oh * w.out_width + ow_first;
+            const T* row = in + ow_first * w.stride_w;
+            const int64_t stride = w.stride_w;
+            sum += sumOf(ow_last - ow_first, [g, row, stride](int64_t i) {
+              return static_cast<double>(g[i]) * static_cast<double>(row[i * stride]);
+            });
           }
         }
         dw[oc * taps + tap] = static_cast<T>(sum);

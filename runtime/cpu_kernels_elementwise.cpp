@@ -65,27 +65,32 @@ void broadcastBinary(const KernelCall& call, int64_t work_per_element, Op op) {
   const int threads = threadCount(call);
   if (a_shape == out_shape && b_shape == out_shape) {
     parallelFor(n, threads, work_per_element, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) out[i] = op(a[i], b[i]);
+      const T* pa = a;  // local copies, as in mapUnary
+      const T* pb = b;
+      R* po = out;
+      const Op f = op;
+      for (int64_t i = begin; i < end; ++i) po[i] = f(pa[i], pb[i]);
     });
     return;
   }
   const BroadcastLayout layout = makeBroadcastLayout(out_shape, {&a_shape, &b_shape});
   const bool a_steps = layout.steps(0), b_steps = layout.steps(1);
   parallelFor(n, threads, work_per_element, [&](int64_t begin, int64_t end) {
+    const Op f = op;
     forEachSegment<2>(layout, begin, end, [&](int64_t at, const std::array<int64_t, 2>& from, int64_t length) {
       const T* pa = a + from[0];
       const T* pb = b + from[1];
       R* po = out + at;
       if (a_steps && b_steps) {
-        for (int64_t i = 0; i < length; ++i) po[i] = op(pa[i], pb[i]);
+        for (int64_t i = 0; i < length; ++i) po[i] = f(pa[i], pb[i]);
       } else if (a_steps) {
         const T vb = *pb;
-        for (int64_t i = 0; i < length; ++i) po[i] = op(pa[i], vb);
+        for (int64_t i = 0; i < length; ++i) po[i] = f(pa[i], vb);
       } else if (b_steps) {
         const T va = *pa;
-        for (int64_t i = 0; i < length; ++i) po[i] = op(va, pb[i]);
+        for (int64_t i = 0; i < length; ++i) po[i] = f(va, pb[i]);
       } else {
-        std::fill_n(po, length, static_cast<R>(op(*pa, *pb)));
+        std::fill_n(po, length, static_cast<R>(f(*pa, *pb)));
       }
     });
   });
@@ -96,9 +101,15 @@ template <class T, class Fn>
 void mapUnary(const KernelCall& call, int64_t work_per_element, Fn fn) {
   const T* x = call.in<T>(0);
   T* y = call.out<T>(0);
-  // Captured by value: the loop must not reload the pointers from the closure to be vectorised.
-  parallelFor(call.op.results[0].numel(), threadCount(call), work_per_element, [x, y, fn](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = fn(x[i]);
+  parallelFor(call.op.results[0].numel(), threadCount(call), work_per_element, [&](int64_t begin, int64_t end) {
+    // Local copies: a loop that reloads its pointers or function object from the closure is not
+    // vectorised.
+    const T* in = x;
+    T* out = y;
+    const Fn f = fn;
+    withWidestVectors([&] {
+      for (int64_t i = begin; i < end; ++i) out[i] = f(in[i]);
+    });
   });
 }
 
@@ -177,11 +188,11 @@ Status comparisonKernel(const KernelCall& call) {
 
 // gelu as PyTorch writes it: x·Φ(x) with erf, or the tanh approximation.
 template <class T>
-T geluExact(T x) {
+CLEAVE_INLINE T geluExact(T x) {
   return x * T(0.5) * (T(1) + verf(x * T(std::numbers::sqrt2 / 2)));
 }
 template <class T>
-T geluTanh(T x) {
+CLEAVE_INLINE T geluTanh(T x) {
   const T beta = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
   const T kappa = T(0.044715);
   const T cube = x * x * x;

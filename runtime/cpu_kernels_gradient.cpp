@@ -27,7 +27,15 @@ void mapGradient(const KernelCall& call, int64_t work_per_element, Fn fn) {
   const T* v = call.in<T>(1);
   T* dx = call.out<T>(0);
   parallelFor(call.op.results[0].numel(), threadCount(call), work_per_element, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) dx[i] = fn(dy[i], v[i]);
+    // Local copies: a loop that reloads its pointers or function object from the closure is not
+    // vectorised.
+    const T* grad = dy;
+    const T* value = v;
+    T* out = dx;
+    const Fn f = fn;
+    withWidestVectors([&] {
+      for (int64_t i = begin; i < end; ++i) out[i] = f(grad[i], value[i]);
+    });
   });
 }
 
@@ -42,13 +50,13 @@ Status reluGradKernel(const KernelCall& call) {
 
 // gelu'(x) = Φ(x) + x·φ(x) (exact), or the derivative of the tanh approximation.
 template <class T>
-T geluGradExact(T dy, T x) {
+CLEAVE_INLINE T geluGradExact(T dy, T x) {
   const T cdf = T(0.5) * (T(1) + verf(x * T(std::numbers::sqrt2 / 2)));
   const T pdf = vexp(T(-0.5) * x * x) * T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
   return dy * (cdf + x * pdf);
 }
 template <class T>
-T geluGradTanh(T dy, T x) {
+CLEAVE_INLINE T geluGradTanh(T dy, T x) {
   const T beta = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
   const T kappa = T(0.044715);
   const T x_sq = x * x;
@@ -91,10 +99,11 @@ Status sigmoidGradKernel(const KernelCall& call) {
 // log_softmax: dx = dy − exp(y)·Σ dy. The sums are read before any dx is written.
 template <class T, bool kLog>
 void softmaxGradSlice(const T* dy, const T* y, T* dx, int64_t length, int64_t stride) {
-  double sum = 0;
-  for (int64_t l = 0; l < length; ++l)
-    sum += kLog ? static_cast<double>(dy[l * stride]) : static_cast<double>(dy[l * stride] * y[l * stride]);
-  const T s = static_cast<T>(sum);
+  const T s = static_cast<T>(sumOf(length, [=](int64_t l) {
+    const int64_t i = l * stride;
+    if constexpr (kLog) return static_cast<double>(dy[i]);
+    else return static_cast<double>(dy[i]) * static_cast<double>(y[i]);
+  }));
   for (int64_t l = 0; l < length; ++l) {
     const int64_t i = l * stride;
     if constexpr (kLog) dx[i] = dy[i] - vexp(y[i]) * s;
@@ -113,10 +122,15 @@ Status softmaxGradKernel(const KernelCall& call) {
     // Work items are slices along the axis: (outer, inner) pairs, consecutive inner ones adjacent.
     parallelFor(view.outer * view.inner, threadCount(call), view.length * (kLog ? kTranscendentalWork : kSimpleWork),
                 [&](int64_t begin, int64_t end) {
-                  for (int64_t item = begin; item < end; ++item) {
-                    const int64_t offset = item / view.inner * view.length * view.inner + item % view.inner;
-                    softmaxGradSlice<T, kLog>(dy + offset, y + offset, dx + offset, view.length, view.inner);
-                  }
+                  withWidestVectors([&] {
+                    for (int64_t item = begin; item < end; ++item) {
+                      const int64_t offset = item / view.inner * view.length * view.inner + item % view.inner;
+                      if (view.inner == 1)  // contiguous slices: a constant stride lets the loops vectorise
+                        softmaxGradSlice<T, kLog>(dy + offset, y + offset, dx + offset, view.length, 1);
+                      else
+                        softmaxGradSlice<T, kLog>(dy + offset, y + offset, dx + offset, view.length, view.inner);
+                    }
+                  });
                 });
     return Status::ok();
   });
@@ -147,31 +161,31 @@ Status layerNormGradKernel(const KernelCall& call) {
     // partial[b] holds block b's Σ dy·x̂ (cols values) then Σ dy (cols values).
     std::vector<double> partial(static_cast<size_t>(blocks * 2 * cols), 0.0);
     parallelFor(blocks, threadCount(call), rows_per_block * cols * 12, [&](int64_t first, int64_t last) {
-      for (int64_t b = first; b < last; ++b) {
-        double* dscale_sum = partial.data() + b * 2 * cols;
-        double* dbias_sum = dscale_sum + cols;
-        for (int64_t r = b * rows_per_block; r < std::min(rows, (b + 1) * rows_per_block); ++r) {
-          const T* xr = x + r * cols;
-          const T* dyr = dy + r * cols;
-          T* dxr = dx + r * cols;
-          const auto [mean, rstd] = rowMoments(xr, cols, epsilon);
-          double g_sum = 0, g_xhat_sum = 0;
-          for (int64_t i = 0; i < cols; ++i) {
-            const double xhat = (static_cast<double>(xr[i]) - mean) * rstd;
-            const double g = static_cast<double>(dyr[i]) * static_cast<double>(scale[i]);
-            g_sum += g;
-            g_xhat_sum += g * xhat;
-            dscale_sum[i] += static_cast<double>(dyr[i]) * xhat;
-            dbias_sum[i] += static_cast<double>(dyr[i]);
-          }
-          const double g_mean = g_sum / static_cast<double>(cols), g_xhat_mean = g_xhat_sum / static_cast<double>(cols);
-          for (int64_t i = 0; i < cols; ++i) {
-            const double xhat = (static_cast<double>(xr[i]) - mean) * rstd;
-            const double g = static_cast<double>(dyr[i]) * static_cast<double>(scale[i]);
-            dxr[i] = static_cast<T>(rstd * (g - g_mean - xhat * g_xhat_mean));
+      withWidestVectors([&] {
+        for (int64_t b = first; b < last; ++b) {
+          double* dscale_sum = partial.data() + b * 2 * cols;
+          double* dbias_sum = dscale_sum + cols;
+          for (int64_t r = b * rows_per_block; r < std::min(rows, (b + 1) * rows_per_block); ++r) {
+            const T* xr = x + r * cols;
+            const T* dyr = dy + r * cols;
+            T* dxr = dx + r * cols;
+            const auto [mean, rstd] = rowMoments(xr, cols, epsilon);
+            // Elementwise math in T, sums in double; x̂ and g recomputed in each loop keep every
+            // loop a simple, vectorisable one.
+            const T mean_t = static_cast<T>(mean), rstd_t = static_cast<T>(rstd);
+            auto xhat = [=](int64_t i) { return (xr[i] - mean_t) * rstd_t; };
+            auto g = [=](int64_t i) { return dyr[i] * scale[i]; };
+            for (int64_t i = 0; i < cols; ++i) {
+              dscale_sum[i] += static_cast<double>(dyr[i] * xhat(i));
+              dbias_sum[i] += static_cast<double>(dyr[i]);
+            }
+            const T g_mean = static_cast<T>(sumOf(cols, g) / static_cast<double>(cols));
+            const T g_xhat_mean =
+                static_cast<T>(sumOf(cols, [=](int64_t i) { return g(i) * xhat(i); }) / static_cast<double>(cols));
+            for (int64_t i = 0; i < cols; ++i) dxr[i] = rstd_t * (g(i) - g_mean - xhat(i) * g_xhat_mean);
           }
         }
-      }
+      });
     });
     for (int64_t i = 0; i < cols; ++i) {
       double dscale_total = 0, dbias_total = 0;
@@ -279,6 +293,7 @@ Status softmaxCrossEntropyGradKernel(const KernelCall& call) {
       CLEAVE_ASSIGN_OR_RETURN(const int64_t counted, countLabels(call, labels, rows, classes, ignore_index));
       const T scale = static_cast<T>(counted > 0 ? dloss / static_cast<double>(counted) : 0.0);
       parallelFor(rows, threadCount(call), classes * kTranscendentalWork, [&](int64_t begin, int64_t end) {
+        withWidestVectors([&] {
         for (int64_t r = begin; r < end; ++r) {
           const T* row = logits + r * classes;
           T* out = dlogits + r * classes;
@@ -286,17 +301,14 @@ Status softmaxCrossEntropyGradKernel(const KernelCall& call) {
             std::fill_n(out, classes, T{0});
             continue;
           }
-          T max = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : max)
-          for (int64_t c = 0; c < classes; ++c) max = row[c] > max ? row[c] : max;
-          double sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t c = 0; c < classes; ++c) sum += static_cast<double>(vexp(row[c] - max));
-          const T inverse_sum = static_cast<T>(1.0 / sum);
+          const T max = maxOf(row, classes);
+          const T inverse_sum =
+              static_cast<T>(1.0 / sumOf(classes, [row, max](int64_t c) { return vexp(row[c] - max); }));
           const int64_t label = labels[r];
           for (int64_t c = 0; c < classes; ++c)
             out[c] = (vexp(row[c] - max) * inverse_sum - (c == label ? T(1) : T(0))) * scale;
         }
+        });
       });
       return Status::ok();
     });

@@ -17,12 +17,8 @@ constexpr int64_t kRowsPerBlock = 64;
 // log Σ exp(row) − row[label]; the exps in T, their sum and the rest in double.
 template <class T>
 double rowCrossEntropy(const T* row, int64_t classes, int64_t label) {
-  T max = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : max)
-  for (int64_t c = 0; c < classes; ++c) max = row[c] > max ? row[c] : max;
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < classes; ++c) sum += static_cast<double>(vexp(row[c] - max));
+  const T max = maxOf(row, classes);
+  const double sum = sumOf(classes, [row, max](int64_t c) { return vexp(row[c] - max); });
   return std::log(sum) + static_cast<double>(max) - static_cast<double>(row[label]);
 }
 
@@ -37,8 +33,10 @@ Status softmaxCrossEntropyKernel(const KernelCall& call) {
       CLEAVE_ASSIGN_OR_RETURN(const int64_t counted, countLabels(call, labels, rows, classes, ignore_index));
       const double sum = blockedSum(rows, threadCount(call), kRowsPerBlock, classes * 16, [&](int64_t begin, int64_t end) {
         double partial = 0;
-        for (int64_t r = begin; r < end; ++r)
-          if (labels[r] != ignore_index) partial += rowCrossEntropy(logits + r * classes, classes, labels[r]);
+        withWidestVectors([&] {
+          for (int64_t r = begin; r < end; ++r)
+            if (labels[r] != ignore_index) partial += rowCrossEntropy(logits + r * classes, classes, labels[r]);
+        });
         return partial;
       });
       // As PyTorch: no counted labels gives 0/0 = NaN.
@@ -56,13 +54,12 @@ Status mseKernel(const KernelCall& call) {
     const T* target = call.in<T>(1);
     constexpr int64_t kBlock = 4096;
     const double sum = blockedSum(n, threadCount(call), kBlock, 3, [&](int64_t begin, int64_t end) {
-      double partial = 0;
-#pragma omp simd reduction(+ : partial)
-      for (int64_t i = begin; i < end; ++i) {
-        const double difference = static_cast<double>(prediction[i]) - static_cast<double>(target[i]);
-        partial += difference * difference;
-      }
-      return partial;
+      const T* p = prediction + begin;
+      const T* t = target + begin;
+      return sumOf(end - begin, [p, t](int64_t i) {
+        const double difference = static_cast<double>(p[i]) - static_cast<double>(t[i]);
+        return difference * difference;
+      });
     });
     *call.out<float>(0) = static_cast<float>(n > 0 ? sum / static_cast<double>(n)
                                                    : std::numeric_limits<double>::quiet_NaN());

@@ -39,24 +39,40 @@ struct SgdStep {
   T weight_decay, momentum, one_minus_dampening, negative_lr;
 };
 
-// d = g + wd·w; buf′ = d on the first step, else momentum·buf + (1 − dampening)·d;
-// d = nesterov ? d + momentum·buf′ : buf′; w′ = w − lr·d.
+// One element: d = g + wd·w; buf′ = d on the first step, else momentum·buf + (1 − dampening)·d;
+// d = nesterov ? d + momentum·buf′ : buf′; returns w′ = w − lr·d (buffer becomes buf′).
+template <class T>
+CLEAVE_INLINE T sgdElement(const SgdStep<T>& s, T w, T g, T& buffer) {
+  T d = g;
+  if (s.has_weight_decay) d = std::fma(w, s.weight_decay, d);  // d_p.add(param, alpha=wd)
+  if (s.has_momentum) {
+    if (s.first_step) {
+      buffer = d;  // torch.clone(d_p)
+    } else {
+      const T decayed = buffer * s.momentum;                 // buf.mul_(momentum)
+      buffer = std::fma(d, s.one_minus_dampening, decayed);  // .add_(d_p, alpha=1 - dampening)
+    }
+    d = s.nesterov ? std::fma(buffer, s.momentum, d) : buffer;  // d_p.add(buf, alpha=momentum)
+  }
+  return std::fma(d, s.negative_lr, w);  // param.add_(d_p, alpha=-lr)
+}
+
 template <class T>
 inline void sgdRange(const SgdStep<T>& step, int64_t begin, int64_t end) {
   const SgdStep<T> s = step;  // a local copy: stores to the results cannot change its scalars
+  T unused = 0;
+  if (s.w_out == s.w && s.buffer_out == s.buffer) {
+    // In place (the usual case): one pointer per tensor keeps the loop vectorisable.
+    T* w = s.w_out;
+    T* buffer = s.buffer_out;
+    const T* g = s.g;
+    for (int64_t i = begin; i < end; ++i) w[i] = sgdElement(s, w[i], g[i], buffer ? buffer[i] : unused);
+    return;
+  }
   for (int64_t i = begin; i < end; ++i) {
-    T d = s.g[i];
-    if (s.has_weight_decay) d = std::fma(s.w[i], s.weight_decay, d);  // d_p.add(param, alpha=wd)
-    if (s.has_momentum) {
-      T buffer = d;  // torch.clone(d_p) on the first step
-      if (!s.first_step) {
-        const T decayed = s.buffer[i] * s.momentum;            // buf.mul_(momentum)
-        buffer = std::fma(d, s.one_minus_dampening, decayed);  // .add_(d_p, alpha=1 - dampening)
-      }
-      s.buffer_out[i] = buffer;
-      d = s.nesterov ? std::fma(buffer, s.momentum, d) : buffer;  // d_p.add(buf, alpha=momentum)
-    }
-    s.w_out[i] = std::fma(d, s.negative_lr, s.w[i]);  // param.add_(d_p, alpha=-lr)
+    T b = s.buffer ? s.buffer[i] : T{0};
+    s.w_out[i] = sgdElement(s, s.w[i], s.g[i], b);
+    if (s.buffer_out) s.buffer_out[i] = b;
   }
 }
 
@@ -78,20 +94,35 @@ struct AdamwStep {
   T negative_step_size;  // −lr / (1 − β1ᵗ)
 };
 
-// w ← w·(1 − lr·wd); m′ = β1·m + (1 − β1)·g; v′ = β2·v + (1 − β2)·g²;
-// w′ = w + (−step_size·m′) / (√v′ / √(1 − β2ᵗ) + eps).
+// One element: w ← w·(1 − lr·wd); m′ = β1·m + (1 − β1)·g; v′ = β2·v + (1 − β2)·g²;
+// returns w′ = w + (−step_size·m′) / (√v′ / √(1 − β2ᵗ) + eps) (m and v become m′ and v′).
+template <class T>
+CLEAVE_INLINE T adamwElement(const AdamwStep<T>& s, T w, T g, T& m, T& v) {
+  const T decayed = w * s.decay;                           // param.mul_(1 - lr * wd)
+  m = std::fma(g, s.one_minus_beta1, m * s.beta1);         // exp_avg.mul_(β1).add_(g, alpha=1-β1)
+  v = std::fma(s.one_minus_beta2 * g, g, v * s.beta2);     // exp_avg_sq.mul_(β2).addcmul_(g, g, 1-β2)
+  const T denominator = std::sqrt(v) / s.bias_correction2_sqrt + s.eps;  // (sqrt / bc2_sqrt).add_(eps)
+  return decayed + s.negative_step_size * m / denominator;  // param.addcdiv_(m, denom, value=-step_size)
+}
+
 template <class T>
 inline void adamwRange(const AdamwStep<T>& step, int64_t begin, int64_t end) {
   const AdamwStep<T> s = step;  // a local copy: stores to the results cannot change its scalars
+  if (s.w_out == s.w && s.m_out == s.m && s.v_out == s.v) {
+    // In place (the usual case): one pointer per tensor keeps the loop vectorisable.
+    T* w = s.w_out;
+    T* m = s.m_out;
+    T* v = s.v_out;
+    const T* g = s.g;
+    for (int64_t i = begin; i < end; ++i) w[i] = adamwElement(s, w[i], g[i], m[i], v[i]);
+    return;
+  }
   for (int64_t i = begin; i < end; ++i) {
-    const T g = s.g[i];
-    const T w = s.w[i] * s.decay;                                  // param.mul_(1 - lr * wd)
-    const T m = std::fma(g, s.one_minus_beta1, s.m[i] * s.beta1);  // exp_avg.mul_(β1).add_(g, alpha=1-β1)
-    const T v = std::fma(s.one_minus_beta2 * g, g, s.v[i] * s.beta2);  // exp_avg_sq.mul_(β2).addcmul_(g, g, 1-β2)
-    const T denominator = std::sqrt(v) / s.bias_correction2_sqrt + s.eps;  // (sqrt / bc2_sqrt).add_(eps)
+    T m = s.m[i], v = s.v[i];
+    const T w = adamwElement(s, s.w[i], s.g[i], m, v);
     s.m_out[i] = m;
     s.v_out[i] = v;
-    s.w_out[i] = w + s.negative_step_size * m / denominator;  // param.addcdiv_(m, denom, value=-step_size)
+    s.w_out[i] = w;
   }
 }
 

@@ -130,10 +130,7 @@ Status reduceTyped(const KernelCall& call) {
           if constexpr (kOp == OpId::reduce_max || !std::is_floating_point_v<T>) {
             for (int64_t i = 0; i < run; ++i) acc = R::add(acc, p[i]);
           } else {
-            Acc sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t i = 0; i < run; ++i) sum += static_cast<Acc>(p[i]);
-            acc += sum;
+            acc += sumOf(run, [p](int64_t i) { return p[i]; });
           }
         }
         out[o] = R::finish(acc, group);
@@ -176,22 +173,13 @@ Status reduceKernel(const KernelCall& call) {
 // softmax or log_softmax of one contiguous row of `length` elements (a NaN makes the row NaN).
 template <class T, bool kLog>
 void softmaxRow(const T* x, T* y, int64_t length) {
-  T max = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : max)
-  for (int64_t i = 0; i < length; ++i) max = x[i] > max ? x[i] : max;
-  double sum = 0;
+  const T max = maxOf(x, length);
   if constexpr (kLog) {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < length; ++i) sum += static_cast<double>(vexp(x[i] - max));
-    const T log_sum = static_cast<T>(std::log(sum));
+    const T log_sum = static_cast<T>(std::log(sumOf(length, [x, max](int64_t i) { return vexp(x[i] - max); })));
     for (int64_t i = 0; i < length; ++i) y[i] = x[i] - max - log_sum;
   } else {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < length; ++i) {
-      y[i] = vexp(x[i] - max);
-      sum += static_cast<double>(y[i]);
-    }
-    const T scale = static_cast<T>(1.0 / sum);
+    for (int64_t i = 0; i < length; ++i) y[i] = vexp(x[i] - max);
+    const T scale = static_cast<T>(1.0 / sumOf(length, [y](int64_t i) { return y[i]; }));
     for (int64_t i = 0; i < length; ++i) y[i] *= scale;
   }
 }
@@ -232,7 +220,10 @@ Status softmaxKernel(const KernelCall& call) {
     if (view.length == 0) return Status::ok();
     if (view.inner == 1) {
       parallelFor(view.outer, threadCount(call), view.length * kExpWork, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) softmaxRow<T, kLog>(x + r * view.length, y + r * view.length, view.length);
+        withWidestVectors([&] {
+          for (int64_t r = begin; r < end; ++r)
+            softmaxRow<T, kLog>(x + r * view.length, y + r * view.length, view.length);
+        });
       });
       return Status::ok();
     }
@@ -266,17 +257,19 @@ Status layerNormKernel(const KernelCall& call) {
     T* y = call.out<T>(0);
     if (cols == 0) return Status::ok();
     parallelFor(rows, threadCount(call), cols * 8, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const T* xr = x + r * cols;
-        T* yr = y + r * cols;
-        const auto [mean, rstd] = rowMoments(xr, cols, epsilon);
-        const T a = static_cast<T>(rstd), c = static_cast<T>(-rstd * mean);
-        if (bias) {
-          for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * a + c) * scale[i] + bias[i];
-        } else {
-          for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * a + c) * scale[i];
+      withWidestVectors([&] {
+        for (int64_t r = begin; r < end; ++r) {
+          const T* xr = x + r * cols;
+          T* yr = y + r * cols;
+          const auto [mean, rstd] = rowMoments(xr, cols, epsilon);
+          const T a = static_cast<T>(rstd), c = static_cast<T>(-rstd * mean);
+          if (bias) {
+            for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * a + c) * scale[i] + bias[i];
+          } else {
+            for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * a + c) * scale[i];
+          }
         }
-      }
+      });
     });
     return Status::ok();
   });

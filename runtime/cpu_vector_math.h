@@ -1,21 +1,55 @@
-// exp, tanh, erf and sigmoid for the CPU kernels' loops: for f32, branch-free approximations (about
-// 1-2 ulp; erf within 2e-7 absolute) that compilers vectorise, where libm's are one call per
-// element; for f64, the <cmath> functions.
+// Math the CPU kernels' loops use and compilers vectorise: exp, tanh, erf and sigmoid (for f32,
+// branch-free approximations of about 1-2 ulp, erf within 2e-7 absolute, where libm's are one call
+// per element; for f64, the <cmath> functions), and sums and maxima in a fixed order.
 #pragma once
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 namespace cleave::runtime::cpu {
 
+// Inlined into the loops that use it even when large: a call inside a loop stops vectorisation.
+#define CLEAVE_INLINE [[gnu::always_inline]] inline
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// body() built a second time for AVX2 and FMA: everything it calls is inlined into this clone.
+template <class Body>
+[[gnu::target("avx2,fma"), gnu::flatten]] void runBuiltForAvx2(const Body& body) {
+  body();
+}
+
+inline bool cpuHasAvx2AndFma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
+// Runs body() built for AVX2 and FMA when the CPU has them (twice the vector width, fused
+// multiply-adds), else as built for the baseline instruction set; for loops heavy in arithmetic. The
+// two may differ in the last bits (fused multiply-adds round once).
+template <class Body>
+CLEAVE_INLINE void withWidestVectors(const Body& body) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (cpuHasAvx2AndFma()) {
+    runBuiltForAvx2(body);
+    return;
+  }
+#endif
+  body();
+}
+
 // e^x for float: x = n·ln2 + r with |r| ≤ ln2/2 (Cody–Waite), e^r by Cephes' expf polynomial, 2^n
 // built in the exponent bits as two factors so that results down to the subnormal range round once.
-inline float expFloat(float x) {
+CLEAVE_INLINE float expFloat(float x) {
+  // Beyond [-104, 89] the result is 0 or inf; a NaN computes with 0 and is returned at the end.
+  // (Plain selects rather than std::min/max, whose references to constants stop vectorisation.)
   const bool is_nan = x != x;
-  const float clamped = is_nan ? 0.0f : std::min(std::max(x, -104.0f), 89.0f);  // beyond: 0 or inf
+  float clamped = x < -104.0f ? -104.0f : x;
+  clamped = clamped > 89.0f ? 89.0f : clamped;
+  clamped = is_nan ? 0.0f : clamped;
   constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding and subtracting it rounds to an integer
   const float n = (clamped * 1.44269504088896341f + kRound) - kRound;
   float r = clamped - n * 0.693359375f;
@@ -36,7 +70,7 @@ inline float expFloat(float x) {
 }
 
 // tanh for float: Cephes' odd polynomial for |x| < 0.625, else 1 − 2/(e^{2|x|} + 1) with x's sign.
-inline float tanhFloat(float x) {
+CLEAVE_INLINE float tanhFloat(float x) {
   const float z = x * x;
   float small = -5.70498872745e-3f;
   small = small * z + 2.06390887954e-2f;
@@ -51,7 +85,7 @@ inline float tanhFloat(float x) {
 
 // erf for float: its Taylor series to x^13 for |x| < 0.5; else 1 − erfc(|x|) with x's sign, erfc by
 // Numerical Recipes' Chebyshev fit t·exp(−x² + P(t)), t = 1/(1 + |x|/2) (fractional error < 1.2e-7).
-inline float erfFloat(float x) {
+CLEAVE_INLINE float erfFloat(float x) {
   const float z = x * x;
   float series = 1.2055332981e-4f;  // 2/√π · (−1)^k / (k!·(2k+1)), k = 6 down to 0
   series = series * z - 8.5483270768e-4f;
@@ -81,24 +115,54 @@ inline float erfFloat(float x) {
 
 // The functions the kernels use, by element type.
 template <class T>
-T vexp(T x) {
+CLEAVE_INLINE T vexp(T x) {
   if constexpr (std::is_same_v<T, float>) return expFloat(x);
   else return std::exp(x);
 }
 template <class T>
-T vtanh(T x) {
+CLEAVE_INLINE T vtanh(T x) {
   if constexpr (std::is_same_v<T, float>) return tanhFloat(x);
   else return std::tanh(x);
 }
 template <class T>
-T verf(T x) {
+CLEAVE_INLINE T verf(T x) {
   if constexpr (std::is_same_v<T, float>) return erfFloat(x);
   else return std::erf(x);
 }
 // 1 / (1 + e^{−x}).
 template <class T>
-T vsigmoid(T x) {
+CLEAVE_INLINE T vsigmoid(T x) {
   return T(1) / (T(1) + vexp(-x));
+}
+
+// Σ_{i<n} term(i) in double, as 8 interleaved partial sums that compilers vectorise (one running
+// sum cannot be reordered without -ffast-math); the order is fixed, so results repeat exactly.
+template <class Term>
+CLEAVE_INLINE double sumOf(int64_t n, Term&& term) {
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += static_cast<double>(term(i + j));
+  double tail = 0;
+  for (; i < n; ++i) tail += static_cast<double>(term(i));
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
+}
+
+// The largest of x[0..n) (−inf when n is 0). NaNs may be missed: callers let them propagate
+// through the arithmetic that follows (x − max is NaN for a NaN x).
+template <class T>
+CLEAVE_INLINE T maxOf(const T* x, int64_t n) {
+  constexpr int kLanes = 8;
+  T lanes[kLanes];
+  for (T& lane : lanes) lane = -std::numeric_limits<T>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
+  T max = -std::numeric_limits<T>::infinity();
+  for (; i < n; ++i) max = x[i] > max ? x[i] : max;
+  for (T lane : lanes) max = lane > max ? lane : max;
+  return max;
 }
 
 }  // namespace cleave::runtime::cpu

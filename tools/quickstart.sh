@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job, as far as cleave goes today: set up, build, generate a GPT, verify it, summarize models.
+# The main job: set up, build, then train the Fashion-MNIST convnet for one epoch on this CPU and
+# report test accuracy; also shows the plan and a GPT graph's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -7,22 +8,24 @@ bash tools/setup.sh
 bash tools/build.sh
 
 cleave=build/tools/cleave
-cleave_opt=build/tools/cleave-opt
-mkdir -p build/quickstart
-gpt=build/quickstart/gpt.cir
+out=build/quickstart
+mkdir -p "$out"
 
 echo
-echo "== cleave gen gpt: a 4-layer GPT (hidden 256, 4 heads, seq 64, vocab 1024, batch 8) -> $gpt"
-"$cleave" gen gpt --layers 4 --hidden 256 --heads 4 --seq 64 --vocab 1024 --batch 8 -o "$gpt"
-
-echo "== cleave-opt --passes=verify: parse, verify and print it again"
-"$cleave_opt" "$gpt" --passes=verify >build/quickstart/gpt.verified.cir
-echo "verified: $gpt ($(wc -l <"$gpt") lines)"
+echo "== cleave compile examples/fashion_cnn.cir --train (SGD, lr 0.01, momentum 0.9, batch 64)"
+"$cleave" compile examples/fashion_cnn.cir --train --loss softmax_cross_entropy \
+  --optimizer sgd:lr=0.01,momentum=0.9 -o "$out/fashion_cnn.cplan"
 
 echo
-echo "== cleave inspect $gpt"
-"$cleave" inspect "$gpt"
+echo "== cleave inspect $out/fashion_cnn.cplan"
+"$cleave" inspect "$out/fashion_cnn.cplan"
 
 echo
-echo "== cleave inspect examples/fashion_cnn.cir"
-"$cleave" inspect examples/fashion_cnn.cir
+echo "== cleave run: one epoch of Fashion-MNIST, then test accuracy"
+"$cleave" run "$out/fashion_cnn.cplan" --data fashion-mnist --epochs 1 --eval-data fashion-mnist \
+  --metrics "$out/fashion_cnn.metrics.jsonl" --checkpoint-dir "$out/fashion_cnn.checkpoints"
+
+echo
+echo "== cleave gen gpt + inspect: a 4-layer GPT (hidden 256, 4 heads, seq 64, vocab 1024, batch 8)"
+"$cleave" gen gpt --layers 4 --hidden 256 --heads 4 --seq 64 --vocab 1024 --batch 8 -o "$out/gpt.cir"
+"$cleave" inspect "$out/gpt.cir"

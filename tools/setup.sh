@@ -12,7 +12,8 @@ packages=(
   libopenmpi-dev openmpi-bin                    # multi-process runs
   nlohmann-json3-dev libcli11-dev               # JSON output and command-line flags
   dataset-fashion-mnist                         # the default training data
-  python3                                       # lit
+  python3 python3-numpy                         # lit; .npy fixtures in end-to-end tests
+  zlib1g-dev                                    # gzip-compressed IDX data files
 )
 
 # 1. Find the packages that are not installed yet.

@@ -105,6 +105,19 @@ Status matmulGradient(GradientContext& g) {
   auto [da, db] = productGradients(a, b, dy(g), attrs.getInt("transpose_a") == 1, attrs.getInt("transpose_b") == 1);
   // Batch dims broadcast: each product has the result's batch dims, summed back to the operand's.
   g.operand_grads[0] = g.reduceToShape(emitProduct(g, OpId::matmul, da), shapeOf(g, a));
+  const Shape& a_shape = shapeOf(g, a);
+  if (shapeOf(g, b).size() == 2 && a_shape.size() > 2 && attrs.getInt("transpose_a") == 0) {
+    // A weight shared by every batch row (activations [..., m, k] times [k, n]): fold the batch
+    // dims into m, so the weight gradient is one 2-D product instead of a batch of products summed.
+    int64_t k = a_shape.back();
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < a_shape.size(); ++d) rows *= a_shape[d];
+    ValueId a2 = reshapeTo(g, a, {rows, k});
+    ValueId dy2 = reshapeTo(g, dy(g), {rows, shapeOf(g, dy(g)).back()});
+    auto [unused, db2] = productGradients(a2, b, dy2, false, attrs.getInt("transpose_b") == 1);
+    g.operand_grads[1] = emitProduct(g, OpId::matmul, db2);
+    return g.status;
+  }
   g.operand_grads[1] = g.reduceToShape(emitProduct(g, OpId::matmul, db), shapeOf(g, b));
   return g.status;
 }

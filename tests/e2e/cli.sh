@@ -71,13 +71,15 @@ expect 2 "$cleave" gen mlp --batch many
 expect 2 "$cleave" import model.onnx -o model.cir
 contains err 'import: not built yet \(see issue 4\)'
 expect 2 "$cleave" compile model.cir -o plan.cplan --dp 2
-contains err 'compile: not built yet \(see issue 3\)'
+contains err 'not built yet \(see issue 5\)'
 expect 2 "$cleave" simulate plan.cplan --cluster dgx-h100
 contains err 'simulate: not built yet \(see issue 8\)'
-expect 2 "$cleave" run plan.cplan --data synthetic --steps 1
-contains err 'run: not built yet \(see issue 3\)'
-expect 2 "$cleave" inspect plan.cplan
-contains err 'not built yet'
+expect 2 "$cleave" run plan.cplan --device cuda
+contains err 'not built yet \(see issue 7\)'
+expect 1 "$cleave" run plan.cplan --data synthetic --steps 1
+contains err 'plan.cplan'
+expect 1 "$cleave" inspect plan.cplan
+contains err 'plan.cplan'
 
 # 4. Bad input exits 1 and names the file (and line:col for a parse error).
 expect 1 "$cleave" inspect "$tmp/missing.cir"
@@ -116,7 +118,11 @@ cmp -s "$tmp/out" "$source_dir/examples/mlp.cir" || fail "examples/mlp.cir diffe
 expect 0 "$cleave" gen cnn --batch 64
 cmp -s "$tmp/out" "$source_dir/examples/fashion_cnn.cir" ||
   fail "examples/fashion_cnn.cir differs from 'cleave gen cnn --batch 64'"
-for example in "$source_dir"/examples/*.cir; do expect 0 "$cleave_opt" "$example" --passes=verify; done
+# Every example round-trips: parse then print gives back the file byte for byte.
+for example in "$source_dir"/examples/*.cir; do
+  expect 0 "$cleave_opt" "$example" --passes=verify
+  cmp -s "$tmp/out" "$example" || fail "$example does not round-trip through cleave-opt"
+done
 
 # 7. A GPT-3-sized graph generates, and cleave-opt parses, verifies and prints it in under 1 s.
 expect 0 "$cleave" gen gpt --layers 96 --hidden 12288 --heads 96 --seq 2048 --vocab 50257 --batch 8 -o "$tmp/gpt3.cir"

@@ -272,7 +272,9 @@ TEST(CpuKernelsGradient, GatherGradientScatterAddsRepeatedIndices) {
         {-3, makeTensor(index_type, {2, 2}, {0, -1, 3, 0})},
         {2, makeTensor(index_type, {3}, {2, 2, -3})},
     };
-    for (const auto& [axis, indices] : cases) {
+    for (const auto& axis_and_indices : cases) {
+      const int64_t axis = axis_and_indices.first;
+      const HostTensor& indices = axis_and_indices.second;  // (clang 14 cannot capture structured bindings)
       const AttrMap a = {{"axis", axis}};
       const HostTensor y = forward(OpId::gather, {&data, &indices}, a);
       const std::vector<double> weights = randomWeights(y.numel(), rng);
