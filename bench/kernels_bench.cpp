@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ir/op_table.h"
@@ -108,24 +109,25 @@ int main(int argc, char** argv) {
   std::mt19937 rng(0);
   std::printf("threads %d, median of %d calls\n", threads, repeats);
 
-  // 1. matmul 512³: the kernel against a direct cblas_sgemm on OpenBLAS's own `threads` threads
-  //    (the peer, and the roofline below). The kernels run OpenBLAS single-threaded and split the
-  //    GEMM over OpenMP threads themselves (see runtime/cpu_gemm.h).
+  // The kernels run OpenBLAS single-threaded and split GEMMs over OpenMP threads themselves (see
+  // runtime/cpu_gemm.h). They are timed first: the peer below wakes OpenBLAS's own threads, whose
+  // idle spinning would slow whatever runs next on the same cores.
+  openblas_set_num_threads(1);
+  // OpenBLAS starts its own threads when loaded and they spin for about 0.1 s before sleeping;
+  // until then they take cores from OpenMP's threads.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  struct Row {
+    std::string name;
+    double seconds, flops;
+  };
+  std::vector<Row> rows;
+
+  // 1. matmul 512³.
   const int n = 512;
   const Buffer a = randomBuffer({n, n}, rng), b = randomBuffer({n, n}, rng);
-  std::vector<float> c(static_cast<size_t>(n) * n);
   const double gemm_flops = 2.0 * n * n * n;
-  openblas_set_num_threads(threads);
-  const double sgemm_rate = gemm_flops / secondsPerCall([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.values.data(), n, b.values.data(), n, 0.0f,
-                c.data(), n);
-  }, repeats) / 1e9;
-  const PreparedCall matmul(OpId::matmul, {&a, &b}, {}, threads);
-  openblas_set_num_threads(1);
-  const double matmul_rate = gemm_flops / secondsPerCall(matmul, repeats) / 1e9;
-  std::printf("%-44s %8.1f GFLOP/s\n", "cblas_sgemm 512x512x512", sgemm_rate);
-  std::printf("%-44s %8.1f GFLOP/s  %.2fx cblas_sgemm\n", "matmul kernel 512x512x512", matmul_rate,
-              matmul_rate / sgemm_rate);
+  rows.push_back({"matmul kernel 512x512x512", secondsPerCall(PreparedCall(OpId::matmul, {&a, &b}, {}, threads), repeats),
+                  gemm_flops});
 
   // 2. The convnet's conv layers at batch 64: forward, grad_input and grad_weight.
   struct Layer {
@@ -144,17 +146,28 @@ int main(int argc, char** argv) {
     weight_attrs["weight_shape"] = w.type.shape;
     // Multiply-adds of each of the three kernels: N·O·Ho·Wo·C·kh·kw.
     const double flops = 2.0 * batch * layer.out_channels * layer.size * layer.size * layer.channels * 25;
-    const std::vector<std::pair<std::string, PreparedCall>> calls = {
-        {"forward", PreparedCall(OpId::conv2d, {&x, &w, &bias}, conv_attrs, threads)},
-        {"grad_input", PreparedCall(OpId::conv2d_grad_input, {&dy, &w}, input_attrs, threads)},
-        {"grad_weight", PreparedCall(OpId::conv2d_grad_weight, {&dy, &x}, weight_attrs, threads)},
-    };
-    for (const auto& [kind, call] : calls) {
-      const double seconds = secondsPerCall(call, repeats);
-      const double rate = flops / seconds / 1e9;
-      std::printf("%-32s %-11s %8.3f ms %8.1f GFLOP/s  %.2fx cblas_sgemm\n", layer.name, kind.c_str(), seconds * 1e3, rate,
-                  rate / sgemm_rate);
-    }
+    const std::string name = layer.name;
+    rows.push_back({name + " forward", secondsPerCall(PreparedCall(OpId::conv2d, {&x, &w, &bias}, conv_attrs, threads), repeats), flops});
+    rows.push_back({name + " grad_input",
+                    secondsPerCall(PreparedCall(OpId::conv2d_grad_input, {&dy, &w}, input_attrs, threads), repeats), flops});
+    rows.push_back({name + " grad_weight",
+                    secondsPerCall(PreparedCall(OpId::conv2d_grad_weight, {&dy, &x}, weight_attrs, threads), repeats), flops});
+  }
+
+  // 3. The peer: a direct cblas_sgemm 512³ on OpenBLAS's own `threads` threads.
+  std::vector<float> c(static_cast<size_t>(n) * n);
+  openblas_set_num_threads(threads);
+  const double sgemm_rate = gemm_flops / secondsPerCall([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.values.data(), n, b.values.data(), n, 0.0f,
+                c.data(), n);
+  }, repeats) / 1e9;
+  openblas_set_num_threads(1);
+
+  std::printf("%-44s %10s %8.1f GFLOP/s\n", "cblas_sgemm 512x512x512 (peer)", "", sgemm_rate);
+  for (const Row& row : rows) {
+    const double rate = row.flops / row.seconds / 1e9;
+    std::printf("%-44s %7.3f ms %8.1f GFLOP/s  %.2fx cblas_sgemm\n", row.name.c_str(), row.seconds * 1e3, rate,
+                rate / sgemm_rate);
   }
   return 0;
 }

@@ -40,8 +40,11 @@ void parallelFor(int64_t n, int threads, int64_t work_per_item, Body&& body) {
     return;
   }
 #pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
-  for (int64_t c = 0; c < chunks; ++c) body(n / chunks * c + std::min(c, n % chunks),
-                                            n / chunks * (c + 1) + std::min(c + 1, n % chunks));
+  for (int64_t c = 0; c < chunks; ++c) {
+    // Chunk c holds n / chunks items, one more for each of the first n % chunks chunks.
+    const int64_t begin = n / chunks * c + std::min(c, n % chunks);
+    body(begin, begin + n / chunks + (c < n % chunks ? 1 : 0));
+  }
 }
 
 // Σ partial(begin, end) over the blocks [0, block), [block, 2·block), ... of [0, n), added in block

@@ -68,11 +68,11 @@ std::pair<int64_t, int64_t> validOutputs(int64_t offset, int64_t stride, int64_t
 
 // ---- im2col and col2im for one image and group ----
 
-// The part of a column-matrix row that keepsWidth() lets im2col and col2im move in one piece: output
-// rows [rows_first, rows_last) read input rows shifted by h_offset, and the output elements
-// [first, last) of those rows read input elements first + shift .. last + shift of the plane. The
-// elements in between that belong to no input column (|w_offset| per row, at the row ends) are
-// zeroed separately.
+// For keepsWidth() problems, element e of a column-matrix row reads element e + shift of the input
+// plane. Output rows [rows_first, rows_last) read rows inside the image, and their elements
+// [first, last) move as one block without reading outside the plane; in that block the |w_offset|
+// elements at one end of each row read across a row boundary instead of from the padding, and
+// must be zeroed (zeroRowEnds).
 struct ShiftedRows {
   int64_t rows_first, rows_last, first, last, shift;
 };

@@ -4,20 +4,14 @@
 // their operands (parameters and optimizer state are updated in place).
 //
 // PyTorch's `a.add_(b, alpha=s)` and `addcmul_` are fused multiply-adds in its vectorised CPU
-// kernels, so the same steps use std::fma here; the loops are compiled a second time for AVX2+FMA
-// and that version is chosen at run time when the CPU has it (std::fma is a slow library call
-// otherwise).
+// kernels, so the same steps use std::fma here and nothing else is fused (this file is compiled
+// with -ffp-contract=off). The loops run built for AVX2 and FMA where the CPU has them
+// (withWidestVectors); elsewhere std::fma is a slower library call with the same result.
 #include <cmath>
 
 #include "runtime/cpu_kernel_support.h"
 #include "runtime/cpu_kernels.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CLEAVE_HAS_FMA_CLONE 1
-#define CLEAVE_FMA_TARGET __attribute__((target("avx2,fma")))
-#else
-#define CLEAVE_HAS_FMA_CLONE 0
-#endif
+#include "runtime/cpu_vector_math.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -126,41 +120,12 @@ inline void adamwRange(const AdamwStep<T>& step, int64_t begin, int64_t end) {
   }
 }
 
-#if CLEAVE_HAS_FMA_CLONE
-CLEAVE_FMA_TARGET void sgdRangeFma(const SgdStep<float>& s, int64_t begin, int64_t end) { sgdRange(s, begin, end); }
-CLEAVE_FMA_TARGET void sgdRangeFma(const SgdStep<double>& s, int64_t begin, int64_t end) { sgdRange(s, begin, end); }
-CLEAVE_FMA_TARGET void adamwRangeFma(const AdamwStep<float>& s, int64_t begin, int64_t end) {
-  adamwRange(s, begin, end);
-}
-CLEAVE_FMA_TARGET void adamwRangeFma(const AdamwStep<double>& s, int64_t begin, int64_t end) {
-  adamwRange(s, begin, end);
-}
-
-bool cpuHasFma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-#endif
-
-// Runs range(step, begin, end) (the FMA clone when the CPU has it) over all elements.
-template <class Step>
-void runUpdate(const KernelCall& call, const Step& step, int64_t work_per_element,
-               void (*portable)(const Step&, int64_t, int64_t), void (*fma_clone)(const Step&, int64_t, int64_t)) {
-  auto* range = portable;
-#if CLEAVE_HAS_FMA_CLONE
-  if (cpuHasFma()) range = fma_clone;
-#endif
-  parallelFor(call.op.operands[0].numel(), threadCount(call), work_per_element,
-              [&](int64_t begin, int64_t end) { range(step, begin, end); });
-}
-
-template <class T>
-void sgdPortable(const SgdStep<T>& s, int64_t begin, int64_t end) {
-  sgdRange(s, begin, end);
-}
-template <class T>
-void adamwPortable(const AdamwStep<T>& s, int64_t begin, int64_t end) {
-  adamwRange(s, begin, end);
+// Runs range(step, begin, end) over all elements.
+template <class Step, class Range>
+void runUpdate(const KernelCall& call, const Step& step, int64_t work_per_element, Range range) {
+  parallelFor(call.op.operands[0].numel(), threadCount(call), work_per_element, [&](int64_t begin, int64_t end) {
+    withWidestVectors([&] { range(step, begin, end); });
+  });
 }
 
 // sgd_update(w, g, step, [buf]) -> w′, [buf′].
@@ -182,11 +147,7 @@ Status sgdUpdateKernel(const KernelCall& call) {
     s.momentum = static_cast<T>(momentum);
     s.one_minus_dampening = static_cast<T>(1.0 - call.op.getFloat("dampening"));
     s.negative_lr = static_cast<T>(-call.op.getFloat("lr"));
-#if CLEAVE_HAS_FMA_CLONE
-    runUpdate<SgdStep<T>>(call, s, kSgdWork, sgdPortable<T>, sgdRangeFma);
-#else
-    runUpdate<SgdStep<T>>(call, s, kSgdWork, sgdPortable<T>, sgdPortable<T>);
-#endif
+    runUpdate(call, s, kSgdWork, [](const SgdStep<T>& step, int64_t begin, int64_t end) { sgdRange(step, begin, end); });
     return Status::ok();
   });
 }
@@ -213,11 +174,8 @@ Status adamwUpdateKernel(const KernelCall& call) {
     s.bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
     s.eps = static_cast<T>(call.op.getFloat("eps"));
     s.negative_step_size = static_cast<T>(-(lr / bias_correction1));
-#if CLEAVE_HAS_FMA_CLONE
-    runUpdate<AdamwStep<T>>(call, s, kAdamwWork, adamwPortable<T>, adamwRangeFma);
-#else
-    runUpdate<AdamwStep<T>>(call, s, kAdamwWork, adamwPortable<T>, adamwPortable<T>);
-#endif
+    runUpdate(call, s, kAdamwWork,
+              [](const AdamwStep<T>& step, int64_t begin, int64_t end) { adamwRange(step, begin, end); });
     return Status::ok();
   });
 }

@@ -79,6 +79,31 @@ TEST(CpuKernelsMatmul, EmptySumGivesZerosAndManySmallProductsRunInParallel) {
                   "batched matmul");
 }
 
+// Products large enough to be split across threads, by rows (m > n) or by columns, with transposes.
+TEST(CpuKernelsMatmul, ProductsSplitAcrossThreadsMatchReference) {
+  std::mt19937 rng(28);
+  const int64_t k = 96;
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{200, 150}, {150, 200}}) {
+    for (int64_t ta : {0, 1}) {
+      for (int64_t tb : {0, 1}) {
+        const HostTensor a = randomTensor(DType::kF64, ta ? Shape{k, m} : Shape{m, k}, rng);
+        const HostTensor b = randomTensor(DType::kF64, tb ? Shape{n, k} : Shape{k, n}, rng);
+        const auto out = run(OpId::matmul, {&a, &b}, {{"transpose_a", ta}, {"transpose_b", tb}}, 4);
+        std::vector<double> expected;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double sum = 0;
+            for (int64_t p = 0; p < k; ++p)
+              sum += matrixAt(a, 0, a.type.shape[1], ta, i, p) * matrixAt(b, 0, b.type.shape[1], tb, p, j);
+            expected.push_back(sum);
+          }
+        expectClose(out[0], expected, 1e-12, 1e-12,
+                    "matmul " + a.type.str() + " " + b.type.str() + " on 4 threads");
+      }
+    }
+  }
+}
+
 TEST(CpuKernelsMatmul, GemmScalesAndAddsBroadcastC) {
   std::mt19937 rng(23);
   const int64_t m = 5, k = 4, n = 3;
