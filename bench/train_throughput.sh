@@ -50,7 +50,7 @@ for model in $models; do
     ours=$(cleave_rate "$model" "$threads")
     theirs=n/a ratio=n/a
     if [ "$have_torch" = 1 ]; then
-      theirs=$($python "$peers/torch_train_bench.py" "$model" "$(batch_of "$model")" "$steps" "$threads" |
+      theirs=$(OPENBLAS_NUM_THREADS=$threads $python "$peers/torch_train_bench.py" "$model" "$(batch_of "$model")" "$steps" "$threads" |
         sed -E 's/.*: ([0-9.]+) samples\/s.*/\1/')
       ratio=$($python -c "print(f'{$ours / $theirs:.2f}')")
     fi

@@ -3,7 +3,8 @@
 // Threads: the kernels own all parallelism. They split GEMMs over OpenMP threads themselves and
 // every OpenBLAS call runs on one thread (the kernel table sets openblas_set_num_threads(1)), so
 // OpenMP's and OpenBLAS's thread pools never compete for the same cores (with two pools, each
-// pool's idle workers spin while the other pool works).
+// pool's idle workers spin while the other pool works). If a caller raises OpenBLAS's thread count
+// anyway, gemmThreads() makes the kernels leave GEMM parallelism to OpenBLAS instead.
 #pragma once
 
 #include <cblas.h>
@@ -19,6 +20,11 @@ namespace cleave::runtime::cpu {
 
 // Multiply-adds below which a GEMM is not split across threads (a few microseconds of work).
 constexpr int64_t kMinGemmWorkPerThread = int64_t{1} << 18;
+
+// The threads a kernel spreads its GEMM calls over: `threads` when OpenBLAS runs single-threaded,
+// else 1, so that a threaded OpenBLAS is called from one thread at a time (OpenMP threads each
+// starting OpenBLAS's threads would multiply the two).
+inline int gemmThreads(int threads) { return openblas_get_num_threads() > 1 ? 1 : threads; }
 
 // Whether every dim and leading dimension fits OpenBLAS's 32-bit interface.
 inline bool fitsBlas(std::initializer_list<int64_t> dims) {

@@ -2,7 +2,8 @@
 //
 // Threads: a kernel parallelises with OpenMP over KernelCall::threads, GEMMs included; it calls
 // OpenBLAS single-threaded, and the table's first use sets openblas_set_num_threads(1). Callers
-// must not raise OpenBLAS's thread count: its pool would compete with OpenMP's for the cores.
+// should leave it so: with OpenBLAS threaded, the kernels leave GEMM parallelism to OpenBLAS (see
+// cpu_gemm.h) and two thread pools, each spinning while the other works, share the cores.
 #pragma once
 
 #include <array>

@@ -347,7 +347,7 @@ Status conv2dTyped(const KernelCall& call) {
     return Status::badInput("conv2d: a dim exceeds 2^31-1, beyond OpenBLAS's 32-bit interface");
   // Per (image n, group g): y[n, g's channels] = w_g [O/g, patch] · columns [patch, Ho·Wo] (+ bias),
   // the columns being x[n, g's channels] itself for a pointwise convolution.
-  const bool ok = forEachItem<T>(p, p.window.batch * p.groups, og * p.patch * p.out_plane, threads,
+  const bool ok = forEachItem<T>(p, p.window.batch * p.groups, og * p.patch * p.out_plane, gemmThreads(threads),
                                  [&](int64_t item, T* col, int item_threads) {
     const int64_t n = item / p.groups, g = item % p.groups;
     const T* image = x + n * p.channels * p.in_plane;
@@ -393,7 +393,7 @@ Status conv2dGradInputTyped(const KernelCall& call) {
     return Status::badInput("conv2d_grad_input: a dim exceeds 2^31-1, beyond OpenBLAS's 32-bit interface");
   // Per (image n, group g): columns = w_gᵀ [patch, O/g] · dy[n, g's channels] [O/g, Ho·Wo], then col2im
   // adds the columns into dx[n, g's channels] (a pointwise convolution's columns are dx itself).
-  const bool ok = forEachItem<T>(p, p.window.batch * p.groups, og * p.patch * p.out_plane, threads,
+  const bool ok = forEachItem<T>(p, p.window.batch * p.groups, og * p.patch * p.out_plane, gemmThreads(threads),
                                  [&](int64_t item, T* col, int item_threads) {
     const int64_t n = item / p.groups, g = item % p.groups;
     T* image_grad = dx + n * p.channels * p.in_plane;
@@ -441,7 +441,8 @@ Status conv2dGradWeightTyped(const KernelCall& call) {
   T* partials = parts > 1 ? scratch<T>(1, (parts - 1) * weights) : nullptr;
   if (parts > 1 && !partials) return scratchAllocationFailure(call, (parts - 1) * weights * static_cast<int64_t>(sizeof(T)));
   const int64_t images_per_part_work = (batch / parts) * p.groups * og * p.patch * p.out_plane;
-  const bool ok = forEachItem<T>(p, parts, images_per_part_work, threads, [&](int64_t part, T* col, int item_threads) {
+  const bool ok = forEachItem<T>(p, parts, images_per_part_work, gemmThreads(threads),
+                                 [&](int64_t part, T* col, int item_threads) {
     T* sum = part == 0 ? dw : partials + (part - 1) * weights;
     for (int64_t n = batch * part / parts; n < batch * (part + 1) / parts; ++n) {
       const bool first = n == batch * part / parts;

@@ -33,7 +33,7 @@ Status matmulTyped(const KernelCall& call) {
   const T* a = call.in<T>(0);
   const T* b = call.in<T>(1);
   T* out = call.out<T>(0);
-  const int threads = threadCount(call);
+  const int threads = gemmThreads(threadCount(call));
   // 1. Empty products: nothing to write, or zeros when the summed dim k is empty.
   if (m == 0 || n == 0 || batches == 0) return Status::ok();
   if (k == 0) {
@@ -118,7 +118,7 @@ Status gemmTyped(const KernelCall& call) {
   }
   if (!fitsBlas({m, n, k, a_shape[1], b_shape[1]})) return tooLargeForBlas(call);
   parallelGemm<T>(transpose_a, transpose_b, m, n, k, alpha, call.in<T>(0), a_shape[1], call.in<T>(1), b_shape[1],
-                  adds_c ? beta : 0.0, out, n, threadCount(call));
+                  adds_c ? beta : 0.0, out, n, gemmThreads(threadCount(call)));
   return Status::ok();
 }
 

@@ -292,25 +292,42 @@ class SyntheticSource final : public DataSource {
   int64_t batchesPerEpoch() const override { return 0; }
 
   Expected<int64_t> next() override {
-    // Each batch's values come from (seed, batch, input) alone, so any position can be restored.
-    for (size_t k = 0; k < inputs_.size(); ++k) {
-      const TensorType& type = inputs_[k].view.type;
-      Random random(mixSeed({seed_, static_cast<uint64_t>(position_.batch), k, 0x53594e5448ull}));
-      int64_t count = type.numel();
-      for (int64_t i = 0; i < count; ++i) {
-        double value = isFloat(type.dtype)     ? random.normal()
-                       : isInteger(type.dtype) ? static_cast<double>(random.below(static_cast<uint64_t>(inputs_[k].value_limit)))
-                                               : static_cast<double>(random.below(2));
-        storeElement(type.dtype, inputs_[k].view.data, i, value);
-      }
-    }
+    // Batches cycle through a pool of kPoolBatches, each made once from (seed, pool index, input)
+    // alone, so any position can be restored and steps do not pay for making random numbers
+    // (the PyTorch peer likewise reuses one batch).
+    int64_t slot = position_.batch % kPoolBatches;
+    if (pool_.empty()) pool_.resize(kPoolBatches);
+    if (pool_[slot].empty()) pool_[slot] = makeBatch(slot);
+    for (size_t k = 0; k < inputs_.size(); ++k)
+      std::memcpy(inputs_[k].view.data, pool_[slot][k].data(), pool_[slot][k].size());
     advance();
     return inputs_.empty() || inputs_[0].view.type.rank() == 0 ? int64_t{1} : inputs_[0].view.type.shape[0];
   }
 
  private:
+  static constexpr int64_t kPoolBatches = 8;
+
+  // The bytes of every input for pool slot `slot`.
+  std::vector<std::vector<uint8_t>> makeBatch(int64_t slot) const {
+    std::vector<std::vector<uint8_t>> batch;
+    for (size_t k = 0; k < inputs_.size(); ++k) {
+      const TensorType& type = inputs_[k].view.type;
+      batch.emplace_back(static_cast<size_t>(type.bytes()));
+      Random random(mixSeed({seed_, static_cast<uint64_t>(slot), k, 0x53594e5448ull}));
+      for (int64_t i = 0; i < type.numel(); ++i) {
+        double value = isFloat(type.dtype) ? random.normal()
+                       : isInteger(type.dtype)
+                           ? static_cast<double>(random.below(static_cast<uint64_t>(inputs_[k].value_limit)))
+                           : static_cast<double>(random.below(2));
+        storeElement(type.dtype, batch.back().data(), i, value);
+      }
+    }
+    return batch;
+  }
+
   uint64_t seed_ = 0;
   std::vector<NamedTensor> inputs_;
+  std::vector<std::vector<std::vector<uint8_t>>> pool_;  // [slot][input] -> bytes, made on first use
 };
 
 }  // namespace

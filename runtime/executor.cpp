@@ -343,7 +343,9 @@ Expected<int64_t> RankExecutor::peakBytes(std::string_view program) const {
 
 void RankExecutor::setThreads(int threads) {
   threads_ = threads > 0 ? threads : defaultThreads();
-  openblas_set_num_threads(threads_);
+  // Kernels split work over OpenMP threads and call OpenBLAS single-threaded: two thread pools
+  // spinning against each other made 2-thread steps several times slower (see runtime/cpu_kernels.cpp).
+  openblas_set_num_threads(1);
   omp_set_num_threads(threads_);
 }
 

@@ -349,8 +349,10 @@ Expected<std::vector<SliceAxis>> resolveSlice(const OpContext& c, const Shape& i
     if (step > 0) {
       start = clampIndex(starts[i], 0, dim);
       end = clampIndex(ends[i], 0, dim);
-    } else {
-      start = clampIndex(starts[i], -1, dim - 1);
+    } else if (dim == 0) {
+      start = end = 0;
+    } else {  // ONNX: a backward slice starts in [0, dim-1] and ends in [-1, dim-1]
+      start = clampIndex(starts[i], 0, dim - 1);
       end = clampIndex(ends[i], -1, dim - 1);
     }
     int64_t count = step > 0 ? (end > start ? (end - start + step - 1) / step : 0)

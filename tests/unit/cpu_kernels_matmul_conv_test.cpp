@@ -1,5 +1,7 @@
 // Tests of the CPU kernels of matmul, gemm, conv2d and the pools against naive references (double
 // accumulation) and values PyTorch computes.
+#include <cblas.h>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -221,6 +223,23 @@ TEST(CpuKernelsConv, Conv2dIsThreadCountIndependent) {
   const AttrMap depthwise = {{"pads", Ints{1, 1, 1, 1}}, {"groups", int64_t{8}}};
   expectIdentical(run(OpId::conv2d, {&x, &dw}, depthwise, 1)[0], run(OpId::conv2d, {&x, &dw}, depthwise, 4)[0],
                   "depthwise conv2d");
+}
+
+// Callers should leave OpenBLAS single-threaded (the kernel table sets it); if one raises its
+// thread count, the kernels call it from one thread and still compute the same products.
+TEST(CpuKernelsConv, KernelsStayCorrectWhenOpenBlasIsThreaded) {
+  std::mt19937 rng(29);
+  const HostTensor x = randomTensor(DType::kF64, {6, 4, 9, 9}, rng), w = randomTensor(DType::kF64, {8, 4, 3, 3}, rng);
+  const HostTensor a = randomTensor(DType::kF64, {3, 130, 70}, rng), b = randomTensor(DType::kF64, {3, 70, 90}, rng);
+  const AttrMap pads = {{"pads", Ints{1, 1, 1, 1}}};
+  const HostTensor conv_single = run(OpId::conv2d, {&x, &w}, pads, 4)[0];
+  const HostTensor matmul_single = run(OpId::matmul, {&a, &b}, {}, 4)[0];
+  openblas_set_num_threads(2);
+  const HostTensor conv_threaded = run(OpId::conv2d, {&x, &w}, pads, 4)[0];
+  const HostTensor matmul_threaded = run(OpId::matmul, {&a, &b}, {}, 4)[0];
+  openblas_set_num_threads(1);
+  expectClose(conv_threaded, conv_single.values(), 1e-12, 1e-12, "conv2d with threaded OpenBLAS");
+  expectClose(matmul_threaded, matmul_single.values(), 1e-12, 1e-12, "matmul with threaded OpenBLAS");
 }
 
 // ---- Pools ----
