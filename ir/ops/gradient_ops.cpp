@@ -1,5 +1,4 @@
 // Gradient ops: the backward kernels autodiff emits (relu_grad, conv2d_grad_input, ...).
-#include <algorithm>
 
 #include "ir/op_table.h"
 
@@ -108,89 +107,35 @@ ShardingRule layerNormGradSharding(const OpContext& c) {
   return rule;
 }
 
-// Output size of one spatial dim of a convolution or pooling window.
-int64_t windowOutput(int64_t in, int64_t pad_total, int64_t kernel, int64_t stride, int64_t dilation, bool ceil_mode) {
-  int64_t span = in + pad_total - dilation * (kernel - 1) - 1;
-  if (span < 0 || stride <= 0) return -1;
-  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
-  // PyTorch: the last window must start inside the input or left padding.
-  if (ceil_mode && (out - 1) * stride >= in + pad_total / 2) --out;
-  return out;
-}
-
-struct Window {
-  std::vector<int64_t> strides{1, 1}, pads{0, 0, 0, 0}, dilations{1, 1}, kernel;
-  int64_t groups = 1;
-  bool ceil_mode = false;
-};
-
-Status readWindow(const OpContext& c, bool pooling, Window& w) {
-  if (c.has("strides")) w.strides = c.getInts("strides");
-  if (c.has("pads")) w.pads = c.getInts("pads");
-  if (c.def.findAttr("dilations") && c.has("dilations")) w.dilations = c.getInts("dilations");
-  if (c.def.findAttr("groups")) w.groups = c.getInt("groups");
-  if (c.def.findAttr("ceil_mode")) w.ceil_mode = c.getInt("ceil_mode") != 0;
-  if (pooling) {
-    w.kernel = c.getInts("kernel");
-    if (!c.has("strides")) w.strides = w.kernel;
-  }
+// The gradient of a windowed or indexing op must see the result its forward op gives: runs the
+// forward op's shape rule on `operands` with this node's attributes less `own_attr` (the gradient
+// op's record of the forward operand's shape) and checks it against dy (operand 0).
+Status checkForwardResult(const OpContext& c, OpId forward, std::vector<TensorType> operands, const char* own_attr) {
+  AttrMap attrs = c.attrs;
+  attrs.erase(own_attr);
+  auto result = inferResultTypes(opDef(forward), operands, attrs);
   std::string name(c.def.name);
-  if (w.strides.size() != 2 || w.pads.size() != 4 || w.dilations.size() != 2 || (pooling && w.kernel.size() != 2))
-    return Status::badInput(name + ": strides, dilations and kernel need 2 values, pads 4");
-  for (int64_t s : w.strides)
-    if (s <= 0) return Status::badInput(name + ": strides must be positive");
-  for (int64_t d : w.dilations)
-    if (d <= 0) return Status::badInput(name + ": dilations must be positive");
-  for (int64_t p : w.pads)
-    if (p < 0) return Status::badInput(name + ": pads must not be negative");
-  for (int64_t k : w.kernel)
-    if (k <= 0) return Status::badInput(name + ": kernel sizes must be positive");
-  if (w.groups <= 0) return Status::badInput(name + ": groups must be positive");
-  return Status::ok();
-}
-
-// Checks that dy has the shape the forward op gives for input `x_shape` (and kernel kh, kw).
-Status checkWindowOutput(const OpContext& c, const Window& w, const Shape& x_shape, int64_t out_channels, int64_t kh,
-                         int64_t kw, const TensorType& dy) {
-  int64_t ho = windowOutput(x_shape[2], w.pads[0] + w.pads[2], kh, w.strides[0], w.dilations[0], w.ceil_mode);
-  int64_t wo = windowOutput(x_shape[3], w.pads[1] + w.pads[3], kw, w.strides[1], w.dilations[1], w.ceil_mode);
-  Shape want{x_shape[0], out_channels, ho, wo};
-  if (dy.shape != want)
-    return Status::badInput(std::string(c.def.name) + ": operand 0 (dy) is " + dy.str() + ", the forward op gives " +
-                            shapeStr(want));
+  if (!result) return result.status().withContext(name + ": ");
+  if ((*result)[0].shape != c.operands[0].shape)
+    return Status::badInput(name + ": operand 0 (dy) is " + c.operands[0].str() + ", " + std::string(opName(forward)) +
+                            " gives " + (*result)[0].str());
   return Status::ok();
 }
 
 Expected<Types> convGradInputShape(const OpContext& c) {
-  Window w;
-  CLEAVE_TRY(readWindow(c, false, w));
   Shape x_shape;
   CLEAVE_TRY(shapeAttr(c, "input_shape", x_shape));
-  const TensorType& dy = c.operands[0];
-  const TensorType& wt = c.operands[1];
-  if (x_shape.size() != 4 || wt.rank() != 4 || dy.rank() != 4)
-    return Status::badInput("conv2d_grad_input: dy, w and input_shape must be 4-D");
-  if (dy.dtype != wt.dtype) return Status::badInput("conv2d_grad_input: dy and w dtypes differ");
-  if (x_shape[1] != wt.shape[1] * w.groups || wt.shape[0] % w.groups != 0)
-    return Status::badInput("conv2d_grad_input: weight " + wt.str() + " does not fit input_shape " + shapeStr(x_shape));
-  CLEAVE_TRY(checkWindowOutput(c, w, x_shape, wt.shape[0], wt.shape[2], wt.shape[3], dy));
-  return Types{TensorType{dy.dtype, x_shape}};
+  TensorType x{c.operands[0].dtype, x_shape};
+  CLEAVE_TRY(checkForwardResult(c, OpId::conv2d, {x, c.operands[1]}, "input_shape"));
+  return Types{x};
 }
 
 Expected<Types> convGradWeightShape(const OpContext& c) {
-  Window w;
-  CLEAVE_TRY(readWindow(c, false, w));
   Shape w_shape;
   CLEAVE_TRY(shapeAttr(c, "weight_shape", w_shape));
-  const TensorType& dy = c.operands[0];
-  const TensorType& x = c.operands[1];
-  if (w_shape.size() != 4 || x.rank() != 4 || dy.rank() != 4)
-    return Status::badInput("conv2d_grad_weight: dy, x and weight_shape must be 4-D");
-  if (dy.dtype != x.dtype) return Status::badInput("conv2d_grad_weight: dy and x dtypes differ");
-  if (x.shape[1] != w_shape[1] * w.groups || w_shape[0] % w.groups != 0)
-    return Status::badInput("conv2d_grad_weight: weight_shape " + shapeStr(w_shape) + " does not fit x " + x.str());
-  CLEAVE_TRY(checkWindowOutput(c, w, x.shape, w_shape[0], w_shape[2], w_shape[3], dy));
-  return Types{TensorType{dy.dtype, w_shape}};
+  TensorType w{c.operands[0].dtype, w_shape};
+  CLEAVE_TRY(checkForwardResult(c, OpId::conv2d, {c.operands[1], w}, "weight_shape"));
+  return Types{w};
 }
 
 OpCost convGradCost(const OpContext& c) {
@@ -240,25 +185,17 @@ ShardingRule convGradWeightSharding(const OpContext& c) {
 }
 
 Expected<Types> maxPoolGradShape(const OpContext& c) {
-  Window w;
-  CLEAVE_TRY(readWindow(c, true, w));
-  const TensorType& dy = c.operands[0];
-  const TensorType& x = c.operands[1];
-  if (x.rank() != 4 || dy.rank() != 4) return Status::badInput("max_pool2d_grad: dy and x must be 4-D");
-  if (dy.dtype != x.dtype) return Status::badInput("max_pool2d_grad: dy and x dtypes differ");
-  CLEAVE_TRY(checkWindowOutput(c, w, x.shape, x.shape[1], w.kernel[0], w.kernel[1], dy));
-  return Types{x};
+  CLEAVE_TRY(checkForwardResult(c, OpId::max_pool2d, {c.operands[1]}, ""));
+  if (c.operands[0].dtype != c.operands[1].dtype) return Status::badInput("max_pool2d_grad: dy and x dtypes differ");
+  return Types{c.operands[1]};
 }
 
 Expected<Types> avgPoolGradShape(const OpContext& c) {
-  Window w;
-  CLEAVE_TRY(readWindow(c, true, w));
   Shape x_shape;
   CLEAVE_TRY(shapeAttr(c, "input_shape", x_shape));
-  const TensorType& dy = c.operands[0];
-  if (x_shape.size() != 4 || dy.rank() != 4) return Status::badInput("avg_pool2d_grad: dy and input_shape must be 4-D");
-  CLEAVE_TRY(checkWindowOutput(c, w, x_shape, x_shape[1], w.kernel[0], w.kernel[1], dy));
-  return Types{TensorType{dy.dtype, x_shape}};
+  TensorType x{c.operands[0].dtype, x_shape};
+  CLEAVE_TRY(checkForwardResult(c, OpId::avg_pool2d, {x}, "input_shape"));
+  return Types{x};
 }
 
 OpCost poolGradCost(const OpContext& c) {
@@ -284,18 +221,9 @@ ShardingRule poolGradSharding(const OpContext& c) {
 Expected<Types> gatherGradShape(const OpContext& c) {
   Shape data_shape;
   CLEAVE_TRY(shapeAttr(c, "data_shape", data_shape));
-  const TensorType& dy = c.operands[0];
-  const TensorType& idx = c.operands[1];
-  if (idx.dtype != DType::kI64 && idx.dtype != DType::kI32)
-    return Status::badInput("gather_grad: operand 1 (indices) must be i64 or i32, got " + idx.str());
-  int64_t axis = normalizeAxis(c.getInt("axis"), static_cast<int64_t>(data_shape.size()));
-  if (axis < 0) return Status::badInput("gather_grad: axis is out of range for data_shape " + shapeStr(data_shape));
-  Shape want(data_shape.begin(), data_shape.begin() + axis);
-  want.insert(want.end(), idx.shape.begin(), idx.shape.end());
-  want.insert(want.end(), data_shape.begin() + axis + 1, data_shape.end());
-  if (dy.shape != want)
-    return Status::badInput("gather_grad: operand 0 (dy) is " + dy.str() + ", gather gives " + shapeStr(want));
-  return Types{TensorType{dy.dtype, data_shape}};
+  TensorType data{c.operands[0].dtype, data_shape};
+  CLEAVE_TRY(checkForwardResult(c, OpId::gather, {data, c.operands[1]}, "data_shape"));
+  return Types{data};
 }
 
 ShardingRule gatherGradSharding(const OpContext& c) {
@@ -316,62 +244,12 @@ ShardingRule gatherGradSharding(const OpContext& c) {
   return rule;
 }
 
-// Resolves ONNX slice parameters for one axis: first index, step and count.
-struct SliceAxis {
-  int64_t start = 0, step = 1, count = 0;
-};
-
-Expected<std::vector<SliceAxis>> resolveSlice(const OpContext& c, const Shape& in) {
-  const auto& starts = c.getInts("starts");
-  const auto& ends = c.getInts("ends");
-  std::vector<int64_t> axes = c.getInts("axes");
-  std::vector<int64_t> steps = c.getInts("steps");
-  std::string name(c.def.name);
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
-    return Status::badInput(name + ": starts, ends, axes and steps must have the same length");
-  std::vector<SliceAxis> result(in.size());
-  for (size_t d = 0; d < in.size(); ++d) result[d] = {0, 1, in[d]};
-  std::vector<bool> seen(in.size(), false);
-  for (size_t i = 0; i < starts.size(); ++i) {
-    int64_t axis = normalizeAxis(axes[i], static_cast<int64_t>(in.size()));
-    if (axis < 0 || seen[axis]) return Status::badInput(name + ": axes are out of range or repeated");
-    seen[axis] = true;
-    int64_t dim = in[axis], step = steps[i];
-    if (step == 0) return Status::badInput(name + ": steps must not be 0");
-    auto clampIndex = [&](int64_t v, int64_t lo, int64_t hi) {
-      if (v < 0) v = v < -dim ? -1 : v + dim;  // saturate huge negatives before adding
-      return std::clamp(v, lo, hi);
-    };
-    int64_t start, end;
-    if (step > 0) {
-      start = clampIndex(starts[i], 0, dim);
-      end = clampIndex(ends[i], 0, dim);
-    } else if (dim == 0) {
-      start = end = 0;
-    } else {  // ONNX: a backward slice starts in [0, dim-1] and ends in [-1, dim-1]
-      start = clampIndex(starts[i], 0, dim - 1);
-      end = clampIndex(ends[i], -1, dim - 1);
-    }
-    int64_t count = step > 0 ? (end > start ? (end - start + step - 1) / step : 0)
-                             : (start > end ? (start - end + (-step) - 1) / (-step) : 0);
-    result[axis] = {start, step, count};
-  }
-  return result;
-}
-
 Expected<Types> sliceGradShape(const OpContext& c) {
   Shape in;
   CLEAVE_TRY(shapeAttr(c, "input_shape", in));
-  CLEAVE_ASSIGN_OR_RETURN(auto axes, resolveSlice(c, in));
-  Shape want;
-  for (const auto& a : axes) want.push_back(a.count);
-  if (c.operands[0].shape != want)
-    return Status::badInput("slice_grad: operand 0 (dy) is " + c.operands[0].str() + ", the slice gives " +
-                            shapeStr(want));
-  return Types{TensorType{c.operands[0].dtype, in}};
+  TensorType x{c.operands[0].dtype, in};
+  CLEAVE_TRY(checkForwardResult(c, OpId::slice, {x}, "input_shape"));
+  return Types{x};
 }
 
 ShardingRule sliceGradSharding(const OpContext& c) {
