@@ -12,9 +12,9 @@ out=build/quickstart
 mkdir -p "$out"
 
 echo
-echo "== cleave compile examples/fashion_cnn.cir --train (SGD, lr 0.01, momentum 0.9, batch 64)"
+echo "== cleave compile examples/fashion_cnn.cir --train (AdamW, lr 1e-3, batch 64)"
 "$cleave" compile examples/fashion_cnn.cir --train --loss softmax_cross_entropy \
-  --optimizer sgd:lr=0.01,momentum=0.9 -o "$out/fashion_cnn.cplan"
+  --optimizer adamw:lr=1e-3 -o "$out/fashion_cnn.cplan"
 
 echo
 echo "== cleave inspect $out/fashion_cnn.cplan"
