@@ -5,6 +5,14 @@
 
 namespace cleave {
 
+bool isInitializerKind(std::string_view kind) {
+  static constexpr std::string_view kKinds[] = {"zeros",          "ones",          "constant",
+                                                "normal",         "uniform",       "xavier_uniform",
+                                                "xavier_normal",  "kaiming_uniform", "kaiming_normal",
+                                                "data"};
+  return std::find(std::begin(kKinds), std::end(kKinds), kind) != std::end(kKinds);
+}
+
 ValueId Graph::newValue(const std::string& value_name, TensorType type) {
   ValueId id = static_cast<ValueId>(values.size());
   values.push_back(Value{value_name, std::move(type), -1, 0});

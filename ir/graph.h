@@ -46,6 +46,9 @@ struct Initializer {
   std::shared_ptr<const TensorData> data;        // set when kind == "data"
 };
 
+// True when `kind` is one of the Initializer kinds above (including "data").
+bool isInitializerKind(std::string_view kind);
+
 // A trainable (or frozen) tensor of the model.
 struct Param {
   ValueId value = kNoValue;

@@ -1,6 +1,8 @@
 // Plans: .cplan file reading and writing, validation, and conversions between ir and protobuf types.
 #include "ir/plan.h"
 
+#include "ir/graph.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -26,14 +28,6 @@ namespace {
 // Every .cplan file starts with these 8 bytes; the serialized planpb::Plan follows.
 constexpr char kPlanMagic[] = "CLVPLAN\n";
 constexpr size_t kPlanMagicSize = sizeof(kPlanMagic) - 1;
-
-// Initializer kinds the runtime knows (the same list the graph verifier accepts).
-const std::unordered_set<std::string>& initializerKinds() {
-  static const std::unordered_set<std::string> kKinds = {
-      "zeros", "ones", "constant", "normal", "uniform", "xavier_uniform", "xavier_normal",
-      "kaiming_uniform", "kaiming_normal", "data"};
-  return kKinds;
-}
 
 std::string programLabel(const planpb::Program& program) { return "program '" + program.name() + "': "; }
 
@@ -122,7 +116,7 @@ Status validateParameters(const planpb::RankPlan& rank) {
     if (buffer.has_alias_of())
       return Status::badInput(where + "buffer " + bufferLabel(rank, param.buffer()) + " is an alias, not its own storage");
     const planpb::Initializer& init = param.init();
-    if (!initializerKinds().count(init.kind()))
+    if (!isInitializerKind(init.kind()))
       return Status::badInput(where + "unknown initializer '" + init.kind() + "'");
     for (const auto& [arg_name, arg] : init.args()) {
       auto converted = fromProto(arg);

@@ -16,11 +16,6 @@ namespace {
 // Dense literals larger than this are rejected before any memory is reserved for them.
 constexpr int64_t kMaxLiteralBytes = int64_t{1} << 48;
 
-// Initializer kinds written by name (kind "data" is written as a dense<...> literal).
-const std::unordered_set<std::string_view> kNamedInitializers = {
-    "zeros", "ones", "constant", "normal", "uniform", "xavier_uniform", "xavier_normal",
-    "kaiming_uniform", "kaiming_normal"};
-
 int hexDigitValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -149,7 +144,7 @@ class Parser {
     } else {
       if (!at(TokenKind::kIdent)) return error("expected an initializer (zeros, normal {std = 0.02}, dense<...>, ...)");
       if (tok_.text == "data") return error("a data initializer is written as dense<TYPE: [...]> or dense<TYPE: 0x...>");
-      if (!kNamedInitializers.count(tok_.text))
+      if (!isInitializerKind(tok_.text))
         return error("unknown initializer '" + std::string(tok_.text) +
                      "' (zeros, ones, constant, normal, uniform, xavier_uniform, xavier_normal, kaiming_uniform, "
                      "kaiming_normal, or dense<...>)");

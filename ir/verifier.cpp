@@ -9,10 +9,7 @@ namespace {
 Status checkInitializer(const Graph& graph, const Param& param) {
   const Value& v = graph.values[param.value];
   const Initializer& init = param.init;
-  static const std::unordered_set<std::string> kKinds = {
-      "zeros", "ones", "constant", "normal", "uniform", "xavier_uniform", "xavier_normal",
-      "kaiming_uniform", "kaiming_normal", "data"};
-  if (!kKinds.count(init.kind))
+  if (!isInitializerKind(init.kind))
     return Status::badInput("parameter '%" + v.name + "': unknown initializer '" + init.kind + "'");
   if (init.kind == "data") {
     if (!init.data) return Status::badInput("parameter '%" + v.name + "': data initializer without data");

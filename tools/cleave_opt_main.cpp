@@ -15,9 +15,12 @@
 #include "ir/text_format.h"
 #include "ir/verifier.h"
 #include "passes/pass_manager.h"
+#include "tools/cli_common.h"
 
 namespace cleave {
 namespace {
+
+using cli::writeOutput;
 
 constexpr const char* kSplitMarker = "// -----";
 
@@ -43,19 +46,6 @@ Expected<std::string> readInput(const std::string& path) {
   std::ostringstream text;
   text << file.rdbuf();
   return text.str();
-}
-
-// Writes `text` to `path`, or to stdout when `path` is empty.
-Status writeOutput(const std::string& path, const std::string& text) {
-  if (path.empty()) {
-    std::cout << text << std::flush;
-    return std::cout ? Status::ok() : Status::runtime("cannot write to standard output");
-  }
-  std::ofstream file(path, std::ios::binary);
-  if (file) file << text;
-  if (file) file.close();
-  if (!file) return Status::badInput("cannot write '" + path + "': " + std::strerror(errno));
-  return Status::ok();
 }
 
 // One piece of the input and the line of the file it starts on.
