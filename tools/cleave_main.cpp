@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "frontend/model_generators.h"
+#include "frontend/onnx_importer.h"
 #include "ir/graph_summary.h"
 #include "ir/status.h"
 #include "ir/text_format.h"
@@ -30,9 +31,8 @@ constexpr int kExitOk = 0;
 constexpr int kExitUsage = static_cast<int>(ErrorKind::kUsage);
 constexpr int kExitInternal = static_cast<int>(ErrorKind::kInternal);
 
-// The issues that build the subcommands that are not built yet.
-constexpr int kIssueOnnxFrontend = 4;  // import
-constexpr int kIssueCostModel = 8;     // simulate
+// The issue that builds the subcommand that is not built yet.
+constexpr int kIssueCostModel = 8;  // simulate
 
 // Says that `what` is not built yet and which issue builds it; exit code 2 (usage).
 int notBuiltYet(const std::string& what, int issue) {
@@ -48,7 +48,8 @@ struct GenFlags {
   CnnSpec cnn;
 };
 
-int runGen(const Expected<Graph>& graph, const std::string& output) {
+// Prints `graph` as text IR to `output` (standard output when empty), or reports why there is none.
+int writeModel(const Expected<Graph>& graph, const std::string& output) {
   if (!graph) return reportError(graph.status());
   Status written = writeOutput(output, printGraph(*graph));
   return written.isOk() ? kExitOk : reportError(written);
@@ -118,14 +119,16 @@ nlohmann::ordered_json summaryJson(const GraphSummary& s, const std::string& pat
 
 int runInspect(const InspectFlags& flags) {
   if (endsWith(flags.path, ".cplan")) return cli::runInspectPlan({flags.path, flags.json, flags.rank});
-  if (!endsWith(flags.path, ".cir"))
-    return reportError(Status::badInput("cannot inspect '" + flags.path + "': expected a plan (.cplan) or a model (.cir)"));
+  bool onnx = endsWith(flags.path, ".onnx");
+  if (!endsWith(flags.path, ".cir") && !onnx)
+    return reportError(
+        Status::badInput("cannot inspect '" + flags.path + "': expected a plan (.cplan) or a model (.cir or .onnx)"));
   if (!flags.dot.empty() || !flags.timeline.empty())
     return notBuiltYet("--dot and --timeline", 5);
   if (flags.rank >= 0)
     return reportError(Status::badInput("--rank, --dot and --timeline apply to plans (.cplan); '" + flags.path +
                                         "' is a model"));
-  auto graph = loadGraphFile(flags.path);
+  auto graph = onnx ? importOnnxModel(flags.path, {}) : loadGraphFile(flags.path);
   if (!graph) return reportError(graph.status());
   GraphSummary summary = summarizeGraph(*graph);
   std::string text = flags.json ? summaryJson(summary, flags.path).dump(2) + "\n"
@@ -135,32 +138,44 @@ int runInspect(const InspectFlags& flags) {
 }
 
 void addInspectCommand(CLI::App& app, InspectFlags& flags) {
-  CLI::App* inspect = app.add_subcommand("inspect", "Summarize a model (.cir) now; a plan (.cplan) once plans are built");
-  inspect->add_option("PLAN", flags.path, "A plan (.cplan) or a model (.cir)")->required();
+  CLI::App* inspect = app.add_subcommand("inspect", "Summarize a plan (.cplan) or a model (.cir or .onnx)");
+  inspect->add_option("PLAN", flags.path, "A plan (.cplan) or a model (.cir or .onnx)")->required();
   inspect->add_flag("--json", flags.json, "Print JSON instead of text");
   inspect->add_option("--rank", flags.rank, "Show one rank's program (plans only)")->check(CLI::NonNegativeNumber);
   inspect->add_option("--dot", flags.dot, "Write the plan as a Graphviz file (plans only)");
   inspect->add_option("--timeline", flags.timeline, "Write the simulated timeline as a Chrome trace (plans only)");
 }
 
-// ---- subcommands whose flags are declared but whose work is not built yet ----
+// ---- import ----
 
 struct ImportFlags {
   std::string model;
   std::string output;
+  int64_t batch = 0;
 };
+
+int runImport(const ImportFlags& flags) {
+  if (!endsWith(flags.model, ".onnx"))
+    return reportError(Status::badInput("cannot import '" + flags.model + "': expected an ONNX model (.onnx)"));
+  OnnxImportOptions options;
+  options.batch = flags.batch;
+  return writeModel(importOnnxModel(flags.model, options), flags.output);
+}
+
+void addImportCommand(CLI::App& app, ImportFlags& flags) {
+  CLI::App* command = app.add_subcommand("import", "Convert an ONNX model to cleave's text IR (.cir)");
+  command->add_option("MODEL", flags.model, "The ONNX model (.onnx)")->required();
+  command->add_option("-o,--output", flags.output, "Output .cir file")->required();
+  command->add_option("--batch", flags.batch, "Size of the symbolic batch dim (default: 1)")->check(CLI::PositiveNumber);
+}
+
+// ---- subcommands whose flags are declared but whose work is not built yet ----
 
 struct SimulateFlags {
   std::string plan;
   std::string cluster;
   bool json = false;
 };
-
-void addImportCommand(CLI::App& app, ImportFlags& flags) {
-  CLI::App* command = app.add_subcommand("import", "Convert an ONNX model to cleave's text IR (not built yet)");
-  command->add_option("MODEL", flags.model, "The ONNX model (.onnx)")->required();
-  command->add_option("-o,--output", flags.output, "Output .cir file")->required();
-}
 
 void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   CLI::App* compile = app.add_subcommand("compile", "Compile a model into a per-device plan (.cplan)");
@@ -267,16 +282,16 @@ int runCli(int argc, char** argv) {
   // CLI11 reports unknown flags only when it is not asked to require a subcommand, so the
   // subcommand checks are made here.
   if (app.get_subcommands().empty()) return missingSubcommand(app, "cleave");
-  if (app.got_subcommand("import")) return notBuiltYet("import", kIssueOnnxFrontend);
+  if (app.got_subcommand("import")) return runImport(import_flags);
   if (app.got_subcommand("compile")) return cli::runCompile(compile_flags, std::string("cleave ") + kVersion);
   if (app.got_subcommand("simulate")) return notBuiltYet("simulate", kIssueCostModel);
   if (app.got_subcommand("run")) return cli::runRun(run_flags);
   if (app.got_subcommand("inspect")) return runInspect(inspect_flags);
   CLI::App* gen = app.get_subcommand("gen");
   if (gen->get_subcommands().empty()) return missingSubcommand(*gen, "cleave gen");
-  if (gen->got_subcommand("gpt")) return runGen(generateGpt(gen_flags.gpt), gen_flags.output);
-  if (gen->got_subcommand("mlp")) return runGen(generateMlp(gen_flags.mlp), gen_flags.output);
-  if (gen->got_subcommand("cnn")) return runGen(generateCnn(gen_flags.cnn), gen_flags.output);
+  if (gen->got_subcommand("gpt")) return writeModel(generateGpt(gen_flags.gpt), gen_flags.output);
+  if (gen->got_subcommand("mlp")) return writeModel(generateMlp(gen_flags.mlp), gen_flags.output);
+  if (gen->got_subcommand("cnn")) return writeModel(generateCnn(gen_flags.cnn), gen_flags.output);
   return reportError(Status::internal("no subcommand ran"));
 }
 

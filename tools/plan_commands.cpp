@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "frontend/onnx_importer.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "ir/text_format.h"
@@ -29,8 +30,13 @@ std::string mib(int64_t bytes) {
   return text;
 }
 
-Expected<Graph> loadModel(const std::string& path) {
-  if (endsWith(path, ".onnx")) return Status::usage("compile of an ONNX model: not built yet (see issue 4)");
+// The model at `path`: cleave text IR, or ONNX imported with `batch` for its symbolic batch dim.
+Expected<Graph> loadModel(const std::string& path, int64_t batch) {
+  if (endsWith(path, ".onnx")) {
+    OnnxImportOptions options;
+    options.batch = batch;
+    return importOnnxModel(path, options);
+  }
   if (!endsWith(path, ".cir"))
     return Status::badInput("cannot compile '" + path + "': expected a model file (.cir or .onnx)");
   return loadGraphFile(path);
@@ -68,7 +74,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   if (flags.devices != 0 && flags.devices != product)
     return reportError(Status::usage("--devices " + std::to_string(flags.devices) + " differs from dp*tp*pp = " +
                                      std::to_string(product)));
-  auto model = loadModel(flags.model);
+  auto model = loadModel(flags.model, flags.batch);
   if (!model) return reportError(model.status());
 
   CompileOptions options;

@@ -68,8 +68,6 @@ expect 2 "$cleave" compile model.cir -o plan.cplan --schedule zigzag
 expect 2 "$cleave" gen mlp --batch many
 
 # 3. Subcommands not built yet exit 2 and name the issue that builds them.
-expect 2 "$cleave" import model.onnx -o model.cir
-contains err 'import: not built yet \(see issue 4\)'
 expect 2 "$cleave" compile model.cir -o plan.cplan --dp 2
 contains err 'not built yet \(see issue 5\)'
 expect 2 "$cleave" simulate plan.cplan --cluster dgx-h100
@@ -88,6 +86,14 @@ printf 'graph @broken(%%x : f32[2]) {\n  %%y = this is not cleave ir\n}\n' >"$tm
 expect 1 "$cleave" inspect "$tmp/broken.cir"
 contains err 'broken\.cir:[0-9]+:[0-9]+: '
 expect 1 "$cleave" inspect "$tmp/model.onnx"
+contains err 'model\.onnx'
+expect 1 "$cleave" import "$tmp/model.onnx" -o "$tmp/model.cir"
+contains err 'model\.onnx'
+expect 1 "$cleave" import "$tmp/broken.cir" -o "$tmp/model.cir"
+contains err 'expected an ONNX model'
+# An unsupported model gets one error listing every unsupported op type with node names and opset.
+expect 1 "$cleave" import "$source_dir/tests/fixtures/unsupported/model.onnx" -o "$tmp/model.cir"
+contains err 'unsupported ONNX ops at opset 13: Hardmax \(1 node: hardmax\); LRN \(2 nodes: lrn_1, lrn_2\)'
 expect 1 "$cleave" gen gpt --layers 1 --hidden 100 --heads 3 --seq 8 --vocab 10 --batch 1
 contains err 'multiple of heads'
 

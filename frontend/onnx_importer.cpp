@@ -1,0 +1,749 @@
+// ONNX import: reads an .onnx model through libonnx and builds the equivalent cleave Graph.
+#include "frontend/onnx_importer.h"
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "ir/constant_eval.h"
+
+namespace cleave {
+namespace {
+
+constexpr int64_t kMinOpset = 11;
+constexpr int64_t kMaxOpset = 17;
+
+using TensorPtr = std::shared_ptr<const TensorData>;
+
+// A cleave value name from an ONNX name: PyTorch's "/fc1/Gemm_output_0" becomes "fc1.Gemm", and
+// characters outside [A-Za-z0-9_.] become '_' ("onnx::Conv_37" -> "onnx__Conv_37").
+std::string sanitizeName(const std::string& onnx_name) {
+  std::string name = onnx_name;
+  while (!name.empty() && name[0] == '/') name.erase(0, 1);
+  const std::string first_output = "_output_0";
+  if (name.size() > first_output.size() && name.ends_with(first_output)) name.resize(name.size() - first_output.size());
+  for (char& c : name)
+    if (c == '/') c = '.';
+    else if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') c = '_';
+  if (name.empty() || (!std::isalpha(static_cast<unsigned char>(name[0])) && name[0] != '_')) name = "v" + name;
+  return name;
+}
+
+// The cleave dtype of an ONNX TensorProto data type; nullopt for types cleave lacks.
+std::optional<DType> dtypeFromOnnx(int32_t onnx_type) {
+  switch (onnx_type) {
+    case onnx::TensorProto::FLOAT: return DType::kF32;
+    case onnx::TensorProto::FLOAT16: return DType::kF16;
+    case onnx::TensorProto::BFLOAT16: return DType::kBF16;
+    case onnx::TensorProto::DOUBLE: return DType::kF64;
+    case onnx::TensorProto::INT64: return DType::kI64;
+    case onnx::TensorProto::INT32: return DType::kI32;
+    case onnx::TensorProto::INT8: return DType::kI8;
+    case onnx::TensorProto::UINT8: return DType::kU8;
+    case onnx::TensorProto::BOOL: return DType::kBool;
+    default: return std::nullopt;
+  }
+}
+
+// Copies a repeated proto field into `out` as little-endian T elements.
+template <class T, class Field>
+void copyField(const Field& field, std::vector<uint8_t>& out) {
+  out.resize(field.size() * sizeof(T));
+  T* data = reinterpret_cast<T*>(out.data());
+  for (int i = 0; i < field.size(); ++i) data[i] = static_cast<T>(field.Get(i));
+}
+
+// Reads the external-data bytes of `tensor` from the file next to the model.
+Status readExternalData(const onnx::TensorProto& tensor, const std::string& model_path, std::vector<uint8_t>& out) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& entry : tensor.external_data()) {
+    if (entry.key() == "location") location = entry.value();
+    if (entry.key() == "offset") offset = std::stoll(entry.value());
+    if (entry.key() == "length") length = std::stoll(entry.value());
+  }
+  auto file = std::filesystem::path(model_path).parent_path() / location;
+  std::ifstream in(file, std::ios::binary);
+  if (location.empty() || !in)
+    return Status::badInput(model_path + ": initializer '" + tensor.name() + "': cannot open external data '" +
+                            file.string() + "'");
+  if (length < 0) {
+    in.seekg(0, std::ios::end);
+    length = static_cast<int64_t>(in.tellg()) - offset;
+  }
+  out.resize(static_cast<size_t>(std::max<int64_t>(length, 0)));
+  in.seekg(offset);
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
+  if (!in)
+    return Status::badInput(model_path + ": initializer '" + tensor.name() + "': external data '" + file.string() +
+                            "' is shorter than offset " + std::to_string(offset) + " + length " + std::to_string(length));
+  return Status::ok();
+}
+
+// Converts an ONNX tensor (raw, typed-field or external data) into TensorData.
+Expected<TensorPtr> tensorFromOnnx(const onnx::TensorProto& tensor, const std::string& model_path) {
+  auto dtype = dtypeFromOnnx(tensor.data_type());
+  if (!dtype)
+    return Status::badInput(model_path + ": tensor '" + tensor.name() + "' has ONNX data type " +
+                            std::to_string(tensor.data_type()) + ", which cleave does not support");
+  auto data = std::make_shared<TensorData>();
+  data->type.dtype = *dtype;
+  for (int64_t dim : tensor.dims()) data->type.shape.push_back(dim);
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+    CLEAVE_TRY(readExternalData(tensor, model_path, data->bytes));
+  } else if (tensor.has_raw_data()) {
+    data->bytes.assign(tensor.raw_data().begin(), tensor.raw_data().end());
+  } else {
+    switch (*dtype) {
+      case DType::kF32: copyField<float>(tensor.float_data(), data->bytes); break;
+      case DType::kF64: copyField<double>(tensor.double_data(), data->bytes); break;
+      case DType::kI64: copyField<int64_t>(tensor.int64_data(), data->bytes); break;
+      case DType::kI32: copyField<int32_t>(tensor.int32_data(), data->bytes); break;
+      case DType::kI8: copyField<int8_t>(tensor.int32_data(), data->bytes); break;
+      case DType::kU8:
+      case DType::kBool: copyField<uint8_t>(tensor.int32_data(), data->bytes); break;
+      case DType::kF16:
+      case DType::kBF16: copyField<uint16_t>(tensor.int32_data(), data->bytes); break;
+    }
+  }
+  if (static_cast<int64_t>(data->bytes.size()) != data->type.bytes())
+    return Status::badInput(model_path + ": tensor '" + tensor.name() + "' of type " + data->type.str() + " holds " +
+                            std::to_string(data->bytes.size()) + " bytes, expected " +
+                            std::to_string(data->type.bytes()));
+  return TensorPtr(std::move(data));
+}
+
+// The integers of an i64 or i32 tensor.
+std::vector<int64_t> tensorInts(const TensorData& data) {
+  std::vector<int64_t> ints(static_cast<size_t>(data.type.numel()));
+  for (size_t i = 0; i < ints.size(); ++i)
+    ints[i] = data.type.dtype == DType::kI64 ? data.as<int64_t>()[i] : data.as<int32_t>()[i];
+  return ints;
+}
+
+// An i64 tensor holding `ints`, of shape [ints.size()] (or [] when `scalar`).
+TensorPtr intsTensor(const std::vector<int64_t>& ints, bool scalar = false) {
+  auto data = std::make_shared<TensorData>();
+  data->type = {DType::kI64, scalar ? Shape{} : Shape{static_cast<int64_t>(ints.size())}};
+  data->bytes.resize(ints.size() * sizeof(int64_t));
+  std::memcpy(data->bytes.data(), ints.data(), data->bytes.size());
+  return data;
+}
+
+// The ONNX op types this importer maps, for the up-front unsupported-op check.
+const std::set<std::string>& supportedOpTypes() {
+  static const std::set<std::string> kTypes = {
+      "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg", "Erf", "Tanh",
+      "Sigmoid", "Relu", "Clip", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+      "BatchNormalization", "Flatten", "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather",
+      "Unsqueeze", "Squeeze", "Softmax", "LogSoftmax", "Cast", "Where", "Equal", "Less", "LessOrEqual",
+      "Greater", "GreaterOrEqual", "ReduceMean", "ReduceSum", "ReduceMax", "Identity", "Dropout",
+      "Constant", "Shape", "Expand", "Trilu", "LayerNormalization", "Not", "ConstantOfShape", "Range"};
+  return kTypes;
+}
+
+// Builds the Graph node by node; one instance per import.
+class OnnxImporter {
+ public:
+  OnnxImporter(std::string path, const OnnxImportOptions& options, int64_t opset)
+      : path_(std::move(path)), options_(options), opset_(opset) {}
+
+  Expected<Graph> run(const onnx::GraphProto& onnx_graph);
+
+ private:
+  // Steps of run().
+  Status importInitializers(const onnx::GraphProto& onnx_graph);
+  Status importInputs(const onnx::GraphProto& onnx_graph);
+  Status importNode(const onnx::NodeProto& node);
+  Status importOutputs(const onnx::GraphProto& onnx_graph);
+
+  // Helpers for node import.
+  SourceLoc locOf(const onnx::NodeProto& node) const;
+  std::string where(const onnx::NodeProto& node) const;
+  Status nodeError(const onnx::NodeProto& node, const std::string& message) const;
+  bool hasInput(const onnx::NodeProto& node, int index) const;
+  // The graph value of ONNX tensor `name`, creating a constant node or parameter on first use.
+  Expected<ValueId> valueOf(const onnx::NodeProto& node, const std::string& name);
+  // The type of ONNX tensor `name` (a value, constant or parameter initializer).
+  Expected<TensorType> typeOf(const onnx::NodeProto& node, const std::string& name);
+  // The data of input `index`, which must be a constant.
+  Expected<TensorPtr> constantInput(const onnx::NodeProto& node, int index);
+  Expected<std::vector<int64_t>> constantInts(const onnx::NodeProto& node, int index);
+  Expected<double> constantScalar(const onnx::NodeProto& node, int index);
+  // Emits `op` on the given ONNX input names: folded when every input is a constant, else a node.
+  Status emit(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
+              int result_count = 1);
+  // Emits `op` on internal operand values and returns its results (for multi-node lowerings).
+  Expected<std::vector<ValueId>> emitValues(const onnx::NodeProto& node, OpId op, std::vector<ValueId> operands,
+                                            AttrMap attrs, const std::string& result_hint);
+  void bindConstant(const std::string& name, TensorPtr data) { constants_[name] = std::move(data); }
+
+  std::string path_;
+  OnnxImportOptions options_;
+  int64_t opset_;
+  Graph graph_;
+  std::unordered_map<std::string, ValueId> values_;         // ONNX tensor -> graph value
+  std::unordered_map<std::string, TensorPtr> constants_;    // ONNX tensor -> known data (foldable)
+  std::unordered_map<std::string, TensorPtr> parameters_;   // float initializers, made params on first use
+};
+
+// ONNX attribute accessors with defaults.
+const onnx::AttributeProto* findAttr(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& attr : node.attribute())
+    if (attr.name() == name) return &attr;
+  return nullptr;
+}
+int64_t intAttr(const onnx::NodeProto& node, const std::string& name, int64_t fallback) {
+  const auto* attr = findAttr(node, name);
+  return attr ? attr->i() : fallback;
+}
+double floatAttr(const onnx::NodeProto& node, const std::string& name, double fallback) {
+  const auto* attr = findAttr(node, name);
+  return attr ? attr->f() : fallback;
+}
+std::string stringAttr(const onnx::NodeProto& node, const std::string& name, const std::string& fallback) {
+  const auto* attr = findAttr(node, name);
+  return attr ? attr->s() : fallback;
+}
+std::optional<std::vector<int64_t>> intsAttr(const onnx::NodeProto& node, const std::string& name) {
+  const auto* attr = findAttr(node, name);
+  if (!attr) return std::nullopt;
+  return std::vector<int64_t>(attr->ints().begin(), attr->ints().end());
+}
+
+SourceLoc OnnxImporter::locOf(const onnx::NodeProto& node) const {
+  std::string name = !node.name().empty() ? node.name() : node.op_type() + " -> " + node.output(0);
+  return SourceLoc{path_, 0, 0, name};
+}
+
+std::string OnnxImporter::where(const onnx::NodeProto& node) const { return locOf(node).str() + ": " + node.op_type(); }
+
+Status OnnxImporter::nodeError(const onnx::NodeProto& node, const std::string& message) const {
+  return Status::badInput(where(node) + ": " + message);
+}
+
+bool OnnxImporter::hasInput(const onnx::NodeProto& node, int index) const {
+  return index < node.input_size() && !node.input(index).empty();
+}
+
+Expected<ValueId> OnnxImporter::valueOf(const onnx::NodeProto& node, const std::string& name) {
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  if (auto it = constants_.find(name); it != constants_.end()) {
+    auto results = graph_.addNode(OpId::constant, {}, {{"value", it->second}}, locOf(node), {sanitizeName(name)});
+    if (!results) return results.status();
+    values_[name] = results->front();
+    return results->front();
+  }
+  if (auto it = parameters_.find(name); it != parameters_.end()) {
+    Initializer init;
+    init.kind = "data";
+    init.data = it->second;
+    CLEAVE_ASSIGN_OR_RETURN(ValueId v, graph_.addParam(graph_.uniqueName(sanitizeName(name)), it->second->type, init));
+    values_[name] = v;
+    return v;
+  }
+  return nodeError(node, "input '" + name + "' is not defined before this node");
+}
+
+Expected<TensorType> OnnxImporter::typeOf(const onnx::NodeProto& node, const std::string& name) {
+  if (auto it = values_.find(name); it != values_.end()) return graph_.values[it->second].type;
+  if (auto it = constants_.find(name); it != constants_.end()) return it->second->type;
+  if (auto it = parameters_.find(name); it != parameters_.end()) return it->second->type;
+  return nodeError(node, "input '" + name + "' is not defined before this node");
+}
+
+Expected<TensorPtr> OnnxImporter::constantInput(const onnx::NodeProto& node, int index) {
+  const std::string& name = node.input(index);
+  if (auto it = constants_.find(name); it != constants_.end()) return it->second;
+  if (auto it = parameters_.find(name); it != parameters_.end()) return it->second;
+  return nodeError(node, "input " + std::to_string(index) + " ('" + name +
+                             "') must be a constant (an initializer, a Constant or computable from static shapes)");
+}
+
+Expected<std::vector<int64_t>> OnnxImporter::constantInts(const onnx::NodeProto& node, int index) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorPtr data, constantInput(node, index));
+  if (data->type.dtype != DType::kI64 && data->type.dtype != DType::kI32)
+    return nodeError(node, "input " + std::to_string(index) + " must hold integers, not " + data->type.str());
+  return tensorInts(*data);
+}
+
+Expected<double> OnnxImporter::constantScalar(const onnx::NodeProto& node, int index) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorPtr data, constantInput(node, index));
+  if (data->type.numel() != 1) return nodeError(node, "input " + std::to_string(index) + " must hold one value");
+  switch (data->type.dtype) {
+    case DType::kF32: return static_cast<double>(data->as<float>()[0]);
+    case DType::kF64: return data->as<double>()[0];
+    case DType::kI64: return static_cast<double>(data->as<int64_t>()[0]);
+    case DType::kI32: return static_cast<double>(data->as<int32_t>()[0]);
+    default: return nodeError(node, "input " + std::to_string(index) + " has unsupported type " + data->type.str());
+  }
+}
+
+Status OnnxImporter::emit(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
+                          int result_count) {
+  // 1. Fold when every input is a known constant and the constant evaluator handles the op.
+  bool all_constant = true;
+  std::vector<const TensorData*> constant_operands;
+  std::vector<TensorType> operand_types;
+  for (const auto& name : inputs) {
+    auto it = constants_.find(name);
+    if (it == constants_.end()) {
+      all_constant = false;
+      break;
+    }
+    constant_operands.push_back(it->second.get());
+    operand_types.push_back(it->second->type);
+  }
+  if (all_constant) {
+    auto types = inferResultTypes(opDef(op), operand_types, attrs);
+    if (!types) return types.status().withContext(where(node) + ": ");
+    if (isConstantEvaluable(op, operand_types, *types)) {
+      auto results = evaluateConstantNode(op, attrs, constant_operands, *types);
+      if (!results) return results.status().withContext(where(node) + ": ");
+      for (int i = 0; i < result_count; ++i)
+        bindConstant(node.output(i), std::make_shared<TensorData>(std::move((*results)[i])));
+      return Status::ok();
+    }
+  }
+  // 2. Otherwise add a node whose results are named after the ONNX outputs.
+  std::vector<ValueId> operands;
+  for (const auto& name : inputs) {
+    CLEAVE_ASSIGN_OR_RETURN(ValueId v, valueOf(node, name));
+    operands.push_back(v);
+  }
+  std::vector<std::string> names;
+  for (int i = 0; i < result_count; ++i) names.push_back(sanitizeName(node.output(i)));
+  auto results = graph_.addNode(op, std::move(operands), std::move(attrs), locOf(node), names);
+  if (!results) return results.status();
+  for (int i = 0; i < result_count; ++i) values_[node.output(i)] = (*results)[i];
+  return Status::ok();
+}
+
+Expected<std::vector<ValueId>> OnnxImporter::emitValues(const onnx::NodeProto& node, OpId op,
+                                                        std::vector<ValueId> operands, AttrMap attrs,
+                                                        const std::string& result_hint) {
+  return graph_.addNode(op, std::move(operands), std::move(attrs), locOf(node), {sanitizeName(result_hint)});
+}
+
+Status OnnxImporter::importInitializers(const onnx::GraphProto& onnx_graph) {
+  for (const auto& initializer : onnx_graph.initializer()) {
+    auto data = tensorFromOnnx(initializer, path_);
+    if (!data) return data.status();
+    // Float initializers are the model's weights; integer ones are shapes and indices.
+    if (isFloat((*data)->type.dtype))
+      parameters_[initializer.name()] = *data;
+    else
+      bindConstant(initializer.name(), *data);
+  }
+  return Status::ok();
+}
+
+Status OnnxImporter::importInputs(const onnx::GraphProto& onnx_graph) {
+  for (const auto& input : onnx_graph.input()) {
+    if (parameters_.count(input.name()) || constants_.count(input.name())) continue;  // an initializer
+    const auto& tensor_type = input.type().tensor_type();
+    auto dtype = dtypeFromOnnx(tensor_type.elem_type());
+    if (!dtype)
+      return Status::badInput(path_ + ": input '" + input.name() + "' has ONNX element type " +
+                              std::to_string(tensor_type.elem_type()) + ", which cleave does not support");
+    if (!tensor_type.has_shape())
+      return Status::badInput(path_ + ": input '" + input.name() + "' has no shape; cleave needs static shapes");
+    TensorType type{*dtype, {}};
+    for (int i = 0; i < tensor_type.shape().dim_size(); ++i) {
+      const auto& dim = tensor_type.shape().dim(i);
+      if (dim.has_dim_value()) {
+        type.shape.push_back(dim.dim_value());
+      } else if (i == 0) {
+        type.shape.push_back(options_.batch > 0 ? options_.batch : 1);  // the symbolic batch dim
+      } else {
+        return Status::badInput(path_ + ": input '" + input.name() + "' has symbolic dim " + std::to_string(i) +
+                                " ('" + dim.dim_param() + "'); only dim 0 (the batch) may be symbolic");
+      }
+    }
+    CLEAVE_ASSIGN_OR_RETURN(ValueId v, graph_.addInput(sanitizeName(input.name()), type));
+    values_[input.name()] = v;
+  }
+  return Status::ok();
+}
+
+Status OnnxImporter::importOutputs(const onnx::GraphProto& onnx_graph) {
+  for (const auto& output : onnx_graph.output()) {
+    onnx::NodeProto producer;  // outputs have no node; diagnostics name the output instead
+    producer.set_name("output " + output.name());
+    producer.set_op_type("output");
+    producer.add_output(output.name());
+    CLEAVE_ASSIGN_OR_RETURN(ValueId v, valueOf(producer, output.name()));
+    // An output that is also an input or parameter, or already an output, goes through an identity.
+    bool needs_identity = graph_.values[v].producer < 0 ||
+                          std::find(graph_.outputs.begin(), graph_.outputs.end(), v) != graph_.outputs.end();
+    if (needs_identity) {
+      CLEAVE_ASSIGN_OR_RETURN(auto results, emitValues(producer, OpId::identity, {v}, {}, output.name()));
+      v = results.front();
+    }
+    graph_.outputs.push_back(v);
+  }
+  return Status::ok();
+}
+
+// Attributes shared by Conv, MaxPool and AveragePool: strides, pads (2-D only) and auto_pad=NOTSET.
+Status windowAttrs(const onnx::NodeProto& node, AttrMap& attrs, const std::function<Status(std::string)>& fail) {
+  std::string auto_pad = stringAttr(node, "auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET") return fail("auto_pad '" + auto_pad + "' is not supported; only explicit pads");
+  if (auto strides = intsAttr(node, "strides")) attrs["strides"] = *strides;
+  if (auto pads = intsAttr(node, "pads")) attrs["pads"] = *pads;
+  return Status::ok();
+}
+
+Status OnnxImporter::importNode(const onnx::NodeProto& node) {
+  const std::string& type = node.op_type();
+  auto fail = [&](const std::string& message) { return nodeError(node, message); };
+  static const std::map<std::string, OpId> kSimple = {
+      {"MatMul", OpId::matmul}, {"Add", OpId::add}, {"Sub", OpId::sub}, {"Mul", OpId::mul}, {"Div", OpId::div},
+      {"Pow", OpId::pow}, {"Sqrt", OpId::sqrt}, {"Exp", OpId::exp}, {"Log", OpId::log}, {"Neg", OpId::neg},
+      {"Erf", OpId::erf}, {"Tanh", OpId::tanh}, {"Sigmoid", OpId::sigmoid}, {"Relu", OpId::relu},
+      {"Where", OpId::where}, {"Equal", OpId::equal}, {"Less", OpId::less}, {"LessOrEqual", OpId::less_equal},
+      {"Greater", OpId::greater}, {"GreaterOrEqual", OpId::greater_equal}, {"Identity", OpId::identity},
+      {"GlobalAveragePool", OpId::global_avg_pool}};
+  if (auto it = kSimple.find(type); it != kSimple.end()) {
+    std::vector<std::string> inputs(node.input().begin(), node.input().end());
+    // Pow's exponent may have another dtype in ONNX; a constant exponent is converted to the base's.
+    if (type == "Pow" && constants_.count(inputs[1])) {
+      CLEAVE_ASSIGN_OR_RETURN(TensorType base, typeOf(node, inputs[0]));
+      if (constants_[inputs[1]]->type.dtype != base.dtype) {
+        auto cast = evaluateConstantNode(OpId::cast, {{"to", std::string(dtypeName(base.dtype))}},
+                                         std::vector<const TensorData*>{constants_[inputs[1]].get()},
+                                         std::vector<TensorType>{{base.dtype, constants_[inputs[1]]->type.shape}});
+        if (!cast) return cast.status().withContext(where(node) + ": ");
+        inputs[1] = node.output(0) + "/exponent";
+        bindConstant(inputs[1], std::make_shared<TensorData>(std::move(cast->front())));
+      }
+    }
+    return emit(node, it->second, inputs, {});
+  }
+  if (type == "Gemm") {
+    AttrMap attrs{{"alpha", floatAttr(node, "alpha", 1.0)}, {"beta", floatAttr(node, "beta", 1.0)},
+                  {"transpose_a", intAttr(node, "transA", 0)}, {"transpose_b", intAttr(node, "transB", 0)}};
+    std::vector<std::string> inputs = {node.input(0), node.input(1)};
+    if (hasInput(node, 2)) inputs.push_back(node.input(2));
+    return emit(node, OpId::gemm, inputs, attrs);
+  }
+  if (type == "Clip") {
+    AttrMap attrs;
+    if (opset_ < 11) return fail("Clip before opset 11 is not supported");
+    if (hasInput(node, 1)) {
+      CLEAVE_ASSIGN_OR_RETURN(attrs["min"], constantScalar(node, 1));
+    }
+    if (hasInput(node, 2)) {
+      CLEAVE_ASSIGN_OR_RETURN(attrs["max"], constantScalar(node, 2));
+    }
+    return emit(node, OpId::clip, {node.input(0)}, attrs);
+  }
+  if (type == "Conv") {
+    CLEAVE_ASSIGN_OR_RETURN(TensorType weight, typeOf(node, node.input(1)));
+    if (weight.rank() != 4) return fail("only 2-D convolutions are supported (weight is " + weight.str() + ")");
+    AttrMap attrs{{"groups", intAttr(node, "group", 1)}};
+    CLEAVE_TRY(windowAttrs(node, attrs, fail));
+    if (auto dilations = intsAttr(node, "dilations")) attrs["dilations"] = *dilations;
+    std::vector<std::string> inputs = {node.input(0), node.input(1)};
+    if (hasInput(node, 2)) inputs.push_back(node.input(2));
+    return emit(node, OpId::conv2d, inputs, attrs);
+  }
+  if (type == "MaxPool" || type == "AveragePool") {
+    if (node.output_size() > 1 && !node.output(1).empty()) return fail("the Indices output is not supported");
+    auto kernel = intsAttr(node, "kernel_shape");
+    if (!kernel || kernel->size() != 2) return fail("only 2-D pooling is supported");
+    AttrMap attrs{{"kernel", *kernel}, {"ceil_mode", intAttr(node, "ceil_mode", 0)}};
+    CLEAVE_TRY(windowAttrs(node, attrs, fail));
+    if (auto dilations = intsAttr(node, "dilations"))
+      for (int64_t d : *dilations)
+        if (d != 1) return fail("pooling dilations other than 1 are not supported");
+    if (type == "AveragePool") attrs["count_include_pad"] = intAttr(node, "count_include_pad", 0);
+    return emit(node, type == "MaxPool" ? OpId::max_pool2d : OpId::avg_pool2d, {node.input(0)}, attrs);
+  }
+  if (type == "BatchNormalization") {
+    if (intAttr(node, "training_mode", 0) != 0 || node.output_size() > 1)
+      return fail("only the inference form (one output, training_mode=0) is supported");
+    return emit(node, OpId::batch_norm, {node.input(0), node.input(1), node.input(2), node.input(3), node.input(4)},
+                {{"epsilon", floatAttr(node, "epsilon", 1e-5)}});
+  }
+  if (type == "LayerNormalization") {
+    if (node.output_size() > 1) return fail("only the first output (Y) is supported");
+    if (intAttr(node, "stash_type", 1) != 1) return fail("stash_type other than 1 (f32) is not supported");
+    std::vector<std::string> inputs = {node.input(0), node.input(1)};
+    if (hasInput(node, 2)) inputs.push_back(node.input(2));
+    return emit(node, OpId::layer_norm, inputs,
+                {{"axis", intAttr(node, "axis", -1)}, {"epsilon", floatAttr(node, "epsilon", 1e-5)}});
+  }
+  if (type == "Flatten") return emit(node, OpId::flatten, {node.input(0)}, {{"axis", intAttr(node, "axis", 1)}});
+  if (type == "Reshape") {
+    if (intAttr(node, "allowzero", 0) != 0) return fail("allowzero=1 is not supported");
+    CLEAVE_ASSIGN_OR_RETURN(auto shape, constantInts(node, 1));
+    return emit(node, OpId::reshape, {node.input(0)}, {{"shape", shape}});
+  }
+  if (type == "Expand") {
+    CLEAVE_ASSIGN_OR_RETURN(auto shape, constantInts(node, 1));
+    return emit(node, OpId::expand, {node.input(0)}, {{"shape", shape}});
+  }
+  if (type == "Transpose") {
+    AttrMap attrs;
+    if (auto perm = intsAttr(node, "perm")) attrs["perm"] = *perm;
+    return emit(node, OpId::transpose, {node.input(0)}, attrs);
+  }
+  if (type == "Concat") {
+    return emit(node, OpId::concat, {node.input().begin(), node.input().end()}, {{"axis", intAttr(node, "axis", 0)}});
+  }
+  if (type == "Split") {
+    CLEAVE_ASSIGN_OR_RETURN(TensorType x, typeOf(node, node.input(0)));
+    int64_t axis = intAttr(node, "axis", 0);
+    int64_t normalized = normalizeAxis(axis, x.rank());
+    if (normalized < 0) return fail("axis " + std::to_string(axis) + " is out of range for " + x.str());
+    std::vector<int64_t> sizes;
+    if (opset_ < 13 && intsAttr(node, "split")) {
+      sizes = *intsAttr(node, "split");
+    } else if (opset_ >= 13 && hasInput(node, 1)) {
+      CLEAVE_ASSIGN_OR_RETURN(sizes, constantInts(node, 1));
+    } else {
+      int64_t parts = node.output_size(), dim = x.shape[normalized];
+      if (dim % parts != 0) return fail("dim " + std::to_string(dim) + " does not split into " + std::to_string(parts) + " equal parts");
+      sizes.assign(static_cast<size_t>(parts), dim / parts);
+    }
+    return emit(node, OpId::split, {node.input(0)}, {{"axis", axis}, {"sizes", sizes}}, node.output_size());
+  }
+  if (type == "Slice") {
+    AttrMap attrs;
+    CLEAVE_ASSIGN_OR_RETURN(attrs["starts"], constantInts(node, 1));
+    CLEAVE_ASSIGN_OR_RETURN(attrs["ends"], constantInts(node, 2));
+    if (hasInput(node, 3)) {
+      CLEAVE_ASSIGN_OR_RETURN(attrs["axes"], constantInts(node, 3));
+    }
+    if (hasInput(node, 4)) {
+      CLEAVE_ASSIGN_OR_RETURN(attrs["steps"], constantInts(node, 4));
+    }
+    return emit(node, OpId::slice, {node.input(0)}, attrs);
+  }
+  if (type == "Gather") {
+    return emit(node, OpId::gather, {node.input(0), node.input(1)}, {{"axis", intAttr(node, "axis", 0)}});
+  }
+  if (type == "Unsqueeze" || type == "Squeeze") {
+    AttrMap attrs;
+    if (opset_ < 13) {
+      if (auto axes = intsAttr(node, "axes")) attrs["axes"] = *axes;
+    } else if (hasInput(node, 1)) {
+      CLEAVE_ASSIGN_OR_RETURN(attrs["axes"], constantInts(node, 1));
+    }
+    if (type == "Unsqueeze" && !attrs.count("axes")) return fail("Unsqueeze needs axes");
+    return emit(node, type == "Unsqueeze" ? OpId::unsqueeze : OpId::squeeze, {node.input(0)}, attrs);
+  }
+  if (type == "Softmax" || type == "LogSoftmax") {
+    OpId op = type == "Softmax" ? OpId::softmax : OpId::log_softmax;
+    CLEAVE_ASSIGN_OR_RETURN(TensorType x, typeOf(node, node.input(0)));
+    int64_t axis = intAttr(node, "axis", opset_ < 13 ? 1 : -1);
+    int64_t normalized = normalizeAxis(axis, x.rank());
+    if (normalized < 0) return fail("axis " + std::to_string(axis) + " is out of range for " + x.str());
+    if (opset_ >= 13 || normalized == x.rank() - 1) return emit(node, op, {node.input(0)}, {{"axis", axis}});
+    // Before opset 13 the input is coerced to 2-D at `axis`: flatten, normalise rows, reshape back.
+    CLEAVE_ASSIGN_OR_RETURN(ValueId input, valueOf(node, node.input(0)));
+    CLEAVE_ASSIGN_OR_RETURN(auto flat, emitValues(node, OpId::flatten, {input}, {{"axis", normalized}}, node.output(0) + ".2d"));
+    CLEAVE_ASSIGN_OR_RETURN(auto normed, emitValues(node, op, flat, {{"axis", int64_t{-1}}}, node.output(0) + ".2d"));
+    CLEAVE_ASSIGN_OR_RETURN(auto result, emitValues(node, OpId::reshape, normed, {{"shape", x.shape}}, node.output(0)));
+    values_[node.output(0)] = result.front();
+    return Status::ok();
+  }
+  if (type == "Cast") {
+    auto dtype = dtypeFromOnnx(static_cast<int32_t>(intAttr(node, "to", 0)));
+    if (!dtype) return fail("cast to ONNX data type " + std::to_string(intAttr(node, "to", 0)) + " is not supported");
+    return emit(node, OpId::cast, {node.input(0)}, {{"to", std::string(dtypeName(*dtype))}});
+  }
+  if (type == "ReduceMean" || type == "ReduceSum" || type == "ReduceMax") {
+    OpId op = type == "ReduceMean" ? OpId::reduce_mean : type == "ReduceSum" ? OpId::reduce_sum : OpId::reduce_max;
+    AttrMap attrs{{"keepdims", intAttr(node, "keepdims", 1)}};
+    if (type == "ReduceSum" && opset_ >= 13) {
+      if (intAttr(node, "noop_with_empty_axes", 0) != 0) return fail("noop_with_empty_axes=1 is not supported");
+      if (hasInput(node, 1)) {
+        CLEAVE_ASSIGN_OR_RETURN(attrs["axes"], constantInts(node, 1));
+      }
+    } else if (auto axes = intsAttr(node, "axes")) {
+      attrs["axes"] = *axes;
+    }
+    return emit(node, op, {node.input(0)}, attrs);
+  }
+  if (type == "Dropout") {
+    if (node.output_size() > 1 && !node.output(1).empty()) return fail("the mask output is not supported");
+    return emit(node, OpId::identity, {node.input(0)}, {});  // inference: dropout is the identity
+  }
+  if (type == "Constant") {
+    if (const auto* value = findAttr(node, "value")) {
+      CLEAVE_ASSIGN_OR_RETURN(TensorPtr data, tensorFromOnnx(value->t(), path_));
+      bindConstant(node.output(0), data);
+    } else if (const auto* ints = findAttr(node, "value_ints")) {
+      bindConstant(node.output(0), intsTensor({ints->ints().begin(), ints->ints().end()}));
+    } else if (const auto* one_int = findAttr(node, "value_int")) {
+      bindConstant(node.output(0), intsTensor({one_int->i()}, /*scalar=*/true));
+    } else if (const auto* one_float = findAttr(node, "value_float")) {
+      auto data = std::make_shared<TensorData>();
+      data->type = {DType::kF32, {}};
+      float f = one_float->f();
+      data->bytes.resize(sizeof f);
+      std::memcpy(data->bytes.data(), &f, sizeof f);
+      bindConstant(node.output(0), data);
+    } else {
+      return fail("only the value, value_int, value_ints and value_float forms are supported");
+    }
+    return Status::ok();
+  }
+  if (type == "Shape") {
+    CLEAVE_ASSIGN_OR_RETURN(TensorType x, typeOf(node, node.input(0)));
+    int64_t rank = x.rank();
+    auto clampIndex = [rank](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+    int64_t start = clampIndex(intAttr(node, "start", 0)), end = clampIndex(intAttr(node, "end", rank));
+    std::vector<int64_t> dims(x.shape.begin() + start, x.shape.begin() + std::max(start, end));
+    bindConstant(node.output(0), intsTensor(dims));
+    return Status::ok();
+  }
+  if (type == "Not") {
+    // not(x) is equal(x, false); it folds when x is a constant.
+    auto false_scalar = std::make_shared<TensorData>();
+    false_scalar->type = {DType::kBool, {}};
+    false_scalar->bytes = {0};
+    std::string false_name = node.output(0) + "/false";
+    bindConstant(false_name, false_scalar);
+    return emit(node, OpId::equal, {node.input(0), false_name}, {});
+  }
+  if (type == "ConstantOfShape") {
+    // Folded: a tensor of the (constant) shape filled with `value` (default f32 0).
+    CLEAVE_ASSIGN_OR_RETURN(auto shape, constantInts(node, 0));
+    TensorPtr fill;
+    if (const auto* value = findAttr(node, "value")) {
+      CLEAVE_ASSIGN_OR_RETURN(fill, tensorFromOnnx(value->t(), path_));
+    } else {
+      auto zero = std::make_shared<TensorData>();
+      zero->type = {DType::kF32, {1}};
+      zero->bytes.assign(sizeof(float), 0);
+      fill = zero;
+    }
+    if (fill->type.numel() != 1) return fail("value must hold one element");
+    auto data = std::make_shared<TensorData>();
+    data->type = {fill->type.dtype, shape};
+    for (int64_t i = 0; i < data->type.numel(); ++i) data->bytes.insert(data->bytes.end(), fill->bytes.begin(), fill->bytes.end());
+    bindConstant(node.output(0), data);
+    return Status::ok();
+  }
+  if (type == "Range") {
+    // Folded: start, limit and delta are constants; integer ranges only (positions, indices).
+    CLEAVE_ASSIGN_OR_RETURN(TensorPtr start, constantInput(node, 0));
+    if (start->type.dtype != DType::kI64 && start->type.dtype != DType::kI32)
+      return fail("only integer ranges are supported, not " + start->type.str());
+    CLEAVE_ASSIGN_OR_RETURN(auto first, constantInts(node, 0));
+    CLEAVE_ASSIGN_OR_RETURN(auto limit, constantInts(node, 1));
+    CLEAVE_ASSIGN_OR_RETURN(auto delta, constantInts(node, 2));
+    if (first.size() != 1 || limit.size() != 1 || delta.size() != 1 || delta[0] == 0)
+      return fail("start, limit and delta must be scalars, delta non-zero");
+    std::vector<int64_t> values;
+    for (int64_t v = first[0]; delta[0] > 0 ? v < limit[0] : v > limit[0]; v += delta[0]) values.push_back(v);
+    TensorPtr range = intsTensor(values);
+    if (start->type.dtype == DType::kI32) {
+      auto cast = evaluateConstantNode(OpId::cast, {{"to", std::string("i32")}}, std::vector<const TensorData*>{range.get()},
+                                       std::vector<TensorType>{{DType::kI32, range->type.shape}});
+      if (!cast) return cast.status().withContext(where(node) + ": ");
+      range = std::make_shared<TensorData>(std::move(cast->front()));
+    }
+    bindConstant(node.output(0), range);
+    return Status::ok();
+  }
+  if (type == "Trilu") {
+    int64_t k = 0;
+    if (hasInput(node, 1)) {
+      CLEAVE_ASSIGN_OR_RETURN(auto ks, constantInts(node, 1));
+      if (ks.size() != 1) return fail("k must hold one integer");
+      k = ks[0];
+    }
+    return emit(node, OpId::trilu, {node.input(0)}, {{"upper", intAttr(node, "upper", 1)}, {"k", k}});
+  }
+  return fail("op type is not supported");
+}
+
+Expected<Graph> OnnxImporter::run(const onnx::GraphProto& onnx_graph) {
+  // 1. Initializers, then the real inputs (a graph input that has an initializer is not one).
+  CLEAVE_TRY(importInitializers(onnx_graph));
+  CLEAVE_TRY(importInputs(onnx_graph));
+  // 2. Nodes in the model's (topological) order; constant ones fold as they come.
+  for (const auto& node : onnx_graph.node()) CLEAVE_TRY(importNode(node));
+  // 3. Outputs.
+  CLEAVE_TRY(importOutputs(onnx_graph));
+  return std::move(graph_);
+}
+
+// Lists every node whose op type the importer does not map, on one line; empty when all are supported.
+std::string unsupportedOpsReport(const onnx::GraphProto& onnx_graph) {
+  std::map<std::string, std::vector<std::string>> nodes_by_type;
+  for (int i = 0; i < onnx_graph.node_size(); ++i) {
+    const auto& node = onnx_graph.node(i);
+    bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
+    if (default_domain && supportedOpTypes().count(node.op_type())) continue;
+    std::string type = default_domain ? node.op_type() : node.domain() + "::" + node.op_type();
+    nodes_by_type[type].push_back(node.name().empty() ? "#" + std::to_string(i) : node.name());
+  }
+  std::string report;
+  for (const auto& [type, names] : nodes_by_type) {
+    report += std::string(report.empty() ? " " : "; ") + type + " (" + std::to_string(names.size()) + " node" +
+              (names.size() > 1 ? "s" : "") + ": ";
+    for (size_t i = 0; i < names.size() && i < 5; ++i) report += (i ? ", " : "") + names[i];
+    if (names.size() > 5) report += ", ...";
+    report += ")";
+  }
+  return report;
+}
+
+}  // namespace
+
+Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions& options) {
+  // 1. Parse the ModelProto.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::badInput("cannot open ONNX model '" + path + "': " + std::strerror(errno));
+  onnx::ModelProto model;
+  if (!model.ParseFromIstream(&in)) return Status::badInput(path + ": not a valid ONNX model (protobuf parse failed)");
+
+  // 2. The default-domain opset must be one cleave maps.
+  int64_t opset = -1;
+  for (const auto& import : model.opset_import())
+    if (import.domain().empty() || import.domain() == "ai.onnx") opset = import.version();
+  if (opset < 0) return Status::badInput(path + ": the model imports no default-domain (ai.onnx) opset");
+  if (opset < kMinOpset || opset > kMaxOpset)
+    return Status::badInput(path + ": ONNX opset " + std::to_string(opset) + " is not supported (cleave imports opsets " +
+                            std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
+
+  // 3. libonnx's checker and shape inference; they report errors by throwing.
+  try {
+    onnx::checker::check_model(path);  // the path form also checks external-data files
+    onnx::shape_inference::InferShapes(model);
+  } catch (const std::exception& e) {
+    std::string reason = e.what();
+    std::replace(reason.begin(), reason.end(), '\n', ' ');  // diagnostics are one line
+    return Status::badInput(path + ": invalid ONNX model: " + reason);
+  }
+
+  // 4. One error for every unsupported op, before any conversion.
+  std::string unsupported = unsupportedOpsReport(model.graph());
+  if (!unsupported.empty())
+    return Status::badInput(path + ": unsupported ONNX ops at opset " + std::to_string(opset) + ":" + unsupported);
+
+  // 5. Convert.
+  OnnxImporter importer(path, options, opset);
+  return importer.run(model.graph());
+}
+
+}  // namespace cleave

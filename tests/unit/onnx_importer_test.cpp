@@ -1,0 +1,144 @@
+// Tests for the ONNX importer on the committed fixtures (tests/fixtures, made by make_onnx.py).
+#include "frontend/onnx_importer.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "ir/verifier.h"
+
+namespace cleave {
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(CLEAVE_SOURCE_DIR) + "/tests/fixtures/" + name + "/model.onnx"; }
+
+// Op name -> node count.
+std::map<std::string, int> opCounts(const Graph& graph) {
+  std::map<std::string, int> counts;
+  for (const Node& node : graph.nodes) ++counts[std::string(opName(node.op))];
+  return counts;
+}
+
+Graph importOk(const std::string& name, int64_t batch = 0) {
+  OnnxImportOptions options;
+  options.batch = batch;
+  auto graph = importOnnxModel(fixture(name), options);
+  EXPECT_TRUE(graph.hasValue()) << graph.status().message();
+  if (!graph) return Graph{};
+  EXPECT_TRUE(verifyGraph(*graph).isOk()) << verifyGraph(*graph).message();
+  return std::move(graph).value();
+}
+
+TEST(OnnxImporter, MlpWeightsBecomeParametersWithTheirData) {
+  Graph graph = importOk("mlp");
+  ASSERT_EQ(graph.inputs.size(), 1u);
+  EXPECT_EQ(graph.values[graph.inputs[0]].name, "input");
+  EXPECT_EQ(graph.values[graph.inputs[0]].type.str(), "f32[4,784]");
+  ASSERT_EQ(graph.outputs.size(), 1u);
+  EXPECT_EQ(graph.values[graph.outputs[0]].name, "output");
+  EXPECT_EQ(graph.values[graph.outputs[0]].type.str(), "f32[4,10]");
+  ASSERT_EQ(graph.params.size(), 6u);
+  for (const Param& param : graph.params) {
+    EXPECT_EQ(param.init.kind, "data");
+    ASSERT_NE(param.init.data, nullptr);
+    EXPECT_EQ(param.init.data->type, graph.values[param.value].type);
+    EXPECT_TRUE(param.trainable);
+  }
+  EXPECT_EQ(graph.parameterCount(), 784 * 48 + 48 + 48 * 32 + 32 + 32 * 10 + 10);
+  auto counts = opCounts(graph);
+  EXPECT_EQ(counts["gemm"], 3);
+  EXPECT_EQ(counts["erf"], 1);  // gelu arrives as x * 0.5 * (1 + erf(x / sqrt 2))
+  EXPECT_EQ(counts["relu"], 1);
+}
+
+TEST(OnnxImporter, ShapeSubgraphFoldsAndBatchOverridesTheSymbolicDim) {
+  Graph graph = importOk("cnn", /*batch=*/3);
+  EXPECT_EQ(graph.values[graph.inputs[0]].type.str(), "f32[3,1,16,16]");
+  EXPECT_EQ(graph.values[graph.outputs[0]].type.str(), "f32[3,10]");
+  auto counts = opCounts(graph);
+  EXPECT_EQ(counts["conv2d"], 2);
+  EXPECT_EQ(counts["max_pool2d"], 1);
+  EXPECT_EQ(counts["global_avg_pool"], 1);
+  EXPECT_EQ(counts["reshape"], 1);
+  EXPECT_EQ(counts.count("constant"), 0u) << "Shape -> Gather -> Unsqueeze -> Concat should fold into reshape";
+  for (const Node& node : graph.nodes) {
+    EXPECT_EQ(node.loc.file, fixture("cnn"));
+    EXPECT_FALSE(node.loc.node_name.empty());
+    if (node.op == OpId::reshape) {
+      EXPECT_EQ(std::get<std::vector<int64_t>>(node.attrs.at("shape")), (std::vector<int64_t>{3, -1}));
+    }
+  }
+  // Without a batch the symbolic dim becomes 1.
+  Graph default_batch = importOk("cnn");
+  EXPECT_EQ(default_batch.values[default_batch.inputs[0]].type.str(), "f32[1,1,16,16]");
+}
+
+TEST(OnnxImporter, GptAtOpset14HasDecomposedLayerNormAndOpset17HasLayerNorm) {
+  Graph gpt14 = importOk("gpt14", 2);
+  auto counts14 = opCounts(gpt14);
+  EXPECT_EQ(counts14["reduce_mean"], 10);
+  EXPECT_EQ(counts14["softmax"], 2);
+  EXPECT_EQ(counts14["split"], 2);
+  EXPECT_EQ(counts14["where"], 2);
+  EXPECT_EQ(counts14.count("layer_norm"), 0u);
+  EXPECT_EQ(gpt14.values[gpt14.inputs[0]].type.str(), "i64[2,16]");
+  EXPECT_EQ(gpt14.values[gpt14.outputs[0]].type.str(), "f32[2,16,64]");
+  Graph gpt17 = importOk("gpt17", 2);
+  auto counts17 = opCounts(gpt17);
+  EXPECT_EQ(counts17["layer_norm"], 5);
+  EXPECT_EQ(counts17.count("reduce_mean"), 0u);
+}
+
+TEST(OnnxImporter, Opset11And13FormsOfTheSameModelImportAlike) {
+  // Opset 11 passes Squeeze/Unsqueeze axes and Split sizes as attributes, opset 13 as inputs.
+  Graph ops11 = importOk("ops11");
+  Graph ops13 = importOk("ops13");
+  for (const Graph* graph : {&ops11, &ops13}) {
+    auto counts = opCounts(*graph);
+    EXPECT_EQ(counts["squeeze"], 1);
+    EXPECT_EQ(counts["unsqueeze"], 1);
+    EXPECT_EQ(counts["split"], 1);
+    EXPECT_EQ(counts["clip"], 1);
+    EXPECT_EQ(graph->values[graph->outputs[0]].type.str(), "f32[2,4,4]");
+    for (const Node& node : graph->nodes) {
+      if (node.op == OpId::conv2d) {
+        EXPECT_EQ(std::get<int64_t>(node.attrs.at("groups")), 4);  // depthwise
+      }
+      if (node.op == OpId::clip) {
+        EXPECT_EQ(std::get<double>(node.attrs.at("min")), 0.0);  // ReLU6
+        EXPECT_EQ(std::get<double>(node.attrs.at("max")), 6.0);
+      }
+    }
+  }
+}
+
+TEST(OnnxImporter, UnsupportedOpsAreListedInOneError) {
+  auto graph = importOnnxModel(fixture("unsupported"), {});
+  ASSERT_FALSE(graph.hasValue());
+  EXPECT_EQ(graph.status().kind(), ErrorKind::kBadInput);
+  EXPECT_EQ(graph.status().message(), fixture("unsupported") +
+                                          ": unsupported ONNX ops at opset 13: Hardmax (1 node: hardmax); "
+                                          "LRN (2 nodes: lrn_1, lrn_2)");
+}
+
+TEST(OnnxImporter, ErrorsNameTheFileAndNode) {
+  auto dynamic = importOnnxModel(fixture("dynamic_reshape"), {});
+  ASSERT_FALSE(dynamic.hasValue());
+  EXPECT_EQ(dynamic.status().kind(), ErrorKind::kBadInput);
+  EXPECT_NE(dynamic.status().message().find(fixture("dynamic_reshape") + " (node 'reshape_by_input'): Reshape: input 1"),
+            std::string::npos)
+      << dynamic.status().message();
+
+  auto missing = importOnnxModel("/no/such/model.onnx", {});
+  ASSERT_FALSE(missing.hasValue());
+  EXPECT_EQ(missing.status().kind(), ErrorKind::kBadInput);
+  EXPECT_NE(missing.status().message().find("/no/such/model.onnx"), std::string::npos);
+
+  // A file that is not ONNX at all (a .cir text file) fails to parse or check.
+  auto not_onnx = importOnnxModel(std::string(CLEAVE_SOURCE_DIR) + "/examples/mlp.cir", {});
+  ASSERT_FALSE(not_onnx.hasValue());
+  EXPECT_EQ(not_onnx.status().kind(), ErrorKind::kBadInput);
+}
+
+}  // namespace
+}  // namespace cleave
