@@ -69,8 +69,6 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   if (!flags.strategy.empty()) return reportError(Status::usage("--strategy auto: not built yet (see issue 8)"));
   if (!flags.cluster.empty()) return reportError(Status::usage("--cluster: not built yet (see issue 8)"));
   int product = flags.dp * flags.tp * flags.pp;
-  if (product != 1 || flags.microbatches != 1)
-    return reportError(Status::usage("--dp/--tp/--pp and --microbatches above 1: not built yet (see issue 5)"));
   if (flags.devices != 0 && flags.devices != product)
     return reportError(Status::usage("--devices " + std::to_string(flags.devices) + " differs from dp*tp*pp = " +
                                      std::to_string(product)));

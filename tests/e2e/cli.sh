@@ -68,7 +68,7 @@ expect 2 "$cleave" compile model.cir -o plan.cplan --schedule zigzag
 expect 2 "$cleave" gen mlp --batch many
 
 # 3. Subcommands not built yet exit 2 and name the issue that builds them.
-expect 2 "$cleave" compile model.cir -o plan.cplan --dp 2
+expect 2 "$cleave" compile "$source_dir/examples/mlp.cir" -o "$tmp/plan.cplan" --dp 2
 contains err 'not built yet \(see issue 5\)'
 expect 2 "$cleave" simulate plan.cplan --cluster dgx-h100
 contains err 'simulate: not built yet \(see issue 8\)'
