@@ -114,16 +114,6 @@ const Param* Graph::findParam(ValueId v) const {
 
 bool Graph::isInput(ValueId v) const { return std::find(inputs.begin(), inputs.end(), v) != inputs.end(); }
 
-void Graph::replaceAllUses(ValueId from, ValueId to) {
-  for (auto& node : nodes)
-    for (auto& v : node.operands)
-      if (v == from) v = to;
-  for (auto& v : outputs)
-    if (v == from) v = to;
-  for (auto& u : updates)
-    if (u.new_value == from) u.new_value = to;
-}
-
 void Graph::eraseNodes(const std::vector<bool>& dead) {
   std::vector<Node> kept;
   kept.reserve(nodes.size());

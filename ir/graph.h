@@ -97,8 +97,6 @@ class Graph {
   const Param* findParam(ValueId v) const;
   bool isInput(ValueId v) const;
 
-  // Makes every operand and output that uses `from` use `to` instead.
-  void replaceAllUses(ValueId from, ValueId to);
   // Removes the nodes with dead[i] set, then drops values nothing defines and renumbers ids.
   void eraseNodes(const std::vector<bool>& dead);
   // Drops values that are no longer defined or used and renumbers the rest (ids change).

@@ -9,29 +9,27 @@
 namespace cleave {
 namespace {
 
-// The values an integer input may take, read off its consumers: a gather's indexed dim, or the
-// class count of the loss that reads it as labels. 0 when no consumer tells.
-int64_t valueLimit(const Graph& graph, ValueId input) {
-  for (const Node& node : graph.nodes) {
-    for (size_t i = 0; i < node.operands.size(); ++i) {
-      if (node.operands[i] != input) continue;
-      const TensorType& first = graph.values[node.operands[0]].type;
-      if (node.op == OpId::gather && i == 1) {
-        auto axis_it = node.attrs.find("axis");
-        int64_t axis = axis_it == node.attrs.end() ? 0 : std::get<int64_t>(axis_it->second);
-        axis = normalizeAxis(axis, first.rank());
-        if (axis >= 0) return first.shape[axis];
-      }
-      if ((node.op == OpId::softmax_cross_entropy && i == 1) && first.rank() > 0) return first.shape.back();
+// The values an integer input may take, read off its users: a gather's indexed dim, or the class
+// count of the loss that reads it as labels. 0 when no user tells.
+int64_t valueLimit(const Graph& graph, ValueId input, const std::vector<int32_t>& users) {
+  for (int32_t user : users) {
+    const Node& node = graph.nodes[user];
+    const TensorType& first = graph.values[node.operands[0]].type;
+    if (node.op == OpId::gather && node.operands[1] == input) {
+      int64_t axis = normalizeAxis(OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("axis"), first.rank());
+      if (axis >= 0) return first.shape[axis];
     }
+    if (node.op == OpId::softmax_cross_entropy && node.operands[1] == input && first.rank() > 0)
+      return first.shape.back();
   }
   return 0;
 }
 
 void setValueLimits(const Graph& graph, planpb::Program& program) {
+  std::vector<std::vector<int32_t>> users = graph.computeUsers();
   for (auto& input : *program.mutable_inputs()) {
     ValueId v = graph.findValue(input.name());
-    if (v != kNoValue && isInteger(graph.values[v].type.dtype)) input.set_value_limit(valueLimit(graph, v));
+    if (v != kNoValue && isInteger(graph.values[v].type.dtype)) input.set_value_limit(valueLimit(graph, v, users[v]));
   }
 }
 

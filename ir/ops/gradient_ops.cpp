@@ -1,6 +1,7 @@
 // Gradient ops: the backward kernels autodiff emits (relu_grad, conv2d_grad_input, ...).
 
 #include "ir/op_table.h"
+#include "ir/ops/op_rules.h"
 
 namespace cleave::ops {
 namespace {
@@ -14,12 +15,6 @@ Status sameType(const OpContext& c, int a, int b) {
                           c.operands[a].str() + ")");
 }
 
-Status floatOperand(const OpContext& c, int i) {
-  if (isFloat(c.operands[i].dtype)) return Status::ok();
-  return Status::badInput(std::string(c.def.name) + ": operand " + std::to_string(i) + " must be a float tensor, got " +
-                          c.operands[i].str());
-}
-
 Status shapeAttr(const OpContext& c, const char* attr, Shape& out) {
   out = c.getInts(attr);
   for (int64_t d : out)
@@ -29,18 +24,12 @@ Status shapeAttr(const OpContext& c, const char* attr, Shape& out) {
 
 // dy and a same-shaped forward tensor -> dx of that shape.
 Expected<Types> elementwiseGradShape(const OpContext& c) {
-  CLEAVE_TRY(floatOperand(c, 0));
+  CLEAVE_TRY(requireFloat(c, 0));
   CLEAVE_TRY(sameType(c, 0, 1));
   return Types{c.operands[0]};
 }
 
-OpCost elementwiseGradCost(const OpContext& c) {
-  double n = static_cast<double>(c.results[0].numel());
-  double bytes = 0;
-  for (const auto& t : c.operands) bytes += static_cast<double>(t.bytes());
-  for (const auto& t : c.results) bytes += static_cast<double>(t.bytes());
-  return {4 * n, bytes};
-}
+OpCost elementwiseGradCost(const OpContext& c) { return perElementCost(c, 4); }
 
 // Every operand and result dimension is one pass-through factor, by position (same-shape ops).
 ShardingRule sameShapeRule(const OpContext& c, int need_replication_axis = -1) {
@@ -65,7 +54,7 @@ ShardingRule axisGradSharding(const OpContext& c) {
 }
 
 Expected<Types> axisGradShape(const OpContext& c) {
-  CLEAVE_TRY(floatOperand(c, 0));
+  CLEAVE_TRY(requireFloat(c, 0));
   CLEAVE_TRY(sameType(c, 0, 1));
   if (normalizeAxis(c.getInt("axis"), c.operands[0].rank()) < 0)
     return Status::badInput(std::string(c.def.name) + ": axis " + std::to_string(c.getInt("axis")) +
@@ -74,7 +63,7 @@ Expected<Types> axisGradShape(const OpContext& c) {
 }
 
 Expected<Types> layerNormGradShape(const OpContext& c) {
-  CLEAVE_TRY(floatOperand(c, 0));
+  CLEAVE_TRY(requireFloat(c, 0));
   CLEAVE_TRY(sameType(c, 0, 1));
   int64_t axis = normalizeAxis(c.getInt("axis"), c.operands[1].rank());
   if (axis < 0) return Status::badInput("layer_norm_grad: axis is out of range for " + c.operands[1].str());
@@ -270,7 +259,7 @@ Expected<Types> softmaxCrossEntropyGradShape(const OpContext& c) {
   const TensorType& labels = c.operands[2];
   if (dloss.rank() != 0 || dloss.dtype != DType::kF32)
     return Status::badInput("softmax_cross_entropy_grad: operand 0 (dloss) must be f32[], got " + dloss.str());
-  CLEAVE_TRY(floatOperand(c, 1));
+  CLEAVE_TRY(requireFloat(c, 1));
   if (logits.rank() < 1) return Status::badInput("softmax_cross_entropy_grad: logits must have a class dim");
   if (labels.dtype != DType::kI64 && labels.dtype != DType::kI32)
     return Status::badInput("softmax_cross_entropy_grad: operand 2 (labels) must be i64 or i32, got " + labels.str());
@@ -292,24 +281,18 @@ ShardingRule softmaxCrossEntropyGradSharding(const OpContext& c) {
   return rule;
 }
 
-AttrSpec intAttr(const char* name, int64_t value) { return {name, AttrKind::kInt, false, value}; }
-AttrSpec floatAttr(const char* name, double value) { return {name, AttrKind::kFloat, false, value}; }
-AttrSpec intsAttr(const char* name, std::vector<int64_t> value, bool required = false) {
-  return {name, AttrKind::kInts, required, std::move(value)};
-}
-AttrSpec stringAttr(const char* name, std::string value) { return {name, AttrKind::kString, false, std::move(value)}; }
 
 std::vector<AttrSpec> convAttrs(const char* shape_attr) {
-  return {intsAttr(shape_attr, {}, true), intsAttr("strides", {1, 1}), intsAttr("pads", {0, 0, 0, 0}),
-          intsAttr("dilations", {1, 1}), intAttr("groups", 1)};
+  return {requiredAttr(shape_attr, AttrKind::kInts), optionalInts("strides", {1, 1}), optionalInts("pads", {0, 0, 0, 0}),
+          optionalInts("dilations", {1, 1}), optionalInt("groups", 1)};
 }
 
 std::vector<AttrSpec> poolAttrs(bool avg) {
-  std::vector<AttrSpec> attrs = {intsAttr("kernel", {}, true), intsAttr("strides", {}), intsAttr("pads", {0, 0, 0, 0}),
-                                 intAttr("ceil_mode", 0)};
+  std::vector<AttrSpec> attrs = {requiredAttr("kernel", AttrKind::kInts), optionalInts("strides", {}), optionalInts("pads", {0, 0, 0, 0}),
+                                 optionalInt("ceil_mode", 0)};
   if (avg) {
-    attrs.insert(attrs.begin(), intsAttr("input_shape", {}, true));
-    attrs.push_back(intAttr("count_include_pad", 0));
+    attrs.insert(attrs.begin(), requiredAttr("input_shape", AttrKind::kInts));
+    attrs.push_back(optionalInt("count_include_pad", 0));
   }
   return attrs;
 }
@@ -323,15 +306,15 @@ void addGradientOps(std::vector<OpDef>& table) {
   };
   elementwise(OpId::relu_grad, "relu_grad", "dy where x > 0, else 0");
   elementwise(OpId::gelu_grad, "gelu_grad", "dy times the derivative of gelu at x",
-              {stringAttr("approximate", "none")});
+              {optionalString("approximate", "none")});
   elementwise(OpId::tanh_grad, "tanh_grad", "dy * (1 - y^2) from tanh's result y");
   elementwise(OpId::sigmoid_grad, "sigmoid_grad", "dy * y * (1 - y) from sigmoid's result y");
   table.push_back(OpDef{OpId::softmax_grad, "softmax_grad", "y * (dy - sum(dy * y)) along axis", 2, 2,
-                        {intAttr("axis", -1)}, axisGradShape, elementwiseGradCost, axisGradSharding});
+                        {optionalInt("axis", -1)}, axisGradShape, elementwiseGradCost, axisGradSharding});
   table.push_back(OpDef{OpId::log_softmax_grad, "log_softmax_grad", "dy - exp(y) * sum(dy) along axis", 2, 2,
-                        {intAttr("axis", -1)}, axisGradShape, elementwiseGradCost, axisGradSharding});
+                        {optionalInt("axis", -1)}, axisGradShape, elementwiseGradCost, axisGradSharding});
   table.push_back(OpDef{OpId::layer_norm_grad, "layer_norm_grad", "gradients of layer_norm: dx, dscale, dbias", 3, 3,
-                        {intAttr("axis", -1), floatAttr("epsilon", 1e-5)}, layerNormGradShape, layerNormGradCost,
+                        {optionalInt("axis", -1), optionalFloat("epsilon", 1e-5)}, layerNormGradShape, layerNormGradCost,
                         layerNormGradSharding});
   table.push_back(OpDef{OpId::conv2d_grad_input, "conv2d_grad_input", "gradient of conv2d with respect to its input",
                         2, 2, convAttrs("input_shape"), convGradInputShape, convGradCost, convGradInputSharding});
@@ -343,14 +326,14 @@ void addGradientOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::avg_pool2d_grad, "avg_pool2d_grad", "spreads dy evenly over each window", 1, 1,
                         poolAttrs(true), avgPoolGradShape, poolGradCost, poolGradSharding});
   table.push_back(OpDef{OpId::gather_grad, "gather_grad", "scatter-adds dy into zeros of the gathered data's shape",
-                        2, 2, {intsAttr("data_shape", {}, true), intAttr("axis", 0)}, gatherGradShape,
+                        2, 2, {requiredAttr("data_shape", AttrKind::kInts), optionalInt("axis", 0)}, gatherGradShape,
                         elementwiseGradCost, gatherGradSharding});
   table.push_back(OpDef{OpId::slice_grad, "slice_grad", "places dy where slice read, zeros elsewhere", 1, 1,
-                        {intsAttr("input_shape", {}, true), intsAttr("starts", {}, true), intsAttr("ends", {}, true),
-                         intsAttr("axes", {}), intsAttr("steps", {})},
+                        {requiredAttr("input_shape", AttrKind::kInts), requiredAttr("starts", AttrKind::kInts), requiredAttr("ends", AttrKind::kInts),
+                         optionalInts("axes", {}), optionalInts("steps", {})},
                         sliceGradShape, elementwiseGradCost, sliceGradSharding});
   table.push_back(OpDef{OpId::softmax_cross_entropy_grad, "softmax_cross_entropy_grad",
-                        "dloss * (softmax(logits) - onehot(labels)) / count", 3, 3, {intAttr("ignore_index", -100)},
+                        "dloss * (softmax(logits) - onehot(labels)) / count", 3, 3, {optionalInt("ignore_index", -100)},
                         softmaxCrossEntropyGradShape, elementwiseGradCost, softmaxCrossEntropyGradSharding});
 }
 

@@ -1,5 +1,6 @@
 // Optimizer ops: one parameter's update per step, with PyTorch's SGD and AdamW rules.
 #include "ir/op_table.h"
+#include "ir/ops/op_rules.h"
 
 namespace cleave::ops {
 namespace {
@@ -51,13 +52,7 @@ Expected<Types> adamwShape(const OpContext& c) {
   return Types{w, w, w};
 }
 
-OpCost updateCost(const OpContext& c) {
-  double bytes = 0;
-  for (const auto& t : c.operands) bytes += static_cast<double>(t.bytes());
-  for (const auto& t : c.results) bytes += static_cast<double>(t.bytes());
-  double per_element = c.def.id == OpId::adamw_update ? 12 : 4;
-  return {per_element * static_cast<double>(c.operands[0].numel()), bytes};
-}
+OpCost updateCost(const OpContext& c) { return perElementCost(c, c.def.id == OpId::adamw_update ? 12 : 4); }
 
 // Every parameter-shaped operand and result shares the parameter's factors; step has no dims.
 ShardingRule updateSharding(const OpContext& c) {
