@@ -49,7 +49,6 @@ class PreparedProgram {
   std::vector<std::unique_ptr<PreparedInstruction>> instructions;
   std::vector<NamedTensor> inputs;
   std::vector<NamedTensor> outputs;
-  int64_t peak_bytes = 0;
 };
 
 namespace {
@@ -242,7 +241,6 @@ Status RankExecutor::prepare(const planpb::RankPlan& rank_plan) {
   for (const auto& program : rank_plan.programs()) {
     auto prepared = std::make_unique<PreparedProgram>();
     prepared->name = program.name();
-    prepared->peak_bytes = program.peak_bytes();
     CLEAVE_ASSIGN_OR_RETURN(prepared->inputs, prepareNamed(program.inputs(), buffers, "input"));
     CLEAVE_ASSIGN_OR_RETURN(prepared->outputs, prepareNamed(program.outputs(), buffers, "output"));
     for (int i = 0; i < program.instructions_size(); ++i) {
@@ -334,11 +332,6 @@ Expected<TensorView> RankExecutor::parameter(std::string_view name) const {
   for (const auto& param : parameters_)
     if (param.name == name) return param.view;
   return Status::badInput(rankPrefix(rank_) + "no parameter '" + std::string(name) + "'");
-}
-
-Expected<int64_t> RankExecutor::peakBytes(std::string_view program) const {
-  CLEAVE_ASSIGN_OR_RETURN(const PreparedProgram* prepared, findProgram(program));
-  return prepared->peak_bytes;
 }
 
 void RankExecutor::setThreads(int threads) {

@@ -88,8 +88,6 @@ class RankExecutor {
   Device& device() const { return device_; }
   // Bytes of the arena (every program's buffers and the persistent region).
   int64_t arenaBytes() const { return arena_.bytes(); }
-  // The most arena bytes `program` touches, as planned.
-  Expected<int64_t> peakBytes(std::string_view program) const;
   // Sets the threads per kernel (0: hardware concurrency); also sets BLAS's and OpenMP's counts.
   void setThreads(int threads);
   // The threads per kernel in use.

@@ -34,10 +34,7 @@ struct OptFlags {
 };
 
 // Prints `cleave-opt: error: <message>` and returns the status's exit code.
-int reportError(const Status& status) {
-  std::cerr << "cleave-opt: error: " << status.message() << "\n";
-  return status.exitCode();
-}
+int reportError(const Status& status) { return cli::reportError(status, "cleave-opt"); }
 
 Expected<std::string> readInput(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

@@ -39,19 +39,19 @@ contains() {
 
 # 1. Help and version exit 0; every contract flag is documented.
 expect 0 "$cleave" --help
-for sub in import compile inspect simulate run gen; do contains out "$sub"; done
+for sub in import compile inspect simulate run gen; do contains out "^  $sub "; done
 expect 0 "$cleave" --version
 contains out '^cleave 0\.1\.0$'
 expect 0 "$cleave" compile --help
 for flag in --devices --dp --tp --pp --strategy --microbatches --schedule --batch --train --loss --optimizer --cluster; do
-  contains out "$flag"
+  contains out "(^ +|,)$flag( |$)"
 done
 expect 0 "$cleave" run --help
-for flag in --device --backend --inputs --outputs --data --steps --epochs --eval-data --metrics --checkpoint-dir --resume --trace --seed; do
-  contains out "$flag"
+for flag in --device --backend --inputs --outputs --data --steps --epochs --eval-data --metrics --checkpoint-dir --resume --trace --seed --threads; do
+  contains out "(^ +|,)$flag( |$)"
 done
 expect 0 "$cleave" inspect --help
-for flag in --json --rank --dot --timeline; do contains out "$flag"; done
+for flag in --json --rank --dot --timeline; do contains out "(^ +|,)$flag( |$)"; done
 expect 0 "$cleave" gen gpt --help
 for flag in --layers --hidden --heads --seq --vocab --batch --seed --output; do contains out "$flag"; done
 
