@@ -31,7 +31,7 @@ Expected<ValueId> Graph::addParam(const std::string& value_name, TensorType type
                                   bool trainable) {
   if (findValue(value_name) != kNoValue) return Status::badInput("value '%" + value_name + "' is defined twice");
   ValueId id = newValue(value_name, std::move(type));
-  params.push_back(Param{id, std::move(init), trainable});
+  params.push_back(Param{.value = id, .init = std::move(init), .trainable = trainable});
   return id;
 }
 

@@ -54,6 +54,10 @@ struct Param {
   ValueId value = kNoValue;
   Initializer init;
   bool trainable = true;
+  // Set on a device's graph when the parameter is one block of a tensor split over devices: the
+  // whole tensor's shape and the block's start in it (the initializer runs over the whole shape).
+  std::vector<int64_t> full_shape;
+  std::vector<int64_t> shard_offset;
 };
 
 // A state update: after a step, parameter `target` takes the value `new_value` (optimizer steps,

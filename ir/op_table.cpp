@@ -28,6 +28,7 @@ struct OpTable {
     ops::addLossOps(added);
     ops::addGradientOps(added);
     ops::addOptimizerOps(added);
+    ops::addCommunicationOps(added);
     // Every id in op_list.def must have exactly one definition: a broken table is a build bug.
     std::vector<bool> seen(kNumOps, false);
     for (const auto& def : added) {

@@ -82,6 +82,7 @@ struct OpDef {
   CostRule cost = nullptr;
   ShardingRuleFn sharding = nullptr;
   GradientRule gradient = nullptr;
+  bool side_effects = false;  // kept by dce and cse even when no result is used (send)
 
   const AttrSpec* findAttr(std::string_view attr_name) const;
 };
@@ -111,6 +112,7 @@ void addShapeOps(std::vector<OpDef>& table);
 void addLossOps(std::vector<OpDef>& table);
 void addGradientOps(std::vector<OpDef>& table);
 void addOptimizerOps(std::vector<OpDef>& table);
+void addCommunicationOps(std::vector<OpDef>& table);
 // Sets OpDef::gradient for every differentiable op (ir/ops/gradient_rules.cpp); called after the table is built.
 void addGradientRules(std::vector<OpDef>& defs_by_id);
 }  // namespace ops

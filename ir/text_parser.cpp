@@ -86,7 +86,7 @@ class Parser {
         seen_output = true;
       } else if (atWord("update")) {
         CLEAVE_TRY(parseUpdate());
-      } else if (at(TokenKind::kValueName)) {
+      } else if (at(TokenKind::kValueName) || (at(TokenKind::kIdent) && lookupOp(tok_.text))) {
         CLEAVE_TRY(parseNode());
       } else {
         return error("expected 'input', 'param', a node '%name = op(...)', 'update', 'output' or '}', found " +
@@ -183,20 +183,21 @@ class Parser {
     return Status::ok();
   }
 
-  // %r1, %r2 = op(%a, %b) [{attrs}] [: TYPE, TYPE] [loc("file":"name")]
+  // %r1, %r2 = op(%a, %b) [{attrs}] [: TYPE, TYPE] [loc("file":"name")], or op(%a) [{attrs}] for an
+  // op without results (send).
   Status parseNode() {
     // 1. Result names, new and distinct.
     const Token first_result = tok_;
     std::vector<std::string> result_names;
     std::unordered_set<std::string> names_here;
-    while (true) {
+    while (at(TokenKind::kValueName) || !result_names.empty()) {
       CLEAVE_ASSIGN_OR_RETURN(Token name, takeNewValueName("expected '%name' after ','"));
       if (!names_here.insert(name.value).second) return errorAt(name, "value '%" + name.value + "' is defined twice");
       result_names.push_back(std::move(name.value));
       if (!at(TokenKind::kComma)) break;
       advance();
     }
-    CLEAVE_TRY(expect(TokenKind::kEquals, "expected '=' after the result names"));
+    if (!result_names.empty()) CLEAVE_TRY(expect(TokenKind::kEquals, "expected '=' after the result names"));
 
     // 2. The op and its operands.
     if (!at(TokenKind::kIdent)) return error("expected an op name after '='");

@@ -252,7 +252,7 @@ void appendNode(std::string& out, const Graph& graph, const Node& node) {
     if (i) out += ", ";
     appendValue(out, graph, node.results[i]);
   }
-  out += " = ";
+  if (!node.results.empty()) out += " = ";
   out += opName(node.op);
   out += '(';
   for (size_t i = 0; i < node.operands.size(); ++i) {
@@ -261,7 +261,7 @@ void appendNode(std::string& out, const Graph& graph, const Node& node) {
   }
   out += ')';
   appendAttrMap(out, node.attrs);
-  out += " : ";
+  if (!node.results.empty()) out += " : ";
   for (size_t i = 0; i < node.results.size(); ++i) {
     if (i) out += ", ";
     ValueId v = node.results[i];

@@ -35,8 +35,9 @@ Status eliminateCommonSubexpressions(Graph& graph, const PassOptions&) {
     Node& node = graph.nodes[i];
     // 1. Operands defined earlier may have been merged: point them at the kept node's results.
     for (ValueId& v : node.operands) v = replacement[v];
-    // 2. Dropout draws random numbers, so two dropouts are never the same.
-    if (node.op == OpId::dropout) continue;
+    // 2. Dropout draws random numbers, so two dropouts are never the same; sends and receives
+    //    are events, never merged.
+    if (node.op == OpId::dropout || opDef(node.op).side_effects) continue;
     // 3. Merge into the first equal node, unless this node defines a graph output: outputs keep
     //    their names, which are the model's interface.
     std::vector<size_t>& bucket = kept[{node.op, node.operands}];

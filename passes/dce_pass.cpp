@@ -1,4 +1,4 @@
-// The dce pass: removes nodes whose results reach no graph output and no state update.
+// The dce pass: removes nodes without side effects whose results reach no graph output and no state update.
 #include "passes/pass_manager.h"
 
 namespace cleave {
@@ -13,6 +13,7 @@ Status eliminateDeadCode(Graph& graph, const PassOptions&) {
   std::vector<bool> dead_node(graph.nodes.size(), true);
   for (size_t i = graph.nodes.size(); i-- > 0;) {
     const Node& node = graph.nodes[i];
+    if (opDef(node.op).side_effects) dead_node[i] = false;
     for (ValueId r : node.results)
       if (live_value[r]) dead_node[i] = false;
     if (dead_node[i]) continue;
@@ -28,7 +29,7 @@ Status eliminateDeadCode(Graph& graph, const PassOptions&) {
 PassInfo makeDcePass() {
   return PassInfo{
       .name = "dce",
-      .summary = "remove nodes none of whose results reach an output or a state update (inputs and parameters stay)",
+      .summary = "remove nodes none of whose results reach an output or a state update (inputs, parameters and sends stay)",
       .options = {},
       .run = eliminateDeadCode,
   };

@@ -488,6 +488,59 @@ Status mseGradient(GradientContext& g) {
   return g.status;
 }
 
+// ---- Communication (cotangents of replicated values are whole on every device) ----
+
+AttrMap groupAttrs(const GradientContext& g, std::initializer_list<const char*> extra = {}) {
+  AttrMap attrs = copyAttrs(g, {"axis", "group_size"});
+  for (const char* name : extra) {
+    auto it = g.node.attrs.find(name);
+    if (it != g.node.attrs.end()) attrs.emplace(name, it->second);
+  }
+  return attrs;
+}
+
+// y = sum over devices of x: each device's x gets the whole dy; mean also divides by the group size.
+Status allReduceGradient(GradientContext& g) {
+  const std::string& reduce = forwardAttrs(g).getString("reduce");
+  if (reduce == "max")
+    return Status::badInput(nodeContext(g.graph, g.node) + "all_reduce with reduce = max has no gradient");
+  double n = static_cast<double>(forwardAttrs(g).getInt("group_size"));
+  for (size_t i = 0; i < g.node.operands.size(); ++i) {
+    ValueId grad = g.result_grads[i];
+    if (grad != kNoValue && reduce == "mean") grad = g.emit(OpId::mul, {grad, g.scalar(1.0 / n, dtypeOf(g, grad))});
+    g.operand_grads[i] = grad;
+  }
+  return g.status;
+}
+
+// The identity whose users are split over the axis: their gradients are partial sums.
+Status gradAllReduceGradient(GradientContext& g) {
+  AttrMap attrs = groupAttrs(g);
+  attrs.emplace("reduce", std::string("sum"));
+  g.operand_grads[0] = g.emit(OpId::all_reduce, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
+Status allGatherGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::shard_slice, {dy(g)}, groupAttrs(g, {"dim"}));
+  return g.status;
+}
+
+// reduce_scatter and shard_slice: the device's block of dy comes back whole from every device.
+Status gatherBackGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::all_gather, {dy(g)}, groupAttrs(g, {"dim"}));
+  return g.status;
+}
+
+Status allToAllGradient(GradientContext& g) {
+  AttrMap attrs = groupAttrs(g);
+  OpContext forward = forwardAttrs(g);
+  attrs.emplace("split_dim", forward.getInt("concat_dim"));
+  attrs.emplace("concat_dim", forward.getInt("split_dim"));
+  g.operand_grads[0] = g.emit(OpId::all_to_all, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
 }  // namespace
 
 void addGradientRules(std::vector<OpDef>& defs_by_id) {
@@ -537,6 +590,12 @@ void addGradientRules(std::vector<OpDef>& defs_by_id) {
   set(OpId::trilu, triluGradient);
   set(OpId::softmax_cross_entropy, softmaxCrossEntropyGradient);
   set(OpId::mse, mseGradient);
+  set(OpId::all_reduce, allReduceGradient);
+  set(OpId::grad_all_reduce, gradAllReduceGradient);
+  set(OpId::all_gather, allGatherGradient);
+  set(OpId::reduce_scatter, gatherBackGradient);
+  set(OpId::shard_slice, gatherBackGradient);
+  set(OpId::all_to_all, allToAllGradient);
 }
 
 }  // namespace cleave::ops

@@ -1,0 +1,162 @@
+// Communication ops: collectives over one mesh axis and pipeline sends/receives, as graph nodes.
+// Per-device graphs carry them; plan lowering turns each into a communication instruction.
+#include "ir/op_table.h"
+#include "ir/ops/op_rules.h"
+
+namespace cleave::ops {
+namespace {
+
+using Types = std::vector<TensorType>;
+
+AttrSpec axisAttr() { return requiredAttr("axis", AttrKind::kString); }
+AttrSpec groupSizeAttr() { return requiredAttr("group_size", AttrKind::kInt); }
+
+Expected<int64_t> checkedGroup(const OpContext& c) {
+  const std::string& axis = c.getString("axis");
+  if (axis.empty()) return attrError(c, "axis", "must name a mesh axis (dp, tp)");
+  int64_t n = c.getInt("group_size");
+  if (n < 1) return attrError(c, "group_size", "must be at least 1, got " + std::to_string(n));
+  return n;
+}
+
+Expected<int64_t> checkedDim(const OpContext& c, std::string_view attr) {
+  int64_t dim = normalizeAxis(c.getInt(attr), c.operands[0].rank());
+  if (dim < 0)
+    return attrError(c, attr, "is " + std::to_string(c.getInt(attr)) + ", out of range for " + c.operands[0].str());
+  return dim;
+}
+
+// all_reduce(x, ...) and grad_all_reduce(x, ...): every result has its operand's type.
+Expected<Types> sameTypes(const OpContext& c) {
+  CLEAVE_TRY(checkedGroup(c).status());
+  if (c.def.id == OpId::all_reduce) {
+    const std::string& reduce = c.getString("reduce");
+    if (reduce != "sum" && reduce != "mean" && reduce != "max")
+      return attrError(c, "reduce", "must be sum, mean or max, got '" + reduce + "'");
+  }
+  return Types(c.operands.begin(), c.operands.end());
+}
+
+// all_gather grows `dim` group_size times; reduce_scatter and shard_slice divide it.
+Expected<Types> resizedDimType(const OpContext& c) {
+  CLEAVE_ASSIGN_OR_RETURN(int64_t n, checkedGroup(c));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t dim, checkedDim(c, "dim"));
+  TensorType out = c.operands[0];
+  if (c.def.id == OpId::all_gather) {
+    out.shape[dim] *= n;
+  } else {
+    if (out.shape[dim] % n != 0)
+      return operandShapeError(c, 0, "dim " + std::to_string(dim) + " is not divisible by the group size " +
+                                         std::to_string(n));
+    out.shape[dim] /= n;
+  }
+  return Types{out};
+}
+
+// all_to_all: split_dim is cut into group_size blocks sent to the group; blocks received are
+// joined along concat_dim.
+Expected<Types> allToAllType(const OpContext& c) {
+  CLEAVE_ASSIGN_OR_RETURN(int64_t n, checkedGroup(c));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t split, checkedDim(c, "split_dim"));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t concat, checkedDim(c, "concat_dim"));
+  TensorType out = c.operands[0];
+  if (out.shape[split] % n != 0)
+    return operandShapeError(c, 0, "split_dim " + std::to_string(split) + " is not divisible by the group size " +
+                                       std::to_string(n));
+  out.shape[split] /= n;
+  out.shape[concat] *= n;
+  return Types{out};
+}
+
+Expected<Types> sendType(const OpContext& c) {
+  if (c.getInt("peer_stage") < 0) return attrError(c, "peer_stage", "must be a stage index");
+  return Types{};
+}
+
+Expected<Types> recvType(const OpContext& c) {
+  if (c.getInt("peer_stage") < 0) return attrError(c, "peer_stage", "must be a stage index");
+  std::optional<DType> dtype = parseDType(c.getString("dtype"));
+  if (!dtype) return attrError(c, "dtype", "is not a dtype name: '" + c.getString("dtype") + "'");
+  for (int64_t d : c.getInts("shape"))
+    if (d < 0) return attrError(c, "shape", "has a negative dim");
+  return Types{TensorType{*dtype, c.getInts("shape")}};
+}
+
+// Communication moves bytes but does no arithmetic on the device (reductions are counted as bytes).
+OpCost communicationCost(const OpContext& c) {
+  OpCost cost;
+  for (const TensorType& t : c.operands) cost.bytes += static_cast<double>(t.bytes());
+  for (const TensorType& t : inferredResults(c)) cost.bytes += static_cast<double>(t.bytes());
+  return cost;
+}
+
+// Communication ops are inserted after sharding decisions: every dim is its own pass-through factor.
+ShardingRule independentDims(const OpContext& c) {
+  ShardingRule rule;
+  for (const TensorType& t : c.operands) {
+    std::vector<int> dims;
+    for (int64_t d : t.shape) dims.push_back(rule.addFactor(d, FactorKind::kNeedReplication));
+    rule.operand_dims.push_back(dims);
+  }
+  for (const TensorType& t : inferredResults(c)) {
+    std::vector<int> dims;
+    for (int64_t d : t.shape) dims.push_back(rule.addFactor(d, FactorKind::kNeedReplication));
+    rule.result_dims.push_back(dims);
+  }
+  return rule;
+}
+
+OpDef communicationOp(OpId id, std::string_view name, std::string_view summary, std::vector<AttrSpec> attrs,
+                      ShapeRule shape) {
+  OpDef def{.id = id, .name = name, .summary = summary, .attrs = std::move(attrs), .shape = shape,
+            .cost = communicationCost, .sharding = independentDims};
+  return def;
+}
+
+}  // namespace
+
+void addCommunicationOps(std::vector<OpDef>& table) {
+  OpDef all_reduce = communicationOp(OpId::all_reduce, "all_reduce",
+                                     "sums (mean, max) each operand over the devices of a mesh axis",
+                                     {axisAttr(), groupSizeAttr(), optionalString("reduce", "sum")}, sameTypes);
+  all_reduce.max_operands = -1;  // one bucket of gradients
+  table.push_back(std::move(all_reduce));
+  table.push_back(communicationOp(OpId::grad_all_reduce, "grad_all_reduce",
+                                  "identity; its gradient is summed over a mesh axis (a replicated value "
+                                  "entering a split computation)",
+                                  {axisAttr(), groupSizeAttr()}, sameTypes));
+  table.push_back(communicationOp(OpId::all_gather, "all_gather",
+                                  "joins every device's block along dim, in the axis's device order",
+                                  {axisAttr(), groupSizeAttr(), requiredAttr("dim", AttrKind::kInt)},
+                                  resizedDimType));
+  table.push_back(communicationOp(OpId::reduce_scatter, "reduce_scatter",
+                                  "sums over a mesh axis and keeps this device's block of dim",
+                                  {axisAttr(), groupSizeAttr(), requiredAttr("dim", AttrKind::kInt),
+                                   optionalString("reduce", "sum")},
+                                  resizedDimType));
+  table.push_back(communicationOp(OpId::shard_slice, "shard_slice",
+                                  "this device's block of dim (no communication)",
+                                  {axisAttr(), groupSizeAttr(), requiredAttr("dim", AttrKind::kInt)},
+                                  resizedDimType));
+  table.push_back(communicationOp(OpId::all_to_all, "all_to_all",
+                                  "cuts split_dim into blocks, one per device, and joins those received "
+                                  "along concat_dim",
+                                  {axisAttr(), groupSizeAttr(), requiredAttr("split_dim", AttrKind::kInt),
+                                   requiredAttr("concat_dim", AttrKind::kInt)},
+                                  allToAllType));
+  OpDef send = communicationOp(OpId::send, "send", "sends x to the same device position of pipeline stage peer_stage",
+                               {requiredAttr("peer_stage", AttrKind::kInt), requiredAttr("tag", AttrKind::kInt)},
+                               sendType);
+  send.side_effects = true;
+  table.push_back(std::move(send));
+  OpDef recv = communicationOp(OpId::recv, "recv",
+                               "receives a tensor of the given type sent by pipeline stage peer_stage",
+                               {requiredAttr("peer_stage", AttrKind::kInt), requiredAttr("tag", AttrKind::kInt),
+                                requiredAttr("shape", AttrKind::kInts), requiredAttr("dtype", AttrKind::kString)},
+                               recvType);
+  recv.min_operands = recv.max_operands = 0;
+  recv.side_effects = true;
+  table.push_back(std::move(recv));
+}
+
+}  // namespace cleave::ops
