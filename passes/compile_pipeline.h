@@ -18,7 +18,8 @@ struct CompileOptions {
   std::string model_file;       // recorded in the plan and in diagnostics
   std::string producer;         // e.g. "cleave 0.1.0"
   int64_t batch = 0;            // global batch: replaces dim 0 of every input; 0 keeps the model's
-  int dp = 1, tp = 1, pp = 1;   // parallel degrees (only 1 x 1 x 1 is built so far)
+  int dp = 1, tp = 1, pp = 1;   // parallel degrees; their product is the device count
+  int64_t bucket_bytes = 25 * 1000 * 1000;  // data-parallel gradient all-reduce buckets
   int microbatches = 1;
   std::string schedule = "1f1b";
   bool train = false;

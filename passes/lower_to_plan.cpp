@@ -22,8 +22,8 @@ constexpr std::string_view kStepCounterName = "step";
 constexpr std::string_view kGradientSuffix = ".grad";
 
 // Ops lowered as views of their operand.
-constexpr std::array<OpId, 5> kViewOps = {OpId::reshape, OpId::flatten, OpId::squeeze, OpId::unsqueeze,
-                                          OpId::identity};
+constexpr std::array<OpId, 6> kViewOps = {OpId::reshape,   OpId::flatten,  OpId::squeeze,
+                                          OpId::unsqueeze, OpId::identity, OpId::grad_all_reduce};
 // Ops whose kernels may write a result over a same-typed operand (see docs/ops.md).
 constexpr std::array<OpId, 14> kInPlaceOps = {
     OpId::add,  OpId::sub,     OpId::mul,  OpId::div,  OpId::neg,  OpId::sqrt,       OpId::exp,
@@ -44,8 +44,10 @@ planpb::Initializer initializerProto(const Initializer& init) {
 class ProgramLowering {
  public:
   ProgramLowering(const Graph& graph, const std::string& name, planpb::RankPlan& rank,
-                  std::map<std::string, int32_t>& param_buffers)
+                  std::map<std::string, int32_t>& param_buffers, const DeviceMesh& mesh, MeshCoord coord)
       : graph_(graph),
+        mesh_(mesh),
+        coord_(coord),
         rank_(rank),
         param_buffers_(param_buffers),
         program_(rank.add_programs()),
@@ -98,6 +100,8 @@ class ProgramLowering {
       planpb::Parameter* entry = rank_.add_parameters();
       entry->set_name(value.name);
       entry->set_buffer(id);
+      for (int64_t d : param.full_shape) entry->add_full_shape(d);
+      for (int64_t d : param.shard_offset) entry->add_shard_offset(d);
       *entry->mutable_init() = initializerProto(param.init);
       entry->set_trainable(param.trainable);
       param_buffers_.emplace(value.name, id);
@@ -125,6 +129,7 @@ class ProgramLowering {
   // 3. Nodes: views alias their operand's storage and emit nothing; every other node is a kernel.
   void lowerNodes() {
     const std::set<ValueId> outputs(graph_.outputs.begin(), graph_.outputs.end());
+    const std::vector<std::vector<int32_t>> users = graph_.computeUsers();
     for (size_t n = 0; n < graph_.nodes.size(); ++n) {
       const Node& node = graph_.nodes[n];
       if (isViewOp(node.op)) {
@@ -141,14 +146,97 @@ class ProgramLowering {
       planpb::Instruction* instruction = program_->add_instructions();
       instruction->set_kind(planpb::KERNEL);
       instruction->set_op(std::string(opName(node.op)));
+      instruction->set_microbatch(-1);
       for (const auto& [attr_name, attr] : node.attrs) toProto(attr, &(*instruction->mutable_attrs())[attr_name]);
       for (ValueId v : node.operands) instruction->add_operands(buffer_of_[v]);
-      for (ValueId v : node.results) {
-        buffer_of_[v] = addBuffer(nameOf(v), graph_.values[v].type, resultKind(v, outputs));
+      const bool in_place = node.op == OpId::all_reduce && readOnlyHere(node, n, users);
+      for (size_t r = 0; r < node.results.size(); ++r) {
+        ValueId v = node.results[r];
+        int32_t alias = in_place ? rootOf(node.operands[r]) : kNoBuffer;
+        buffer_of_[v] = addBuffer(nameOf(v), graph_.values[v].type, resultKind(v, outputs), alias);
         instruction->add_results(buffer_of_[v]);
       }
       if (node.loc.known()) instruction->set_source(node.loc.str());
+      if (isCommunication(node.op)) lowerCommunication(node, *instruction);
     }
+  }
+
+  // Whether every operand of `node` (node index n) is an activation no other node, output or update reads.
+  bool readOnlyHere(const Node& node, size_t n, const std::vector<std::vector<int32_t>>& users) const {
+    for (ValueId v : node.operands) {
+      int32_t root = rootOf(v);
+      if (rank_.buffers(root).kind() != planpb::BUFFER_ACTIVATION && rank_.buffers(root).kind() != planpb::BUFFER_GRADIENT)
+        return false;
+      if (users[v].size() != 1 || users[v][0] != static_cast<int32_t>(n)) return false;
+      if (root != buffer_of_[v]) return false;  // a view: its root may have other readers
+      for (ValueId out : graph_.outputs)
+        if (out == v) return false;
+      for (const StateUpdate& update : graph_.updates)
+        if (update.new_value == v) return false;
+    }
+    return true;
+  }
+
+  static bool isCommunication(OpId op) {
+    return op == OpId::all_reduce || op == OpId::all_gather || op == OpId::reduce_scatter || op == OpId::all_to_all ||
+           op == OpId::shard_slice || op == OpId::send || op == OpId::recv;
+  }
+
+  // Turns a communication node's kernel instruction into its communication instruction.
+  void lowerCommunication(const Node& node, planpb::Instruction& instruction) const {
+    OpContext attrs{opDef(node.op), {}, {}, node.attrs};
+    auto setGroup = [&]() {
+      MeshAxis axis = attrs.getString("axis") == "dp" ? MeshAxis::kDp : MeshAxis::kTp;
+      for (int member : mesh_.group(coord_, axis)) instruction.add_group(member);
+      return axis;
+    };
+    instruction.set_stream(1);
+    switch (node.op) {
+      case OpId::all_reduce:
+        instruction.set_kind(planpb::ALL_REDUCE);
+        instruction.set_reduce_op(attrs.getString("reduce"));
+        setGroup();
+        break;
+      case OpId::all_gather:
+        instruction.set_kind(planpb::ALL_GATHER);
+        setGroup();
+        break;
+      case OpId::reduce_scatter:
+        instruction.set_kind(planpb::REDUCE_SCATTER);
+        instruction.set_reduce_op(attrs.getString("reduce"));
+        setGroup();
+        break;
+      case OpId::all_to_all:
+        instruction.set_kind(planpb::ALL_TO_ALL);
+        setGroup();
+        break;
+      case OpId::send:
+      case OpId::recv: {
+        instruction.set_kind(node.op == OpId::send ? planpb::SEND : planpb::RECV);
+        MeshCoord peer = coord_;
+        peer.stage = static_cast<int>(attrs.getInt("peer_stage"));
+        instruction.set_peer(mesh_.rankOf(peer));
+        instruction.set_tag(static_cast<int32_t>(attrs.getInt("tag")));
+        break;
+      }
+      case OpId::shard_slice: {
+        // This rank's block along dim: a plain slice kernel on the compute stream.
+        MeshAxis axis = attrs.getString("axis") == "dp" ? MeshAxis::kDp : MeshAxis::kTp;
+        int64_t dim = normalizeAxis(attrs.getInt("dim"), graph_.values[node.operands[0]].type.rank());
+        int64_t block = graph_.values[node.results[0]].type.shape[dim];
+        int64_t start = DeviceMesh::indexOn(coord_, axis) * block;
+        instruction.set_op("slice");
+        instruction.set_stream(0);
+        instruction.clear_attrs();
+        toProto(Attribute(std::vector<int64_t>{start}), &(*instruction.mutable_attrs())["starts"]);
+        toProto(Attribute(std::vector<int64_t>{start + block}), &(*instruction.mutable_attrs())["ends"]);
+        toProto(Attribute(std::vector<int64_t>{dim}), &(*instruction.mutable_attrs())["axes"]);
+        return;
+      }
+      default:
+        return;
+    }
+    instruction.clear_op();
   }
 
   // Whether `update` may compute its new value straight into the parameter's storage: the new
@@ -231,6 +319,8 @@ class ProgramLowering {
   }
 
   const Graph& graph_;
+  const DeviceMesh& mesh_;
+  const MeshCoord coord_;
   planpb::RankPlan& rank_;
   std::map<std::string, int32_t>& param_buffers_;
   planpb::Program* program_;
@@ -258,40 +348,66 @@ bool isViewOp(OpId op) { return std::find(kViewOps.begin(), kViewOps.end(), op) 
 
 bool allowsInPlaceResult(OpId op) { return std::find(kInPlaceOps.begin(), kInPlaceOps.end(), op) != kInPlaceOps.end(); }
 
+namespace {
+
+// Lowers one rank's graphs into `rank` and plans its memory.
+Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& mesh, MeshCoord coord,
+                 const std::set<std::string>& batch_split, planpb::RankPlan& rank) {
+  rank.set_rank(mesh.rankOf(coord));
+  rank.set_stage(coord.stage);
+  rank.set_dp_index(coord.dp);
+  rank.set_tp_index(coord.tp);
+  const std::string where = mesh.size() > 1 ? "rank " + std::to_string(mesh.rankOf(coord)) + ", " : "";
+  // 1. Each graph becomes a program; parameters are shared by name.
+  std::map<std::string, int32_t> param_buffers;
+  std::set<std::string> names;
+  for (const ProgramGraph& program : programs) {
+    if (!program.graph || program.name.empty()) return Status::internal("lowerToPlan: a program lacks a name or graph");
+    if (!names.insert(program.name).second)
+      return Status::badInput("program '" + program.name + "' is given twice");
+    CLEAVE_TRY(verifyGraph(*program.graph).withContext(where + "program '" + program.name + "': "));
+    CLEAVE_TRY(ProgramLowering(*program.graph, program.name, rank, param_buffers, mesh, coord).run());
+  }
+  // 2. Batch inputs and outputs say which rows of the global batch they hold.
+  for (auto& program : *rank.mutable_programs()) {
+    for (auto* list : {program.mutable_inputs(), program.mutable_outputs()})
+      for (auto& named : *list)
+        if (batch_split.count(named.name()))
+          named.set_batch_offset(coord.dp * rank.buffers(named.buffer()).type().shape(0));
+  }
+  // 3. Aliases name their storage's root directly; then offsets.
+  for (int32_t id = 0; id < rank.buffers_size(); ++id)
+    if (rank.buffers(id).has_alias_of()) rank.mutable_buffers(id)->set_alias_of(storageRoot(rank, id));
+  return planMemory(rank);
+}
+
+}  // namespace
+
 Expected<planpb::Plan> lowerToPlan(const LoweringInput& input) {
-  if (input.programs.empty()) return Status::badInput("nothing to lower: no graphs given");
+  if (input.programs.empty() && input.ranks.empty()) return Status::badInput("nothing to lower: no graphs given");
+  if (!input.ranks.empty() && static_cast<int>(input.ranks.size()) != input.mesh.size())
+    return Status::internal("lowerToPlan: " + std::to_string(input.ranks.size()) + " ranks given for a mesh of " +
+                            std::to_string(input.mesh.size()));
   planpb::Plan plan;
   plan.set_format_version(kPlanFormatVersion);
   plan.set_producer(input.producer);
   plan.set_model_name(input.model_name);
   plan.set_model_file(input.model_file);
-  plan.set_devices(1);
+  plan.set_devices(input.ranks.empty() ? 1 : input.mesh.size());
   plan.set_global_batch(input.global_batch);
   planpb::Strategy* strategy = plan.mutable_strategy();
-  strategy->set_dp(1);
-  strategy->set_tp(1);
-  strategy->set_pp(1);
-  strategy->set_microbatches(1);
+  strategy->set_dp(input.ranks.empty() ? 1 : input.mesh.dp);
+  strategy->set_tp(input.ranks.empty() ? 1 : input.mesh.tp);
+  strategy->set_pp(input.ranks.empty() ? 1 : input.mesh.pp);
+  strategy->set_microbatches(input.microbatches);
   strategy->set_schedule(input.schedule);
-  planpb::RankPlan* rank = plan.add_ranks();
-  rank->set_rank(0);
-  rank->set_stage(0);
 
-  // 1. Each graph becomes a program; parameters are shared by name.
-  std::map<std::string, int32_t> param_buffers;
-  std::set<std::string> names;
-  for (const ProgramGraph& program : input.programs) {
-    if (!program.graph || program.name.empty()) return Status::internal("lowerToPlan: a program lacks a name or graph");
-    if (!names.insert(program.name).second)
-      return Status::badInput("program '" + program.name + "' is given twice");
-    CLEAVE_TRY(verifyGraph(*program.graph).withContext("program '" + program.name + "': "));
-    CLEAVE_TRY(ProgramLowering(*program.graph, program.name, *rank, param_buffers).run());
+  if (input.ranks.empty()) {
+    CLEAVE_TRY(lowerRank(input.programs, DeviceMesh{}, MeshCoord{}, {}, *plan.add_ranks()));
+  } else {
+    for (const RankGraphs& rank : input.ranks)
+      CLEAVE_TRY(lowerRank(rank.programs, input.mesh, rank.coord, rank.batch_split, *plan.add_ranks()));
   }
-  // 2. Aliases name their storage's root directly.
-  for (int32_t id = 0; id < rank->buffers_size(); ++id)
-    if (rank->buffers(id).has_alias_of()) rank->mutable_buffers(id)->set_alias_of(storageRoot(*rank, id));
-  // 3. Offsets, then a check that the result is a plan the runtime accepts.
-  CLEAVE_TRY(planMemory(*rank));
   Status valid = validatePlan(plan);
   if (!valid) return Status::internal("lowering produced an invalid plan: " + valid.message());
   return plan;

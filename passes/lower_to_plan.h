@@ -1,7 +1,8 @@
-// Lowering to a plan: one-device graphs (train, eval, infer) become one rank's buffers and programs.
+// Lowering to a plan: each device's graphs (train, eval, infer) become its rank's buffers and programs.
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "ir/graph.h"
 #include "ir/plan.pb.h"
 #include "ir/status.h"
+#include "passes/device_mesh.h"
 
 namespace cleave {
 
@@ -18,9 +20,20 @@ struct ProgramGraph {
   const Graph* graph = nullptr;
 };
 
+// One device's graphs on a multi-device mesh.
+struct RankGraphs {
+  MeshCoord coord;
+  std::vector<ProgramGraph> programs;
+  // Inputs and outputs whose dim 0 holds this device's block of the global batch's rows.
+  std::set<std::string> batch_split;
+};
+
 // What lowerToPlan needs: the graphs, which share parameters by name, and the plan's metadata.
 struct LoweringInput {
-  std::vector<ProgramGraph> programs;
+  std::vector<ProgramGraph> programs;  // one device: its programs (when `ranks` is empty)
+  std::vector<RankGraphs> ranks;       // several devices: one entry per rank of `mesh`, in rank order
+  DeviceMesh mesh;
+  int microbatches = 1;
   std::string producer = "cleave";  // e.g. "cleave 0.1.0"
   std::string model_name;
   std::string model_file;
@@ -45,8 +58,11 @@ bool isViewOp(OpId op);
 // update may compute its new value in place (elementwise and optimizer ops).
 bool allowsInPlaceResult(OpId op);
 
-// Lowers graphs for one device (rank 0, stage 0; dp = tp = pp = 1, one microbatch) into a
-// memory-planned, validated plan. Every parameter becomes one persistent buffer shared by all
+// Lowers the graphs of every rank into a memory-planned, validated plan (one device: rank 0 from
+// `programs`). Communication ops become communication instructions on stream 1 over the ranks of
+// their mesh axis (all_reduce in place when its operand has no other reader), send/recv name the
+// partner rank of the same dp/tp position; shard_slice becomes a slice of this rank's block;
+// grad_all_reduce is a view. Every parameter becomes one persistent buffer shared by all
 // programs; every node an instruction, except views, which alias their operand; graph inputs and
 // outputs become program inputs and outputs; each state update either writes its new value in
 // place over the parameter (an alias) or copies it there at the end of the program. The plan's

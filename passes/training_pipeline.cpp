@@ -1,6 +1,8 @@
 // The training pipeline: loss head, autodiff and optimizer over a copy of the model, cleaned by cse and dce.
 #include "passes/training_pipeline.h"
 
+#include <functional>
+
 #include "ir/verifier.h"
 #include "passes/autodiff.h"
 #include "passes/pass_manager.h"
@@ -38,18 +40,7 @@ Expected<Graph> buildTrainGraph(const Graph& model, const TrainingOptions& optio
   ValueId logits = kNoValue;
   CLEAVE_ASSIGN_OR_RETURN(Graph graph, withLoss(model, options, logits));
   CLEAVE_TRY(simplify(graph));
-  // 2. Backward pass. cse and dce run with the gradients as outputs: outputs keep their names, and
-  //    plan lowering finds gradients by name (P.grad).
-  CLEAVE_TRY(appendBackward(graph, graph.outputs[0]));
-  for (const Param& param : graph.params) {
-    ValueId grad = graph.findValue(gradientName(graph.values[param.value].name));
-    if (param.trainable && grad != kNoValue) graph.outputs.push_back(grad);
-  }
-  CLEAVE_TRY(simplify(graph));
-  // 3. Optimizer step; then only the loss is an output (the updates keep the rest alive).
-  CLEAVE_TRY(appendOptimizer(graph, options.optimizer));
-  graph.outputs.resize(1);
-  CLEAVE_TRY(runPass(graph, "dce"));
+  CLEAVE_TRY(appendTrainingStep(graph, options));
   CLEAVE_TRY(checkResult(graph, "train"));
   return graph;
 }
@@ -64,6 +55,32 @@ Expected<Graph> buildEvalGraph(const Graph& model, const TrainingOptions& option
 }
 
 }  // namespace
+
+Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const std::function<Status(Graph&)>& after_backward) {
+  // 1. Backward pass. cse and dce run with the gradients as outputs: outputs keep their names, and
+  //    plan lowering finds gradients by name (P.grad).
+  graph.outputs.resize(1);
+  CLEAVE_TRY(appendBackward(graph, graph.outputs[0]));
+  for (const Param& param : graph.params) {
+    ValueId grad = graph.findValue(gradientName(graph.values[param.value].name));
+    if (param.trainable && grad != kNoValue) graph.outputs.push_back(grad);
+  }
+  CLEAVE_TRY(simplify(graph));
+  if (after_backward) CLEAVE_TRY(after_backward(graph));
+  // 2. Optimizer step; then only the loss is an output (the updates keep the rest alive).
+  CLEAVE_TRY(appendOptimizer(graph, options.optimizer));
+  graph.outputs.resize(1);
+  return runPass(graph, "dce");
+}
+
+Expected<Graph> buildLossGraph(const Graph& model, const TrainingOptions& options) {
+  CLEAVE_TRY(verifyGraph(model));
+  ValueId logits = kNoValue;
+  CLEAVE_ASSIGN_OR_RETURN(Graph graph, withLoss(model, options, logits));
+  graph.outputs.push_back(logits);
+  CLEAVE_TRY(simplify(graph));
+  return graph;
+}
 
 Expected<TrainingGraphs> buildTrainingGraphs(const Graph& model, const TrainingOptions& options) {
   CLEAVE_TRY(verifyGraph(model));

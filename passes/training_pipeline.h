@@ -1,6 +1,7 @@
 // The training pipeline `cleave compile --train` runs: model -> train and eval graphs.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "ir/graph.h"
@@ -26,6 +27,16 @@ struct TrainingGraphs {
 // Builds the train and eval graphs of `model` (which must verify): attaches the loss, appends the
 // backward pass and the optimizer, and runs cse and dce. Errors name the model node at fault.
 Expected<TrainingGraphs> buildTrainingGraphs(const Graph& model, const TrainingOptions& options);
+
+// The model with its loss attached, cse and dce applied: outputs [loss, logits] (the graph a
+// multi-device compile partitions before differentiating).
+Expected<Graph> buildLossGraph(const Graph& model, const TrainingOptions& options);
+
+// Turns a graph whose output 0 is the scalar loss into one training step: appends the backward
+// pass, calls `after_backward` (e.g. gradient bucketing; may be empty), appends the optimizer, and
+// keeps only the loss as output. The train graph of buildTrainingGraphs is built this way.
+Status appendTrainingStep(Graph& graph, const TrainingOptions& options,
+                          const std::function<Status(Graph&)>& after_backward = {});
 
 // The inference graph: the model as it is, once it verifies.
 Expected<Graph> buildInferenceGraph(const Graph& model);
