@@ -164,17 +164,16 @@ ValueId gptBlock(GraphBuilder& b, const GptSpec& s, int64_t ffn, int64_t layer, 
   const int64_t head_dim = s.hidden / s.heads;
   const AttrMap swap_seq_and_heads = {{"perm", std::vector<int64_t>{0, 2, 1, 3}}};
 
-  // 1. Attention: one qkv projection, split, then [B,S,H] -> [B,S,A,D] -> [B,A,S,D] per q, k, v.
+  // 1. Attention: q, k and v projections (separate weights, so tensor parallelism splits them by
+  //    heads), then [B,S,H] -> [B,S,A,D] -> [B,A,S,D] each.
   ValueId normed = b.layerNorm(p + "ln1", x, s.hidden);
-  ValueId qkv = b.linear(p + "attn.qkv", normed, s.hidden, 3 * s.hidden, p + "attn.qkv.out");
-  std::vector<ValueId> parts = b.ops(OpId::split, {qkv}, {p + "attn.q.split", p + "attn.k.split", p + "attn.v.split"},
-                                     {{"axis", int64_t{-1}}, {"sizes", std::vector<int64_t>{s.hidden, s.hidden, s.hidden}}});
   std::vector<ValueId> heads;
   const char* head_names[] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
     std::string name = p + "attn." + head_names[i];
-    ValueId per_head = b.op(OpId::reshape, {parts[i]}, name + ".heads",
-                            {{"shape", std::vector<int64_t>{s.batch, s.seq, s.heads, head_dim}}});
+    ValueId projected = b.linear(name, normed, s.hidden, s.hidden, name + ".out");
+    ValueId per_head = b.op(OpId::reshape, {projected}, name + ".heads",
+                            {{"shape", std::vector<int64_t>{0, s.seq, s.heads, head_dim}}});
     heads.push_back(b.op(OpId::transpose, {per_head}, name, swap_seq_and_heads));
   }
   // 2. Causal softmax(q k^T / sqrt(D)) v.
@@ -186,7 +185,7 @@ ValueId gptBlock(GraphBuilder& b, const GptSpec& s, int64_t ffn, int64_t layer, 
   // 3. Merge the heads back to [B,S,H], project, add the residual.
   ValueId merged = b.op(OpId::transpose, {context}, p + "attn.context.merged", swap_seq_and_heads);
   ValueId flat = b.op(OpId::reshape, {merged}, p + "attn.context.flat",
-                      {{"shape", std::vector<int64_t>{s.batch, s.seq, s.hidden}}});
+                      {{"shape", std::vector<int64_t>{0, s.seq, s.hidden}}});
   ValueId projected = b.linear(p + "attn.proj", flat, s.hidden, s.hidden, p + "attn.proj.out");
   ValueId attended = b.op(OpId::add, {x, projected}, p + "attn.residual");
   // 4. MLP: fc1 -> gelu -> fc2, add the residual.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -23,9 +24,6 @@
 
 namespace cleave {
 namespace {
-
-constexpr int64_t kMinOpset = 11;
-constexpr int64_t kMaxOpset = 17;
 
 using TensorPtr = std::shared_ptr<const TensorData>;
 
@@ -144,6 +142,24 @@ TensorPtr intsTensor(const std::vector<int64_t>& ints, bool scalar = false) {
   return data;
 }
 
+// `data` converted to `dtype` (through the constant evaluator's cast).
+Expected<TensorPtr> castConstant(TensorPtr data, DType dtype) {
+  if (data->type.dtype == dtype) return data;
+  CLEAVE_ASSIGN_OR_RETURN(auto cast, evaluateConstantNode(OpId::cast, {{"to", std::string(dtypeName(dtype))}},
+                                                          std::vector<const TensorData*>{data.get()},
+                                                          std::vector<TensorType>{{dtype, data->type.shape}}));
+  return TensorPtr(std::make_shared<TensorData>(std::move(cast.front())));
+}
+
+// A tensor of `dtype` and `shape` holding `values` (given as doubles, converted to dtype).
+Expected<TensorPtr> numbersTensor(const std::vector<double>& values, DType dtype, Shape shape) {
+  auto data = std::make_shared<TensorData>();
+  data->type = {DType::kF64, std::move(shape)};
+  data->bytes.resize(values.size() * sizeof(double));
+  std::memcpy(data->bytes.data(), values.data(), data->bytes.size());
+  return castConstant(std::move(data), dtype);
+}
+
 // The ONNX op types this importer maps, for the up-front unsupported-op check.
 const std::set<std::string>& supportedOpTypes() {
   static const std::set<std::string> kTypes = {
@@ -191,6 +207,8 @@ class OnnxImporter {
   Expected<std::vector<ValueId>> emitValues(const onnx::NodeProto& node, OpId op, std::vector<ValueId> operands,
                                             AttrMap attrs, const std::string& result_hint);
   void bindConstant(const std::string& name, TensorPtr data) { constants_[name] = std::move(data); }
+  // LayerNormalization's optional outputs Mean and InvStdDev, from reductions over dims axis..rank-1.
+  Status layerNormStatistics(const onnx::NodeProto& node, int64_t axis, double epsilon);
 
   std::string path_;
   OnnxImportOptions options_;
@@ -289,8 +307,13 @@ Expected<double> OnnxImporter::constantScalar(const onnx::NodeProto& node, int i
     case DType::kF64: return data->as<double>()[0];
     case DType::kI64: return static_cast<double>(data->as<int64_t>()[0]);
     case DType::kI32: return static_cast<double>(data->as<int32_t>()[0]);
-    default: return nodeError(node, "input " + std::to_string(index) + " has unsupported type " + data->type.str());
+    case DType::kI8: return static_cast<double>(data->as<int8_t>()[0]);
+    case DType::kU8:
+    case DType::kBool: return static_cast<double>(data->as<uint8_t>()[0]);
+    case DType::kF16:
+    case DType::kBF16: break;
   }
+  return nodeError(node, "input " + std::to_string(index) + " has unsupported type " + data->type.str());
 }
 
 Status OnnxImporter::emit(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
@@ -353,6 +376,11 @@ Status OnnxImporter::importInitializers(const onnx::GraphProto& onnx_graph) {
 }
 
 Status OnnxImporter::importInputs(const onnx::GraphProto& onnx_graph) {
+  for (const auto& [name, value] : options_.input_values) {
+    bool found = std::any_of(onnx_graph.input().begin(), onnx_graph.input().end(),
+                             [&](const onnx::ValueInfoProto& input) { return input.name() == name; });
+    if (!found) return Status::badInput(path_ + ": a value is given for input '" + name + "', which the model lacks");
+  }
   for (const auto& input : onnx_graph.input()) {
     if (parameters_.count(input.name()) || constants_.count(input.name())) continue;  // an initializer
     const auto& tensor_type = input.type().tensor_type();
@@ -360,6 +388,13 @@ Status OnnxImporter::importInputs(const onnx::GraphProto& onnx_graph) {
     if (!dtype)
       return Status::badInput(path_ + ": input '" + input.name() + "' has ONNX element type " +
                               std::to_string(tensor_type.elem_type()) + ", which cleave does not support");
+    if (auto fixed = options_.input_values.find(input.name()); fixed != options_.input_values.end()) {
+      if (fixed->second.type.dtype != *dtype)
+        return Status::badInput(path_ + ": input '" + input.name() + "' is " + std::string(dtypeName(*dtype)) +
+                                "; the value given for it is " + fixed->second.type.str());
+      bindConstant(input.name(), std::make_shared<TensorData>(fixed->second));
+      continue;
+    }
     if (!tensor_type.has_shape())
       return Status::badInput(path_ + ": input '" + input.name() + "' has no shape; cleave needs static shapes");
     TensorType type{*dtype, {}};
@@ -399,12 +434,64 @@ Status OnnxImporter::importOutputs(const onnx::GraphProto& onnx_graph) {
   return Status::ok();
 }
 
-// Attributes shared by Conv, MaxPool and AveragePool: strides, pads (2-D only) and auto_pad=NOTSET.
-Status windowAttrs(const onnx::NodeProto& node, AttrMap& attrs, const std::function<Status(std::string)>& fail) {
+Status OnnxImporter::layerNormStatistics(const onnx::NodeProto& node, int64_t axis, double epsilon) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x_type, typeOf(node, node.input(0)));
+  int64_t first = normalizeAxis(axis, x_type.rank());
+  if (first < 0) return nodeError(node, "axis " + std::to_string(axis) + " is out of range for " + x_type.str());
+  std::vector<int64_t> axes;
+  for (int64_t d = first; d < x_type.rank(); ++d) axes.push_back(d);
+  AttrMap reduce{{"axes", axes}, {"keepdims", int64_t{1}}};
+  const std::string base = node.output(0);
+  // mean = reduce_mean(x); var = reduce_mean((x - mean)^2); inv_std = 1 / sqrt(var + epsilon).
+  CLEAVE_ASSIGN_OR_RETURN(ValueId x, valueOf(node, node.input(0)));
+  auto outputName = [&](int index, const std::string& fallback) {
+    return node.output_size() > index && !node.output(index).empty() ? node.output(index) : base + fallback;
+  };
+  CLEAVE_ASSIGN_OR_RETURN(auto mean, emitValues(node, OpId::reduce_mean, {x}, reduce, outputName(1, ".mean")));
+  CLEAVE_ASSIGN_OR_RETURN(auto centered, emitValues(node, OpId::sub, {x, mean[0]}, {}, base + ".centered"));
+  CLEAVE_ASSIGN_OR_RETURN(auto squared, emitValues(node, OpId::mul, {centered[0], centered[0]}, {}, base + ".squared"));
+  CLEAVE_ASSIGN_OR_RETURN(auto variance, emitValues(node, OpId::reduce_mean, squared, reduce, base + ".variance"));
+  auto epsilon_data = numbersTensor({epsilon}, x_type.dtype, {});
+  auto one_data = numbersTensor({1.0}, x_type.dtype, {});
+  if (!epsilon_data || !one_data) return nodeError(node, "no scalar constants of " + x_type.str());
+  bindConstant(base + "/epsilon", *epsilon_data);
+  bindConstant(base + "/one", *one_data);
+  CLEAVE_ASSIGN_OR_RETURN(ValueId eps, valueOf(node, base + "/epsilon"));
+  CLEAVE_ASSIGN_OR_RETURN(ValueId one, valueOf(node, base + "/one"));
+  CLEAVE_ASSIGN_OR_RETURN(auto shifted, emitValues(node, OpId::add, {variance[0], eps}, {}, base + ".shifted"));
+  CLEAVE_ASSIGN_OR_RETURN(auto std_dev, emitValues(node, OpId::sqrt, shifted, {}, base + ".std"));
+  CLEAVE_ASSIGN_OR_RETURN(auto inv_std, emitValues(node, OpId::div, {one, std_dev[0]}, {}, outputName(2, ".inv_std")));
+  if (node.output_size() > 1 && !node.output(1).empty()) values_[node.output(1)] = mean[0];
+  if (node.output_size() > 2 && !node.output(2).empty()) values_[node.output(2)] = inv_std[0];
+  return Status::ok();
+}
+
+// Attributes shared by Conv, MaxPool and AveragePool over a 2-D window `kernel` (dilated by
+// `dilations`) on input `x`: strides (ONNX's default is 1, also for pooling) and pads, explicit or
+// resolved from auto_pad (SAME_UPPER / SAME_LOWER put the odd pad at the end / the beginning).
+Status windowAttrs(const onnx::NodeProto& node, const TensorType& x, const std::vector<int64_t>& kernel,
+                   const std::vector<int64_t>& dilations, AttrMap& attrs,
+                   const std::function<Status(std::string)>& fail) {
+  std::vector<int64_t> strides = intsAttr(node, "strides").value_or(std::vector<int64_t>{1, 1});
+  if (strides.size() != 2) return fail("strides must have 2 values");
+  attrs["strides"] = strides;
   std::string auto_pad = stringAttr(node, "auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET") return fail("auto_pad '" + auto_pad + "' is not supported; only explicit pads");
-  if (auto strides = intsAttr(node, "strides")) attrs["strides"] = *strides;
-  if (auto pads = intsAttr(node, "pads")) attrs["pads"] = *pads;
+  if (auto_pad == "NOTSET") {
+    if (auto pads = intsAttr(node, "pads")) attrs["pads"] = *pads;
+    return Status::ok();
+  }
+  if (auto_pad == "VALID") return Status::ok();
+  if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") return fail("auto_pad '" + auto_pad + "' is not known");
+  if (x.rank() != 4) return fail("auto_pad needs a rank-4 input, not " + x.str());
+  std::vector<int64_t> pads(4, 0);
+  for (int i = 0; i < 2; ++i) {
+    int64_t in = x.shape[2 + i], out = (in + strides[i] - 1) / strides[i];
+    int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in);
+    int64_t smaller = total / 2;
+    pads[i] = auto_pad == "SAME_UPPER" ? smaller : total - smaller;
+    pads[2 + i] = total - pads[i];
+  }
+  attrs["pads"] = pads;
   return Status::ok();
 }
 
@@ -418,18 +505,26 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
       {"Where", OpId::where}, {"Equal", OpId::equal}, {"Less", OpId::less}, {"LessOrEqual", OpId::less_equal},
       {"Greater", OpId::greater}, {"GreaterOrEqual", OpId::greater_equal}, {"Identity", OpId::identity},
       {"GlobalAveragePool", OpId::global_avg_pool}};
+  if (type == "Identity" && parameters_.count(node.input(0))) {
+    // PyTorch's exporter merges initializers of equal value (LayerNorm's ones in every layer) into
+    // one and gives each other name an Identity of it: each such name is a parameter of its own,
+    // as it was before the export, so that training updates them apart.
+    parameters_[node.output(0)] = parameters_[node.input(0)];
+    return Status::ok();
+  }
   if (auto it = kSimple.find(type); it != kSimple.end()) {
     std::vector<std::string> inputs(node.input().begin(), node.input().end());
-    // Pow's exponent may have another dtype in ONNX; a constant exponent is converted to the base's.
-    if (type == "Pow" && constants_.count(inputs[1])) {
+    // Pow's exponent may have another dtype in ONNX; it is converted to the base's (folded when constant).
+    if (type == "Pow") {
       CLEAVE_ASSIGN_OR_RETURN(TensorType base, typeOf(node, inputs[0]));
-      if (constants_[inputs[1]]->type.dtype != base.dtype) {
-        auto cast = evaluateConstantNode(OpId::cast, {{"to", std::string(dtypeName(base.dtype))}},
-                                         std::vector<const TensorData*>{constants_[inputs[1]].get()},
-                                         std::vector<TensorType>{{base.dtype, constants_[inputs[1]]->type.shape}});
-        if (!cast) return cast.status().withContext(where(node) + ": ");
-        inputs[1] = node.output(0) + "/exponent";
-        bindConstant(inputs[1], std::make_shared<TensorData>(std::move(cast->front())));
+      CLEAVE_ASSIGN_OR_RETURN(TensorType exponent, typeOf(node, inputs[1]));
+      if (exponent.dtype != base.dtype) {
+        std::string converted = node.output(0) + "/exponent";
+        onnx::NodeProto cast_node = node;
+        cast_node.clear_output();
+        cast_node.add_output(converted);
+        CLEAVE_TRY(emit(cast_node, OpId::cast, {inputs[1]}, {{"to", std::string(dtypeName(base.dtype))}}));
+        inputs[1] = converted;
       }
     }
     return emit(node, it->second, inputs, {});
@@ -455,9 +550,11 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
   if (type == "Conv") {
     CLEAVE_ASSIGN_OR_RETURN(TensorType weight, typeOf(node, node.input(1)));
     if (weight.rank() != 4) return fail("only 2-D convolutions are supported (weight is " + weight.str() + ")");
-    AttrMap attrs{{"groups", intAttr(node, "group", 1)}};
-    CLEAVE_TRY(windowAttrs(node, attrs, fail));
-    if (auto dilations = intsAttr(node, "dilations")) attrs["dilations"] = *dilations;
+    CLEAVE_ASSIGN_OR_RETURN(TensorType x, typeOf(node, node.input(0)));
+    std::vector<int64_t> dilations = intsAttr(node, "dilations").value_or(std::vector<int64_t>{1, 1});
+    if (dilations.size() != 2) return fail("dilations must have 2 values");
+    AttrMap attrs{{"groups", intAttr(node, "group", 1)}, {"dilations", dilations}};
+    CLEAVE_TRY(windowAttrs(node, x, {weight.shape[2], weight.shape[3]}, dilations, attrs, fail));
     std::vector<std::string> inputs = {node.input(0), node.input(1)};
     if (hasInput(node, 2)) inputs.push_back(node.input(2));
     return emit(node, OpId::conv2d, inputs, attrs);
@@ -466,11 +563,12 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
     if (node.output_size() > 1 && !node.output(1).empty()) return fail("the Indices output is not supported");
     auto kernel = intsAttr(node, "kernel_shape");
     if (!kernel || kernel->size() != 2) return fail("only 2-D pooling is supported");
-    AttrMap attrs{{"kernel", *kernel}, {"ceil_mode", intAttr(node, "ceil_mode", 0)}};
-    CLEAVE_TRY(windowAttrs(node, attrs, fail));
     if (auto dilations = intsAttr(node, "dilations"))
       for (int64_t d : *dilations)
         if (d != 1) return fail("pooling dilations other than 1 are not supported");
+    CLEAVE_ASSIGN_OR_RETURN(TensorType x, typeOf(node, node.input(0)));
+    AttrMap attrs{{"kernel", *kernel}, {"ceil_mode", intAttr(node, "ceil_mode", 0)}};
+    CLEAVE_TRY(windowAttrs(node, x, *kernel, {1, 1}, attrs, fail));
     if (type == "AveragePool") attrs["count_include_pad"] = intAttr(node, "count_include_pad", 0);
     return emit(node, type == "MaxPool" ? OpId::max_pool2d : OpId::avg_pool2d, {node.input(0)}, attrs);
   }
@@ -481,17 +579,30 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
                 {{"epsilon", floatAttr(node, "epsilon", 1e-5)}});
   }
   if (type == "LayerNormalization") {
-    if (node.output_size() > 1) return fail("only the first output (Y) is supported");
     if (intAttr(node, "stash_type", 1) != 1) return fail("stash_type other than 1 (f32) is not supported");
     std::vector<std::string> inputs = {node.input(0), node.input(1)};
     if (hasInput(node, 2)) inputs.push_back(node.input(2));
-    return emit(node, OpId::layer_norm, inputs,
-                {{"axis", intAttr(node, "axis", -1)}, {"epsilon", floatAttr(node, "epsilon", 1e-5)}});
+    int64_t axis = intAttr(node, "axis", -1);
+    double epsilon = floatAttr(node, "epsilon", 1e-5);
+    CLEAVE_TRY(emit(node, OpId::layer_norm, inputs, {{"axis", axis}, {"epsilon", epsilon}}));
+    bool wants_statistics = (node.output_size() > 1 && !node.output(1).empty()) ||
+                            (node.output_size() > 2 && !node.output(2).empty());
+    return wants_statistics ? layerNormStatistics(node, axis, epsilon) : Status::ok();
   }
   if (type == "Flatten") return emit(node, OpId::flatten, {node.input(0)}, {{"axis", intAttr(node, "axis", 1)}});
   if (type == "Reshape") {
-    if (intAttr(node, "allowzero", 0) != 0) return fail("allowzero=1 is not supported");
     CLEAVE_ASSIGN_OR_RETURN(auto shape, constantInts(node, 1));
+    bool zero_dims = std::find(shape.begin(), shape.end(), 0) != shape.end();
+    if (intAttr(node, "allowzero", 0) != 0 && zero_dims) {
+      // With allowzero a 0 is a dim of size 0, not a copy: the result is empty, so a constant.
+      CLEAVE_ASSIGN_OR_RETURN(TensorType x, typeOf(node, node.input(0)));
+      if (x.numel() != 0 || std::find(shape.begin(), shape.end(), -1) != shape.end())
+        return fail("allowzero=1 with shape " + TensorType{x.dtype, shape}.str() + " does not fit input " + x.str());
+      auto empty = std::make_shared<TensorData>();
+      empty->type = {x.dtype, shape};
+      bindConstant(node.output(0), empty);
+      return Status::ok();
+    }
     return emit(node, OpId::reshape, {node.input(0)}, {{"shape", shape}});
   }
   if (type == "Expand") {
@@ -572,18 +683,40 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
     OpId op = type == "ReduceMean" ? OpId::reduce_mean : type == "ReduceSum" ? OpId::reduce_sum : OpId::reduce_max;
     AttrMap attrs{{"keepdims", intAttr(node, "keepdims", 1)}};
     if (type == "ReduceSum" && opset_ >= 13) {
-      if (intAttr(node, "noop_with_empty_axes", 0) != 0) return fail("noop_with_empty_axes=1 is not supported");
+      std::vector<int64_t> axes;
       if (hasInput(node, 1)) {
-        CLEAVE_ASSIGN_OR_RETURN(attrs["axes"], constantInts(node, 1));
+        CLEAVE_ASSIGN_OR_RETURN(axes, constantInts(node, 1));
       }
+      // No axes means every axis, or with noop_with_empty_axes=1 none: the identity.
+      if (axes.empty() && intAttr(node, "noop_with_empty_axes", 0) != 0)
+        return emit(node, OpId::identity, {node.input(0)}, {});
+      attrs["axes"] = axes;
     } else if (auto axes = intsAttr(node, "axes")) {
       attrs["axes"] = *axes;
     }
     return emit(node, op, {node.input(0)}, attrs);
   }
   if (type == "Dropout") {
-    if (node.output_size() > 1 && !node.output(1).empty()) return fail("the mask output is not supported");
-    return emit(node, OpId::identity, {node.input(0)}, {});  // inference: dropout is the identity
+    // Inference (training_mode absent or false), or a ratio of 0: the identity, with a mask of ones.
+    if (hasInput(node, 2)) {
+      CLEAVE_ASSIGN_OR_RETURN(double training, constantScalar(node, 2));
+      double ratio = 0.5;
+      if (hasInput(node, 1)) {
+        CLEAVE_ASSIGN_OR_RETURN(ratio, constantScalar(node, 1));
+      }
+      if (training != 0 && ratio != 0)
+        return fail("training_mode=true with ratio " + std::to_string(ratio) +
+                    " (random dropout) is not supported; export the model in eval mode");
+    }
+    CLEAVE_TRY(emit(node, OpId::identity, {node.input(0)}, {}));
+    if (node.output_size() > 1 && !node.output(1).empty()) {
+      CLEAVE_ASSIGN_OR_RETURN(TensorType x, typeOf(node, node.input(0)));
+      auto mask = std::make_shared<TensorData>();
+      mask->type = {DType::kBool, x.shape};
+      mask->bytes.assign(static_cast<size_t>(x.numel()), 1);
+      bindConstant(node.output(1), mask);
+    }
+    return Status::ok();
   }
   if (type == "Constant") {
     if (const auto* value = findAttr(node, "value")) {
@@ -643,25 +776,18 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
     return Status::ok();
   }
   if (type == "Range") {
-    // Folded: start, limit and delta are constants; integer ranges only (positions, indices).
-    CLEAVE_ASSIGN_OR_RETURN(TensorPtr start, constantInput(node, 0));
-    if (start->type.dtype != DType::kI64 && start->type.dtype != DType::kI32)
-      return fail("only integer ranges are supported, not " + start->type.str());
-    CLEAVE_ASSIGN_OR_RETURN(auto first, constantInts(node, 0));
-    CLEAVE_ASSIGN_OR_RETURN(auto limit, constantInts(node, 1));
-    CLEAVE_ASSIGN_OR_RETURN(auto delta, constantInts(node, 2));
-    if (first.size() != 1 || limit.size() != 1 || delta.size() != 1 || delta[0] == 0)
-      return fail("start, limit and delta must be scalars, delta non-zero");
-    std::vector<int64_t> values;
-    for (int64_t v = first[0]; delta[0] > 0 ? v < limit[0] : v > limit[0]; v += delta[0]) values.push_back(v);
-    TensorPtr range = intsTensor(values);
-    if (start->type.dtype == DType::kI32) {
-      auto cast = evaluateConstantNode(OpId::cast, {{"to", std::string("i32")}}, std::vector<const TensorData*>{range.get()},
-                                       std::vector<TensorType>{{DType::kI32, range->type.shape}});
-      if (!cast) return cast.status().withContext(where(node) + ": ");
-      range = std::make_shared<TensorData>(std::move(cast->front()));
-    }
-    bindConstant(node.output(0), range);
+    // Folded: start, limit and delta are constant scalars; ONNX's count is max(ceil((limit-start)/delta), 0).
+    CLEAVE_ASSIGN_OR_RETURN(TensorPtr start_data, constantInput(node, 0));
+    CLEAVE_ASSIGN_OR_RETURN(double start, constantScalar(node, 0));
+    CLEAVE_ASSIGN_OR_RETURN(double limit, constantScalar(node, 1));
+    CLEAVE_ASSIGN_OR_RETURN(double delta, constantScalar(node, 2));
+    if (delta == 0) return fail("delta must be non-zero");
+    auto count = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0));
+    std::vector<double> values(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = start + static_cast<double>(i) * delta;
+    auto range = numbersTensor(values, start_data->type.dtype, {count});
+    if (!range) return range.status().withContext(where(node) + ": ");
+    bindConstant(node.output(0), *range);
     return Status::ok();
   }
   if (type == "Trilu") {
@@ -687,15 +813,20 @@ Expected<Graph> OnnxImporter::run(const onnx::GraphProto& onnx_graph) {
   return std::move(graph_);
 }
 
+// The op type of `node` when the importer does not map it (domain-qualified outside ai.onnx), else nullopt.
+std::optional<std::string> unsupportedOpType(const onnx::NodeProto& node) {
+  bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
+  if (default_domain && supportedOpTypes().count(node.op_type())) return std::nullopt;
+  return default_domain ? node.op_type() : node.domain() + "::" + node.op_type();
+}
+
 // Lists every node whose op type the importer does not map, on one line; empty when all are supported.
 std::string unsupportedOpsReport(const onnx::GraphProto& onnx_graph) {
   std::map<std::string, std::vector<std::string>> nodes_by_type;
   for (int i = 0; i < onnx_graph.node_size(); ++i) {
     const auto& node = onnx_graph.node(i);
-    bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-    if (default_domain && supportedOpTypes().count(node.op_type())) continue;
-    std::string type = default_domain ? node.op_type() : node.domain() + "::" + node.op_type();
-    nodes_by_type[type].push_back(node.name().empty() ? "#" + std::to_string(i) : node.name());
+    if (auto type = unsupportedOpType(node))
+      nodes_by_type[*type].push_back(node.name().empty() ? "#" + std::to_string(i) : node.name());
   }
   std::string report;
   for (const auto& [type, names] : nodes_by_type) {
@@ -710,21 +841,68 @@ std::string unsupportedOpsReport(const onnx::GraphProto& onnx_graph) {
 
 }  // namespace
 
-Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions& options) {
-  // 1. Parse the ModelProto.
+namespace {
+
+// Parses the ModelProto at `path`.
+Expected<onnx::ModelProto> parseModel(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::badInput("cannot open ONNX model '" + path + "': " + std::strerror(errno));
   onnx::ModelProto model;
   if (!model.ParseFromIstream(&in)) return Status::badInput(path + ": not a valid ONNX model (protobuf parse failed)");
+  return model;
+}
 
-  // 2. The default-domain opset must be one cleave maps.
+// The default-domain opset `model` imports; -1 when it imports none.
+int64_t defaultOpset(const onnx::ModelProto& model) {
   int64_t opset = -1;
   for (const auto& import : model.opset_import())
     if (import.domain().empty() || import.domain() == "ai.onnx") opset = import.version();
+  return opset;
+}
+
+}  // namespace
+
+Expected<OnnxModelSupport> checkOnnxSupport(const std::string& path) {
+  CLEAVE_ASSIGN_OR_RETURN(onnx::ModelProto model, parseModel(path));
+  OnnxModelSupport support;
+  support.opset = defaultOpset(model);
+  std::set<std::string> unsupported;
+  for (const auto& node : model.graph().node())
+    if (auto type = unsupportedOpType(node)) unsupported.insert(*type);
+  support.unsupported_ops.assign(unsupported.begin(), unsupported.end());
+  auto checkValue = [&](const onnx::ValueInfoProto& value, const std::string& role) {
+    std::string kind;
+    if (!value.type().has_tensor_type())
+      kind = value.type().has_sequence_type() ? "sequence" : value.type().has_optional_type() ? "optional" : "not a tensor";
+    else if (!dtypeFromOnnx(value.type().tensor_type().elem_type()))
+      kind = "ONNX element type " + std::to_string(value.type().tensor_type().elem_type());
+    if (!kind.empty()) support.unsupported_values.push_back(role + " '" + value.name() + "' (" + kind + ")");
+  };
+  for (const auto& input : model.graph().input()) checkValue(input, "input");
+  for (const auto& output : model.graph().output()) checkValue(output, "output");
+  return support;
+}
+
+Expected<TensorData> readOnnxTensorFile(const std::string& path, std::string* name) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::badInput("cannot open ONNX tensor '" + path + "': " + std::strerror(errno));
+  onnx::TensorProto tensor;
+  if (!tensor.ParseFromIstream(&in)) return Status::badInput(path + ": not a serialized ONNX TensorProto");
+  CLEAVE_ASSIGN_OR_RETURN(TensorPtr data, tensorFromOnnx(tensor, path));
+  if (name) *name = tensor.name();
+  return *data;
+}
+
+Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions& options) {
+  // 1. Parse the ModelProto.
+  CLEAVE_ASSIGN_OR_RETURN(onnx::ModelProto model, parseModel(path));
+
+  // 2. The default-domain opset must be one cleave maps.
+  int64_t opset = defaultOpset(model);
   if (opset < 0) return Status::badInput(path + ": the model imports no default-domain (ai.onnx) opset");
-  if (opset < kMinOpset || opset > kMaxOpset)
+  if (opset < kMinOnnxOpset || opset > kMaxOnnxOpset)
     return Status::badInput(path + ": ONNX opset " + std::to_string(opset) + " is not supported (cleave imports opsets " +
-                            std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
+                            std::to_string(kMinOnnxOpset) + " to " + std::to_string(kMaxOnnxOpset) + ")");
 
   // 3. libonnx's checker and shape inference; they report errors by throwing.
   try {

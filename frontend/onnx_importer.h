@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "ir/attribute.h"
 #include "ir/graph.h"
 #include "ir/status.h"
 
@@ -13,15 +16,43 @@ namespace cleave {
 struct OnnxImportOptions {
   // The value given to a symbolic batch dim (dim 0 of a graph input); 0 means 1.
   int64_t batch = 0;
+  // Graph inputs fixed to a value, by ONNX name: each becomes a constant instead of an input, so what
+  // is computed from it folds (a model that takes a Reshape's shape or a Clip's bounds as inputs).
+  std::map<std::string, TensorData> input_values;
 };
 
 // Imports the ONNX model at `path` (opsets 11 to 17): runs libonnx's checker and shape inference,
-// turns float initializers into trainable parameters with their data (external data included),
+// turns float initializers into trainable parameters with their data (external data included; an
+// Identity of one, which is how PyTorch's exporter writes initializers it merged for having equal
+// values, becomes a parameter of its own),
 // other initializers and Constant nodes into constants, graph inputs into inputs, nodes into cleave
 // ops, and folds every node whose operands are all constants (so Shape -> Gather -> Concat ->
 // Reshape subgraphs become static shapes). Symbolic dim 0 of an input becomes options.batch (or 1);
 // other symbolic dims are an error. An unsupported model gets one kBadInput error listing every
 // unsupported op type with its node names and the opset.
 Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions& options);
+
+// The default-domain opsets the importer reads.
+inline constexpr int64_t kMinOnnxOpset = 11;
+inline constexpr int64_t kMaxOnnxOpset = 17;
+
+// Whether the importer could take a model, judged from its opset and op types alone.
+struct OnnxModelSupport {
+  int64_t opset = -1;                         // the default-domain opset; -1 when none is imported
+  std::vector<std::string> unsupported_ops;   // op types (domain-qualified outside ai.onnx), sorted, once each
+  // Graph inputs and outputs that are not tensors of a cleave dtype, e.g. "input 'x' (sequence)".
+  std::vector<std::string> unsupported_values;
+  // True when the opset is in [kMinOnnxOpset, kMaxOnnxOpset] and every op type and value type is mapped.
+  bool supported() const {
+    return opset >= kMinOnnxOpset && opset <= kMaxOnnxOpset && unsupported_ops.empty() && unsupported_values.empty();
+  }
+};
+
+// Parses the ONNX model at `path` (no checking) and reports its opset and what the importer lacks.
+Expected<OnnxModelSupport> checkOnnxSupport(const std::string& path);
+
+// Reads one serialized ONNX TensorProto (a conformance case's input_0.pb, say) into tensor data;
+// `name` receives the tensor's name when not null.
+Expected<TensorData> readOnnxTensorFile(const std::string& path, std::string* name = nullptr);
 
 }  // namespace cleave

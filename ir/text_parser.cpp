@@ -157,7 +157,25 @@ class Parser {
       trainable = false;
       advance();
     }
-    return graph_.addParam(name.value, std::move(type), std::move(init), trainable).status();
+    CLEAVE_TRY(graph_.addParam(name.value, std::move(type), std::move(init), trainable).status());
+    // One device's block of a split tensor: shard of [whole shape] at [block start].
+    if (atWord("shard")) {
+      advance();
+      if (!atWord("of")) return error("expected 'of [whole shape]' after 'shard'");
+      advance();
+      CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().full_shape, parseIntList("the whole tensor's shape"));
+      if (!atWord("at")) return error("expected 'at [block start]' after the whole shape");
+      advance();
+      CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().shard_offset, parseIntList("the block's start"));
+      const Param& param = graph_.params.back();
+      const Shape& block = graph_.values[param.value].type.shape;
+      if (param.full_shape.size() != block.size() || param.shard_offset.size() != block.size())
+        return error("the whole shape and block start of '%" + name.value + "' need one entry per dim");
+      for (size_t d = 0; d < block.size(); ++d)
+        if (param.shard_offset[d] < 0 || param.shard_offset[d] + block[d] > param.full_shape[d])
+          return error("the block of '%" + name.value + "' does not lie inside the whole tensor");
+    }
+    return Status::ok();
   }
 
   // output %a, %b, ...
@@ -374,6 +392,14 @@ class Parser {
       return Attribute{std::move(tensor)};
     }
     return error("expected an attribute value (number, string, list or dense<...>), found " + describeToken(tok_));
+  }
+
+  // A list of ints, e.g. [4, 8]; `what` names it in errors.
+  Expected<std::vector<int64_t>> parseIntList(const std::string& what) {
+    if (!at(TokenKind::kLBracket)) return error("expected '[' starting " + what);
+    CLEAVE_ASSIGN_OR_RETURN(Attribute list, parseNumberList());
+    if (!std::holds_alternative<std::vector<int64_t>>(list)) return error("expected integers in " + what);
+    return std::get<std::vector<int64_t>>(list);
   }
 
   // [1, 2] is ints; a list with any float (or inf / nan) is floats; [] is ints.

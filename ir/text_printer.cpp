@@ -243,6 +243,12 @@ void appendParam(std::string& out, const Graph& graph, const Param& param) {
     appendAttrMap(out, param.init.args);
   }
   if (!param.trainable) out += " frozen";
+  if (!param.full_shape.empty()) {
+    out += " shard of ";
+    out += shapeStr(param.full_shape);
+    out += " at ";
+    out += shapeStr(param.shard_offset);
+  }
   out += '\n';
 }
 

@@ -70,7 +70,11 @@ Status verifyGraph(const Graph& graph) {
                                 graph.values[v].type.str() + " but the op gives " + (*inferred)[r].str());
     }
   }
-  if (graph.outputs.empty() && graph.updates.empty()) return Status::badInput("graph @" + graph.name + " has no outputs");
+  // A graph must produce something: outputs, state updates, or effects (a pipeline stage that only sends).
+  bool has_effects = false;
+  for (const Node& node : graph.nodes) has_effects = has_effects || opDef(node.op).side_effects;
+  if (graph.outputs.empty() && graph.updates.empty() && !has_effects)
+    return Status::badInput("graph @" + graph.name + " has no outputs");
   for (ValueId v : graph.outputs) {
     if (v < 0 || v >= n_values) return Status::internal("graph output is not a value");
     if (!defined[v]) return Status::badInput("output '%" + graph.values[v].name + "' is never defined");

@@ -1,4 +1,4 @@
-// Reverse-mode automatic differentiation: appends the backward pass of a scalar loss to a graph.
+// Reverse-mode automatic differentiation: appends the backward pass of a scalar loss (or of seeded cotangents) to a graph.
 #pragma once
 
 #include <string>
@@ -27,5 +27,28 @@ std::string gradientName(std::string_view param_name);
 // Errors: the loss is not a float scalar or depends on no parameter, a parameter's gradient name is
 // taken, or a node on the path has no gradient rule (named with its location and op).
 Status appendBackward(Graph& graph, ValueId loss, const AutodiffOptions& options = {});
+
+// One starting point of a seeded backward pass: forward value `value` gets the cotangent
+// `cotangent`, a value of the same type already in the graph (e.g. received from another device);
+// kNoValue means 1 (for a float scalar, as appendBackward seeds its loss).
+struct BackwardSeed {
+  ValueId value = kNoValue;
+  ValueId cotangent = kNoValue;
+};
+
+// What appendSeededBackward differentiates, and with respect to what.
+struct SeededBackwardOptions {
+  std::vector<BackwardSeed> seeds;   // the cotangents of several values add up, as for one loss
+  std::vector<ValueId> wrt_params;   // parameters that get gradients; empty means every trainable one
+  std::vector<ValueId> wrt_values;   // other values whose gradients are wanted (e.g. received activations)
+};
+
+// Appends the backward pass of several seeds at once (the vector-Jacobian product of their
+// cotangents): each parameter of `wrt_params` that some seed depends on gets its gradient named
+// gradientName(parameter), as appendBackward does, and the gradient of each `wrt_values` entry is
+// returned in the same order (kNoValue when no seed depends on it through float values). A seed
+// depending on nothing differentiated adds nothing; appendBackward(graph, loss) is this with the
+// one seed {loss}. Errors as appendBackward's, plus a seed whose cotangent has another type.
+Expected<std::vector<ValueId>> appendSeededBackward(Graph& graph, const SeededBackwardOptions& options);
 
 }  // namespace cleave

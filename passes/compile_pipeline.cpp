@@ -4,27 +4,35 @@
 #include <memory>
 
 #include "ir/plan.pb.h"
+#include "passes/cost_model.h"
 #include "passes/gradient_buckets.h"
 #include "passes/lower_to_plan.h"
 #include "passes/optimizer.h"
+#include "passes/microbatching.h"
 #include "passes/pass_manager.h"
+#include "passes/pipeline_backward.h"
+#include "passes/pipeline_schedule.h"
+#include "passes/pipeline_stages.h"
 #include "passes/spmd_partitioner.h"
 
 namespace cleave {
 namespace {
 
-// The values an integer input may take, read off its users: a gather's indexed dim, or the class
-// count of the loss that reads it as labels. 0 when no user tells.
-int64_t valueLimit(const Graph& graph, ValueId input, const std::vector<int32_t>& users) {
-  for (int32_t user : users) {
+// The values an integer input may take, read off its users (through slices, such as a
+// microbatch's rows, and views): a gather's indexed dim, or the class count of the loss that reads
+// it as labels. 0 when no user tells.
+int64_t valueLimit(const Graph& graph, ValueId value, const std::vector<std::vector<int32_t>>& users) {
+  for (int32_t user : users[value]) {
     const Node& node = graph.nodes[user];
     const TensorType& first = graph.values[node.operands[0]].type;
-    if (node.op == OpId::gather && node.operands[1] == input) {
+    if (node.op == OpId::gather && node.operands[1] == value) {
       int64_t axis = normalizeAxis(OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("axis"), first.rank());
       if (axis >= 0) return first.shape[axis];
     }
-    if (node.op == OpId::softmax_cross_entropy && node.operands[1] == input && first.rank() > 0)
+    if (node.op == OpId::softmax_cross_entropy && node.operands[1] == value && first.rank() > 0)
       return first.shape.back();
+    if (node.op == OpId::slice || isViewOp(node.op))
+      if (int64_t limit = valueLimit(graph, node.results[0], users)) return limit;
   }
   return 0;
 }
@@ -33,7 +41,7 @@ void setValueLimits(const Graph& graph, planpb::Program& program) {
   std::vector<std::vector<int32_t>> users = graph.computeUsers();
   for (auto& input : *program.mutable_inputs()) {
     ValueId v = graph.findValue(input.name());
-    if (v != kNoValue && isInteger(graph.values[v].type.dtype)) input.set_value_limit(valueLimit(graph, v, users[v]));
+    if (v != kNoValue && isInteger(graph.values[v].type.dtype)) input.set_value_limit(valueLimit(graph, v, users));
   }
 }
 
@@ -67,41 +75,108 @@ void describeTraining(const CompileOptions& options, const std::string& logits_n
   info->set_labels_input(options.training.loss == LossKind::kSoftmaxCrossEntropy ? "labels" : "targets");
 }
 
-// The graphs of every device of a multi-device plan (dp x tp; pipeline stages come with issue 5's pipeline part).
+// The graphs of every device of a multi-device plan, owned here; lowering reads them.
 struct DeviceGraphs {
   std::vector<std::unique_ptr<Graph>> owned;
   std::vector<RankGraphs> ranks;
 };
 
-Expected<DeviceGraphs> partitionProgramGraphs(const Graph& graph, const CompileOptions& options, const DeviceMesh& mesh,
-                                              std::string& logits_name) {
+// Where each forward node runs: pipeline stages balanced by the cost model (one stage: all of them).
+Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptions& options, PipelineScheduleKind schedule) {
+  if (options.pp == 1) return StageAssignment{1, std::vector<int>(forward.nodes.size(), 0), {}, {}};
+  CLEAVE_ASSIGN_OR_RETURN(ClusterSpec cluster, builtinCluster("cpu-local"));
+  CostModel costs(std::move(cluster));
+  StageCostModel model;
+  for (int32_t n = 0; n < static_cast<int32_t>(forward.nodes.size()); ++n)
+    model.node_costs.push_back(3 * costs.nodeTime(forward, n));  // forward + backward (about twice the forward)
+  model.node_param_bytes = parameterBytesByFirstUser(forward);
+  model.node_activation_bytes = nodeResultBytes(forward);
+  const OptimizerSpec& opt = options.training.optimizer;
+  model.param_memory_factor = !options.train ? 1 : opt.kind == OptimizerKind::kAdamW ? 4 : opt.momentum != 0 ? 3 : 2;
+  model.schedule = schedule;
+  model.num_microbatches = options.microbatches;
+  return assignStages(forward, options.pp, model);
+}
+
+// A per-device program graph and the pipeline step of each of its nodes.
+ProgramGraph programOf(std::string name, Graph* graph, const std::vector<PipelineNodeLabel>& labels) {
+  ProgramGraph program(std::move(name), graph);
+  for (const PipelineNodeLabel& label : labels) {
+    program.node_microbatch.push_back(label.microbatch);
+    program.node_backward.push_back(label.backward);
+  }
+  return program;
+}
+
+// Builds the programs of every device. Per device (stage s, dp index d, tp index t):
+//  1. the forward graph (with the loss when training) at microbatch rows, its nodes balanced over stages;
+//  2. stage s's part, with sends and receives to the other stages;
+//  3. the dp x tp partition for (d, t);
+//  4. M microbatches unrolled;
+//  5. training: the backward pass (seeded by the loss, or by gradients received from the next
+//     stage), bucketed dp gradient all-reduces and the optimizer; nodes ordered by the schedule.
+Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOptions& options, const DeviceMesh& mesh,
+                                         std::string& logits_name) {
+  CLEAVE_ASSIGN_OR_RETURN(PipelineScheduleKind schedule, parsePipelineSchedule(options.schedule));
   Graph forward;
   if (options.train) {
-    CLEAVE_ASSIGN_OR_RETURN(forward, buildLossGraph(graph, options.training));
+    CLEAVE_ASSIGN_OR_RETURN(forward, buildLossGraph(model, options.training));
     logits_name = forward.values[forward.outputs[1]].name;
   } else {
-    CLEAVE_ASSIGN_OR_RETURN(forward, buildInferenceGraph(graph));
+    CLEAVE_ASSIGN_OR_RETURN(forward, buildInferenceGraph(model));
   }
+  CLEAVE_ASSIGN_OR_RETURN(StageAssignment stages, balanceStages(forward, options, schedule));
+  // The train program outputs the loss; eval outputs [logits, loss]; both share the forward's nodes.
+  Graph train_forward = forward, eval_forward = forward;
+  if (options.train) {
+    train_forward.outputs.resize(1);
+    std::swap(eval_forward.outputs[0], eval_forward.outputs[1]);
+  }
+
+  auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
+    CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage));
+    if (boundary) *boundary = stage.boundary;
+    auto partitioned = partitionForDevice(stage.graph, mesh, coord);
+    if (!partitioned) return partitioned.status();
+    if (options.microbatches == 1) return std::move(partitioned->graph);
+    return unrollMicrobatches(partitioned->graph, options.microbatches);
+  };
+
   DeviceGraphs result;
   for (int r = 0; r < mesh.size(); ++r) {
     MeshCoord coord = mesh.coordOf(r);
-    auto partitioned = partitionForDevice(forward, mesh, coord);
-    if (!partitioned) return partitioned.status().withContext(options.model_file + ": ");
-    RankGraphs rank{coord, {}, partitioned->batch_split};
+    const std::vector<PipelineStep> steps = stageSchedule(schedule, coord.stage, mesh.pp, options.microbatches);
+    RankGraphs rank{coord, {}, {}};
+    // Which inputs and outputs hold batch rows split over dp: every input, logits (never the loss).
+    rank.batch_split = {};
     if (options.train) {
-      auto train = std::make_unique<Graph>(partitioned->graph);
-      CLEAVE_TRY(appendTrainingStep(*train, options.training, [&](Graph& g) {
-        return bucketGradientAllReduces(g, options.bucket_bytes);
-      }));
-      auto eval = std::make_unique<Graph>(std::move(partitioned->graph));
-      std::swap(eval->outputs[0], eval->outputs[1]);  // [logits, loss], as the one-device eval program
-      rank.programs = {{"train", train.get()}, {"eval", eval.get()}};
+      StageBoundary boundary;
+      CLEAVE_ASSIGN_OR_RETURN(Graph train_graph, devicePart(train_forward, coord, &boundary));
+      auto train = std::make_unique<Graph>(std::move(train_graph));
+      TrainingStepHooks hooks;
+      hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
+      hooks.after_backward = [&](Graph& g) { return bucketGradientAllReduces(g, options.bucket_bytes); };
+      CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,
+                              orderNodesBySchedule(*train, coord.stage, options.microbatches, steps));
+      CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));
+      auto eval = std::make_unique<Graph>(std::move(eval_graph));
+      std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage, options.microbatches);
+      rank.programs = {programOf("train", train.get(), train_labels), programOf("eval", eval.get(), eval_labels)};
       result.owned.push_back(std::move(train));
       result.owned.push_back(std::move(eval));
     } else {
-      auto infer = std::make_unique<Graph>(std::move(partitioned->graph));
-      rank.programs = {{"infer", infer.get()}};
+      CLEAVE_ASSIGN_OR_RETURN(Graph infer_graph, devicePart(forward, coord, nullptr));
+      auto infer = std::make_unique<Graph>(std::move(infer_graph));
+      std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage, options.microbatches);
+      rank.programs = {programOf("infer", infer.get(), labels)};
       result.owned.push_back(std::move(infer));
+    }
+    // Batch rows: every data input, and every output but a scalar (the loss).
+    for (const ProgramGraph& program : rank.programs) {
+      for (ValueId v : program.graph->inputs) rank.batch_split.insert(program.graph->values[v].name);
+      for (ValueId v : program.graph->outputs)
+        if (program.graph->values[v].type.rank() > 0) rank.batch_split.insert(program.graph->values[v].name);
     }
     result.ranks.push_back(std::move(rank));
   }
@@ -114,12 +189,23 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   const DeviceMesh mesh{options.dp, options.tp, options.pp};
   if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.microbatches < 1)
     return Status::usage("compile: --dp, --tp, --pp and --microbatches must be at least 1");
-  if (options.pp > 1 || options.microbatches > 1)
-    return Status::usage("compile: pipeline parallelism (--pp, --microbatches) is not built yet (see issue 5)");
-  // 1. Fix the shapes for the requested batch.
+  if (options.pp > 1 && !options.train)
+    return Status::usage("compile: --pp needs --train for now (pipelined inference plans are not built yet)");
+  // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
   Graph graph = model;
   Status shaped = fixShapes(graph, options.batch);
   if (!shaped) return shaped.withContext(options.model_file + ": ");
+  const int64_t global_batch = graph.inputs.empty() || graph.values[graph.inputs[0]].type.rank() == 0
+                                   ? 0
+                                   : graph.values[graph.inputs[0]].type.shape[0];
+  if (options.microbatches > 1) {
+    if (global_batch % (options.microbatches * options.dp) != 0)
+      return Status::badInput(options.model_file + ": batch " + std::to_string(global_batch) +
+                              " does not divide into " + std::to_string(options.dp) + " data-parallel shards x " +
+                              std::to_string(options.microbatches) + " microbatches");
+    Status micro = fixShapes(graph, global_batch / options.microbatches);
+    if (!micro) return micro.withContext(options.model_file + ": ");
+  }
 
   // 2. Build the programs' graphs: one device's, or every device's after partitioning.
   LoweringInput lowering;
@@ -129,15 +215,15 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   lowering.schedule = options.schedule;
   lowering.mesh = mesh;
   lowering.microbatches = options.microbatches;
-  lowering.global_batch = graph.inputs.empty() || graph.values[graph.inputs[0]].type.rank() == 0
-                              ? 0
-                              : graph.values[graph.inputs[0]].type.shape[0];
+  lowering.global_batch = global_batch;
   TrainingGraphs training;
   Graph inference;
   DeviceGraphs devices;
   std::string logits_name;
-  if (mesh.size() > 1) {
-    CLEAVE_ASSIGN_OR_RETURN(devices, partitionProgramGraphs(graph, options, mesh, logits_name));
+  if (mesh.size() > 1 || options.microbatches > 1) {
+    auto built = buildDeviceGraphs(graph, options, mesh, logits_name);
+    if (!built) return built.status().withContext(options.model_file + ": ");
+    devices = std::move(*built);
     lowering.ranks = devices.ranks;
   } else if (options.train) {
     CLEAVE_ASSIGN_OR_RETURN(training, buildTrainingGraphs(graph, options.training));

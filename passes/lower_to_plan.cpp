@@ -43,18 +43,20 @@ planpb::Initializer initializerProto(const Initializer& init) {
 // programs through `param_buffers` (name -> buffer id).
 class ProgramLowering {
  public:
-  ProgramLowering(const Graph& graph, const std::string& name, planpb::RankPlan& rank,
-                  std::map<std::string, int32_t>& param_buffers, const DeviceMesh& mesh, MeshCoord coord)
-      : graph_(graph),
+  ProgramLowering(const ProgramGraph& program, planpb::RankPlan& rank, std::map<std::string, int32_t>& param_buffers,
+                  const DeviceMesh& mesh, MeshCoord coord)
+      : graph_(*program.graph),
         mesh_(mesh),
         coord_(coord),
         rank_(rank),
         param_buffers_(param_buffers),
         program_(rank.add_programs()),
-        where_("program '" + name + "': "),
-        buffer_of_(graph.values.size(), kNoBuffer),
-        instruction_of_node_(graph.nodes.size(), -1) {
-    program_->set_name(name);
+        where_("program '" + program.name + "': "),
+        buffer_of_(graph_.values.size(), kNoBuffer),
+        instruction_of_node_(graph_.nodes.size(), -1),
+        node_microbatch_(program.node_microbatch),
+        node_backward_(program.node_backward) {
+    program_->set_name(program.name);
   }
 
   Status run() {
@@ -146,7 +148,8 @@ class ProgramLowering {
       planpb::Instruction* instruction = program_->add_instructions();
       instruction->set_kind(planpb::KERNEL);
       instruction->set_op(std::string(opName(node.op)));
-      instruction->set_microbatch(-1);
+      instruction->set_microbatch(n < node_microbatch_.size() ? node_microbatch_[n] : -1);
+      instruction->set_backward(n < node_backward_.size() && node_backward_[n]);
       for (const auto& [attr_name, attr] : node.attrs) toProto(attr, &(*instruction->mutable_attrs())[attr_name]);
       for (ValueId v : node.operands) instruction->add_operands(buffer_of_[v]);
       const bool in_place = node.op == OpId::all_reduce && readOnlyHere(node, n, users);
@@ -327,6 +330,8 @@ class ProgramLowering {
   const std::string where_;
   std::vector<int32_t> buffer_of_;           // value -> buffer id
   std::vector<int> instruction_of_node_;     // node -> instruction index (-1 for views)
+  std::vector<int> node_microbatch_;         // pipeline labels per node (may be empty)
+  std::vector<bool> node_backward_;
 };
 
 }  // namespace
@@ -366,7 +371,7 @@ Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& me
     if (!names.insert(program.name).second)
       return Status::badInput("program '" + program.name + "' is given twice");
     CLEAVE_TRY(verifyGraph(*program.graph).withContext(where + "program '" + program.name + "': "));
-    CLEAVE_TRY(ProgramLowering(*program.graph, program.name, rank, param_buffers, mesh, coord).run());
+    CLEAVE_TRY(ProgramLowering(program, rank, param_buffers, mesh, coord).run());
   }
   // 2. Batch inputs and outputs say which rows of the global batch they hold.
   for (auto& program : *rank.mutable_programs()) {

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -16,8 +17,15 @@ namespace cleave {
 
 // One graph to lower into the program of the same name ("train", "eval", "infer").
 struct ProgramGraph {
+  ProgramGraph(std::string program_name, const Graph* program_graph)
+      : name(std::move(program_name)), graph(program_graph) {}
+
   std::string name;
   const Graph* graph = nullptr;
+  // Pipeline plans: per node, the microbatch it serves (-1: none) and whether it is backward work
+  // (both empty otherwise); recorded on the node's instruction for timelines.
+  std::vector<int> node_microbatch;
+  std::vector<bool> node_backward;
 };
 
 // One device's graphs on a multi-device mesh.

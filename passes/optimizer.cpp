@@ -70,12 +70,21 @@ Status checkSpec(std::string_view text, const OptimizerSpec& spec) {
   return Status::ok();
 }
 
-// A frozen parameter of zeros named `name` with `type`; an error when the name is taken.
-Expected<ValueId> addState(Graph& graph, const std::string& name, const TensorType& type) {
+// A frozen parameter of zeros named `name` with `type`; an error when the name is taken. State of a
+// parameter that is a block of a split tensor is the same block of the whole state (`like`).
+Expected<ValueId> addState(Graph& graph, const std::string& name, const TensorType& type, const Param* like = nullptr) {
   if (graph.findValue(name) != kNoValue)
     return Status::badInput("optimizer: the model already has a value named '%" + name +
                             "', the name of an optimizer state");
-  return graph.addParam(name, type, Initializer{}, /*trainable=*/false);
+  std::vector<int64_t> full_shape, shard_offset;
+  if (like) {
+    full_shape = like->full_shape;  // copied first: adding a parameter may move `like`
+    shard_offset = like->shard_offset;
+  }
+  CLEAVE_ASSIGN_OR_RETURN(ValueId state, graph.addParam(name, type, Initializer{}, /*trainable=*/false));
+  graph.params.back().full_shape = std::move(full_shape);
+  graph.params.back().shard_offset = std::move(shard_offset);
+  return state;
 }
 
 // Appends `op` updating `param` from `grad`, `step` and `states`, with an update line per result.
@@ -153,7 +162,7 @@ Status appendOptimizer(Graph& graph, const OptimizerSpec& spec) {
     AttrMap attrs = {{"lr", spec.lr}, {"weight_decay", spec.weight_decay}};
     if (spec.kind == OptimizerKind::kSgd) {
       if (spec.momentum != 0) {
-        CLEAVE_ASSIGN_OR_RETURN(ValueId buffer, addState(graph, param_name + std::string(kMomentumSuffix), type));
+        CLEAVE_ASSIGN_OR_RETURN(ValueId buffer, addState(graph, param_name + std::string(kMomentumSuffix), type, graph.findParam(param)));
         states.push_back(buffer);
         attrs.emplace("momentum", spec.momentum);
         attrs.emplace("dampening", spec.dampening);
@@ -161,8 +170,8 @@ Status appendOptimizer(Graph& graph, const OptimizerSpec& spec) {
       }
       CLEAVE_TRY(appendUpdate(graph, OpId::sgd_update, param, grad, step, std::move(states), std::move(attrs)));
     } else {
-      CLEAVE_ASSIGN_OR_RETURN(ValueId exp_avg, addState(graph, param_name + std::string(kExpAvgSuffix), type));
-      CLEAVE_ASSIGN_OR_RETURN(ValueId exp_avg_sq, addState(graph, param_name + std::string(kExpAvgSqSuffix), type));
+      CLEAVE_ASSIGN_OR_RETURN(ValueId exp_avg, addState(graph, param_name + std::string(kExpAvgSuffix), type, graph.findParam(param)));
+      CLEAVE_ASSIGN_OR_RETURN(ValueId exp_avg_sq, addState(graph, param_name + std::string(kExpAvgSqSuffix), type, graph.findParam(param)));
       states = {exp_avg, exp_avg_sq};
       attrs.emplace("beta1", spec.beta1);
       attrs.emplace("beta2", spec.beta2);

@@ -67,7 +67,7 @@ class PipelineParser {
     skipSpaces();
     if (atEnd()) return pipeline;  // an empty pipeline only parses and verifies
     for (;;) {
-      CLEAVE_ASSIGN_OR_RETURN(PipelineStep step, parseStep());
+      CLEAVE_ASSIGN_OR_RETURN(PassStep step, parseStep());
       pipeline.push_back(std::move(step));
       skipSpaces();
       if (atEnd()) return pipeline;
@@ -78,13 +78,13 @@ class PipelineParser {
 
  private:
   // step := name ( '{' (option ((' ' | ',') option)*)? '}' )?
-  Expected<PipelineStep> parseStep() {
+  Expected<PassStep> parseStep() {
     skipSpaces();
     const std::string name = readName();
     if (name.empty()) return syntaxError("expected a pass name");
     const PassInfo* pass = findPass(name);
     if (!pass) return Status::usage("unknown pass '" + name + "' (passes: " + passNames() + ")");
-    PipelineStep step{pass, PassOptions::defaultsFor(*pass)};
+    PassStep step{pass, PassOptions::defaultsFor(*pass)};
     skipSpaces();
     if (!atEnd() && text_[pos_] == '{') {
       ++pos_;
@@ -214,7 +214,7 @@ const PassInfo* findPass(std::string_view name) {
 Expected<Pipeline> parsePipeline(std::string_view text) { return PipelineParser(text).parse(); }
 
 Status PassManager::run(Graph& graph) const {
-  for (const PipelineStep& step : pipeline_) {
+  for (const PassStep& step : pipeline_) {
     CLEAVE_TRY(step.pass->run(graph, step.options));
     Status valid = verifyGraph(graph);
     if (!valid) return Status::internal("pass '" + step.pass->name + "' left an invalid graph: " + valid.message());

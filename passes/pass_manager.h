@@ -74,11 +74,11 @@ std::span<const PassInfo> allPasses();
 const PassInfo* findPass(std::string_view name);
 
 // One pass of a pipeline with the options it runs with.
-struct PipelineStep {
+struct PassStep {
   const PassInfo* pass = nullptr;
   PassOptions options;
 };
-using Pipeline = std::vector<PipelineStep>;
+using Pipeline = std::vector<PassStep>;
 
 // Parses "a,b{opt=1 other=x},c" (options separated by spaces or commas). An unknown pass or
 // option, a value of the wrong kind or one the pass's check_options rejects is a usage error;

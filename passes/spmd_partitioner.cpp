@@ -93,7 +93,8 @@ class DevicePartitioner {
         batch = batch || batch_dependent_[v];
       }
       for (ValueId r : node.results) {
-        carries_gradient_[r] = grad && isFloat(global_.values[r].type.dtype);
+        // A received activation carries the gradient the stage sends back.
+        carries_gradient_[r] = (grad || node.op == OpId::recv) && isFloat(global_.values[r].type.dtype);
         batch_dependent_[r] = batch;
       }
     }

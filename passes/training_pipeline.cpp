@@ -56,20 +56,25 @@ Expected<Graph> buildEvalGraph(const Graph& model, const TrainingOptions& option
 
 }  // namespace
 
-Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const std::function<Status(Graph&)>& after_backward) {
+Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const TrainingStepHooks& hooks) {
   // 1. Backward pass. cse and dce run with the gradients as outputs: outputs keep their names, and
   //    plan lowering finds gradients by name (P.grad).
-  graph.outputs.resize(1);
-  CLEAVE_TRY(appendBackward(graph, graph.outputs[0]));
+  const std::vector<ValueId> outputs = graph.outputs;
+  if (hooks.backward) {
+    CLEAVE_TRY(hooks.backward(graph));
+  } else {
+    if (outputs.empty()) return Status::internal("training step: the graph has no loss output");
+    CLEAVE_TRY(appendBackward(graph, outputs[0]));
+  }
   for (const Param& param : graph.params) {
     ValueId grad = graph.findValue(gradientName(graph.values[param.value].name));
     if (param.trainable && grad != kNoValue) graph.outputs.push_back(grad);
   }
   CLEAVE_TRY(simplify(graph));
-  if (after_backward) CLEAVE_TRY(after_backward(graph));
-  // 2. Optimizer step; then only the loss is an output (the updates keep the rest alive).
+  if (hooks.after_backward) CLEAVE_TRY(hooks.after_backward(graph));
+  // 2. Optimizer step; then the outputs are those given (the updates keep the rest alive).
   CLEAVE_TRY(appendOptimizer(graph, options.optimizer));
-  graph.outputs.resize(1);
+  graph.outputs.resize(outputs.size());
   return runPass(graph, "dce");
 }
 

@@ -32,11 +32,17 @@ Expected<TrainingGraphs> buildTrainingGraphs(const Graph& model, const TrainingO
 // multi-device compile partitions before differentiating).
 Expected<Graph> buildLossGraph(const Graph& model, const TrainingOptions& options);
 
-// Turns a graph whose output 0 is the scalar loss into one training step: appends the backward
-// pass, calls `after_backward` (e.g. gradient bucketing; may be empty), appends the optimizer, and
-// keeps only the loss as output. The train graph of buildTrainingGraphs is built this way.
-Status appendTrainingStep(Graph& graph, const TrainingOptions& options,
-                          const std::function<Status(Graph&)>& after_backward = {});
+// How appendTrainingStep differentiates, and what it does before the optimizer.
+struct TrainingStepHooks {
+  std::function<Status(Graph&)> backward;        // appends the backward pass; empty: of output 0 (the loss)
+  std::function<Status(Graph&)> after_backward;  // e.g. gradient bucketing; may be empty
+};
+
+// Turns a forward graph (output 0 the scalar loss, or a pipeline stage's graph with its own
+// backward hook) into one training step: appends the backward pass, runs cse and dce with the
+// parameter gradients kept, calls `after_backward`, appends the optimizer, and keeps only the
+// graph's original outputs. The train graph of buildTrainingGraphs is built this way.
+Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const TrainingStepHooks& hooks = {});
 
 // The inference graph: the model as it is, once it verifies.
 Expected<Graph> buildInferenceGraph(const Graph& model);

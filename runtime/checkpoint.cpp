@@ -1,4 +1,4 @@
-// Checkpoints: every persistent tensor of a rank saved by name, atomically, and loaded back to resume.
+// Checkpoints: every persistent tensor of a plan saved whole by name, atomically, and loaded back to resume.
 #include "runtime/checkpoint.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "runtime/file_io.h"
 #include "runtime/safetensors.h"
+#include "runtime/tensor_blocks.h"
 
 namespace cleave::runtime {
 namespace {
@@ -61,10 +62,81 @@ void pruneOldCheckpoints(const std::string& dir, const std::string& current, int
     if (found[i].second != current) std::filesystem::remove(pathIn(dir, found[i].second), ec);
 }
 
-}  // namespace
+// One whole persistent tensor of the plan and the ranks' parts of it.
+struct WholeTensor {
+  std::string name;
+  TensorType type;  // the whole tensor
+  bool optimizer_state = false;
+  struct Part {
+    RankExecutor* executor = nullptr;
+    TensorView view;    // the rank's block (the whole tensor when it is not split)
+    Shape offset;       // where the block starts in the whole tensor
+    bool first = true;  // false for a replica of a block an earlier part has
+  };
+  std::vector<Part> parts;  // every rank's, in rank order
+};
 
-std::string planFingerprint(const RankExecutor& executor) {
-  // FNV-1a over "name dtype[shape] kind" of each persistent tensor, in plan order.
+// Steps: collect every rank's persistent tensors by name (in order of first appearance, rank by
+// rank), check ranks agree on each whole tensor, mark replicated blocks, check the distinct blocks
+// cover the whole tensor.
+Expected<std::vector<WholeTensor>> wholeTensors(const RankGroup& group) {
+  // 1. Parts by name.
+  std::vector<WholeTensor> tensors;
+  std::map<std::string, size_t> index_of;
+  for (int rank = 0; rank < group.size(); ++rank) {
+    RankExecutor& executor = group.executor(rank);
+    for (const ParameterTensor& param : executor.parameters()) {
+      bool split = !param.full_shape.empty();
+      TensorType whole{param.view.type.dtype, split ? param.full_shape : param.view.type.shape};
+      Shape offset = split ? param.shard_offset : Shape(whole.shape.size(), 0);
+      auto [it, inserted] = index_of.try_emplace(param.name, tensors.size());
+      if (inserted) tensors.emplace_back();
+      WholeTensor& tensor = tensors[it->second];
+      if (inserted) {
+        tensor.name = param.name;
+        tensor.type = whole;
+        tensor.optimizer_state = param.optimizer_state;
+      } else if (tensor.type != whole || tensor.optimizer_state != param.optimizer_state) {
+        return Status::internal("persistent tensor '" + param.name + "' is " + tensor.type.str() + " on rank " +
+                                std::to_string(tensor.parts[0].executor->rank()) + " but " + whole.str() +
+                                " on rank " + std::to_string(rank));
+      }
+      // 2. A block an earlier rank has is a replica: the same offset must mean the same block.
+      bool first = true;
+      for (const auto& part : tensor.parts) {
+        if (part.offset != offset) continue;
+        if (part.view.type.shape != param.view.type.shape)
+          return Status::internal("persistent tensor '" + param.name + "': the blocks at " + shapeStr(offset) +
+                                  " of rank " + std::to_string(part.executor->rank()) + " and rank " +
+                                  std::to_string(rank) + " differ in shape");
+        first = false;
+      }
+      tensor.parts.push_back(WholeTensor::Part{&executor, param.view, offset, first});
+    }
+  }
+  // 3. The distinct blocks must add up to the whole tensor.
+  for (const WholeTensor& tensor : tensors) {
+    int64_t covered = 0;
+    for (const auto& part : tensor.parts)
+      if (part.first) covered += part.view.type.numel();
+    if (covered != tensor.type.numel())
+      return Status::internal("persistent tensor '" + tensor.name + "' (" + tensor.type.str() +
+                              "): the ranks' blocks hold " + std::to_string(covered) + " of its " +
+                              std::to_string(tensor.type.numel()) + " elements");
+  }
+  return tensors;
+}
+
+// The tensors in name order: the order of a checkpoint file and its fingerprint, whatever the plan.
+std::vector<const WholeTensor*> inNameOrder(const std::vector<WholeTensor>& tensors) {
+  std::vector<const WholeTensor*> sorted;
+  for (const WholeTensor& tensor : tensors) sorted.push_back(&tensor);
+  std::sort(sorted.begin(), sorted.end(), [](const WholeTensor* a, const WholeTensor* b) { return a->name < b->name; });
+  return sorted;
+}
+
+std::string fingerprintOf(const std::vector<WholeTensor>& tensors) {
+  // FNV-1a over "name dtype[shape] kind" of each whole persistent tensor, in name order.
   uint64_t hash = 0xcbf29ce484222325ull;
   auto mix = [&hash](const std::string& text) {
     for (unsigned char c : text) {
@@ -72,30 +144,55 @@ std::string planFingerprint(const RankExecutor& executor) {
       hash *= 0x100000001b3ull;
     }
   };
-  for (const auto& param : executor.parameters())
-    mix(param.name + " " + param.view.type.str() + (param.optimizer_state ? " state" : " weight") + "\n");
+  for (const WholeTensor* tensor : inNameOrder(tensors))
+    mix(tensor->name + " " + tensor->type.str() + (tensor->optimizer_state ? " state" : " weight") + "\n");
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
   return text;
 }
 
-// Steps: gather the tensors (through host copies when needed), write the checkpoint, point
+// The bytes of a part's block, through a host copy when its device needs one.
+Expected<const void*> hostBytes(const WholeTensor::Part& part, std::vector<std::vector<uint8_t>>& host_copies) {
+  Device& device = part.executor->device();
+  if (device.hostAccessible()) return static_cast<const void*>(part.view.data);
+  host_copies.emplace_back(static_cast<size_t>(part.view.type.bytes()));
+  CLEAVE_TRY(device.copyToHost(host_copies.back().data(), part.view.data, part.view.type.bytes()));
+  return static_cast<const void*>(host_copies.back().data());
+}
+
+}  // namespace
+
+Expected<std::string> planFingerprint(const RankGroup& group) {
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<WholeTensor> tensors, wholeTensors(group));
+  return fingerprintOf(tensors);
+}
+
+// Steps: assemble the whole tensors (through host copies when needed), write the checkpoint, point
 // `latest` at it, prune old ones.
-Expected<std::string> saveCheckpoint(const std::string& dir, const RankExecutor& executor,
-                                     const CheckpointState& state, int keep) {
+Expected<std::string> saveCheckpoint(const std::string& dir, const RankGroup& group, const CheckpointState& state,
+                                     int keep) {
   CLEAVE_TRY(ensureDirectory(dir));
-  // 1. The tensors, by name.
-  Device& device = executor.device();
-  std::vector<std::vector<uint8_t>> host_copies;  // for a device the host cannot address directly
+  // 1. The whole tensors, by name: a tensor one block holds whole is written from that block.
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<WholeTensor> tensors, wholeTensors(group));
+  std::vector<std::vector<uint8_t>> host_copies;
   std::vector<SafetensorsEntry> entries;
-  for (const auto& param : executor.parameters()) {
-    const void* data = param.view.data;
-    if (!device.hostAccessible()) {
-      host_copies.emplace_back(static_cast<size_t>(param.view.type.bytes()));
-      CLEAVE_TRY(device.copyToHost(host_copies.back().data(), param.view.data, param.view.type.bytes()));
-      data = host_copies.back().data();
+  for (const WholeTensor* whole_tensor : inNameOrder(tensors)) {
+    const WholeTensor& tensor = *whole_tensor;
+    const WholeTensor::Part& first = tensor.parts[0];
+    if (first.view.type.shape == tensor.type.shape) {
+      CLEAVE_ASSIGN_OR_RETURN(const void* data, hostBytes(first, host_copies));
+      entries.push_back(SafetensorsEntry{tensor.name, tensor.type, data});
+      continue;
     }
-    entries.push_back(SafetensorsEntry{param.name, param.view.type, data});
+    std::vector<uint8_t> whole(static_cast<size_t>(tensor.type.bytes()));
+    for (const auto& part : tensor.parts) {
+      if (!part.first) continue;
+      CLEAVE_ASSIGN_OR_RETURN(const void* block, hostBytes(part, host_copies));
+      copyBox(block, part.view.type.shape, Shape(part.offset.size(), 0), whole.data(), tensor.type.shape, part.offset,
+              part.view.type.shape, dtypeSize(tensor.type.dtype));
+    }
+    host_copies.push_back(std::move(whole));
+    entries.push_back(SafetensorsEntry{tensor.name, tensor.type, host_copies.back().data()});
   }
   std::map<std::string, std::string> metadata = {
       {"format", kFormat},
@@ -103,8 +200,7 @@ Expected<std::string> saveCheckpoint(const std::string& dir, const RankExecutor&
       {"epoch", std::to_string(state.position.epoch)},
       {"batch", std::to_string(state.position.batch)},
       {"seed", std::to_string(state.seed)},
-      {"rank", std::to_string(executor.rank())},
-      {"fingerprint", planFingerprint(executor)},
+      {"fingerprint", fingerprintOf(tensors)},
   };
 
   // 2. The checkpoint file, then `latest` naming it: a crash between the two leaves `latest` at the
@@ -130,8 +226,8 @@ bool hasCheckpoint(const std::string& dir) {
 }
 
 // Steps: read `latest`, read the file it names, check format and every tensor against the plan,
-// then the fingerprint, and only then copy the tensors in (a failed load changes nothing).
-Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankExecutor& executor) {
+// then the fingerprint, and only then copy each rank's blocks in (a failed load changes nothing).
+Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankGroup& group) {
   // 1. The file `latest` names.
   std::string latest_path = pathIn(dir, kLatestFile);
   CLEAVE_ASSIGN_OR_RETURN(std::string latest, readWholeFile(latest_path));
@@ -152,35 +248,57 @@ Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const Ran
   CLEAVE_ASSIGN_OR_RETURN(int64_t seed, metadataInt(file.metadata, "seed", path));
   state.seed = static_cast<uint64_t>(seed);
 
-  // 3. Every persistent tensor must be there with its type; nothing else may be.
+  // 3. Every whole persistent tensor must be there with its type; nothing else may be.
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<WholeTensor> tensors, wholeTensors(group));
   std::set<std::string> expected_names;
-  for (const auto& param : executor.parameters()) {
-    expected_names.insert(param.name);
-    const SafetensorsTensor* saved = file.find(param.name);
+  for (const WholeTensor& tensor : tensors) {
+    expected_names.insert(tensor.name);
+    const SafetensorsTensor* saved = file.find(tensor.name);
     if (!saved)
-      return Status::badInput("checkpoint '" + path + "' has no tensor '" + param.name + "' that the plan needs (" +
-                              param.view.type.str() + "); it was saved from a different plan");
-    if (saved->type != param.view.type)
-      return Status::badInput("checkpoint '" + path + "': tensor '" + param.name + "' is " + saved->type.str() +
-                              ", the plan has " + param.view.type.str());
+      return Status::badInput("checkpoint '" + path + "' has no tensor '" + tensor.name + "' that the plan needs (" +
+                              tensor.type.str() + "); it was saved from a different plan");
+    if (saved->type != tensor.type)
+      return Status::badInput("checkpoint '" + path + "': tensor '" + tensor.name + "' is " + saved->type.str() +
+                              ", the plan has " + tensor.type.str());
   }
   for (const auto& tensor : file.tensors)
     if (!expected_names.count(tensor.name))
       return Status::badInput("checkpoint '" + path + "' has tensor '" + tensor.name +
                               "' that the plan does not; it was saved from a different plan");
   auto fingerprint = file.metadata.find("fingerprint");
-  std::string want = planFingerprint(executor);
+  std::string want = fingerprintOf(tensors);
   if (fingerprint == file.metadata.end() || fingerprint->second != want)
     return Status::badInput("checkpoint '" + path + "' was saved from a different plan (fingerprint " +
                             (fingerprint == file.metadata.end() ? std::string("missing") : fingerprint->second) +
                             ", this plan's is " + want + ")");
 
-  // 4. Copy in.
-  for (const auto& param : executor.parameters()) {
-    const SafetensorsTensor* saved = file.find(param.name);
-    CLEAVE_TRY(executor.device().copyFromHost(param.view.data, saved->data.data(), param.view.type.bytes()));
+  // 4. Copy in: each rank's block of each whole tensor.
+  for (const WholeTensor& tensor : tensors) {
+    const SafetensorsTensor* saved = file.find(tensor.name);
+    for (const auto& part : tensor.parts) {
+      Device& device = part.executor->device();
+      if (part.view.type.shape == tensor.type.shape) {
+        CLEAVE_TRY(device.copyFromHost(part.view.data, saved->data.data(), part.view.type.bytes()));
+        continue;
+      }
+      std::vector<uint8_t> block(static_cast<size_t>(part.view.type.bytes()));
+      copyBox(saved->data.data(), tensor.type.shape, part.offset, block.data(), part.view.type.shape,
+              Shape(part.offset.size(), 0), part.view.type.shape, dtypeSize(tensor.type.dtype));
+      CLEAVE_TRY(device.copyFromHost(part.view.data, block.data(), part.view.type.bytes()));
+    }
   }
   return state;
+}
+
+Expected<std::string> planFingerprint(RankExecutor& executor) { return planFingerprint(*RankGroup::wrap(executor)); }
+
+Expected<std::string> saveCheckpoint(const std::string& dir, RankExecutor& executor, const CheckpointState& state,
+                                     int keep) {
+  return saveCheckpoint(dir, *RankGroup::wrap(executor), state, keep);
+}
+
+Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, RankExecutor& executor) {
+  return loadLatestCheckpoint(dir, *RankGroup::wrap(executor));
 }
 
 }  // namespace cleave::runtime

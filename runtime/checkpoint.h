@@ -1,4 +1,4 @@
-// Checkpoints: every persistent tensor of a rank saved by name, atomically, and loaded back to resume.
+// Checkpoints: every persistent tensor of a plan saved whole by name, atomically, and loaded back to resume.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include "ir/status.h"
 #include "runtime/data_source.h"
 #include "runtime/executor.h"
+#include "runtime/rank_group.h"
 
 namespace cleave::runtime {
 
@@ -17,16 +18,22 @@ struct CheckpointState {
   uint64_t seed = 0;      // the run's data seed
 };
 
-// A hash of the executor's persistent tensors' names, dtypes and shapes, in plan order (hex text):
-// a checkpoint resumes only into a plan with the same fingerprint.
-std::string planFingerprint(const RankExecutor& executor);
+// A checkpoint holds whole tensors: a tensor split over ranks (a parameter with a full shape) is
+// assembled from its blocks, a tensor several ranks hold (replicas) is saved once, and tensors are
+// in name order; so every plan of a model, however it is split, writes the same file, and a
+// checkpoint of one plan resumes into any other plan of the model.
 
-// Saves every persistent tensor (weights and optimizer state) of `executor` into
+// A hash of the whole persistent tensors' names, dtypes, shapes and kinds, in name order (hex
+// text): a checkpoint resumes only into a plan with the same fingerprint. kInternal when ranks
+// disagree about a tensor or its blocks do not tile it.
+Expected<std::string> planFingerprint(const RankGroup& group);
+
+// Saves every persistent tensor (weights and optimizer state) of the group, whole, into
 // DIR/checkpoint-<step>.safetensors with the state as metadata, then points DIR/latest at it;
 // both writes are atomic. Keeps the newest `keep` checkpoints and deletes older ones.
 // Returns the path written.
-Expected<std::string> saveCheckpoint(const std::string& dir, const RankExecutor& executor,
-                                     const CheckpointState& state, int keep = 2);
+Expected<std::string> saveCheckpoint(const std::string& dir, const RankGroup& group, const CheckpointState& state,
+                                     int keep = 2);
 
 // The path of the checkpoint of step `step` in `dir`: DIR/checkpoint-<step>.safetensors.
 std::string checkpointPath(const std::string& dir, int64_t step);
@@ -34,9 +41,15 @@ std::string checkpointPath(const std::string& dir, int64_t step);
 // True when DIR/latest exists (there is a checkpoint to resume from).
 bool hasCheckpoint(const std::string& dir);
 
-// Loads the checkpoint DIR/latest names into `executor`'s persistent tensors after checking every
-// tensor's name, dtype and shape and the plan fingerprint (kBadInput naming the mismatch).
-// Returns the saved state.
-Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankExecutor& executor);
+// Loads the checkpoint DIR/latest names into every rank's persistent tensors (each block cut from
+// its whole tensor) after checking every tensor's name, dtype and shape and the plan fingerprint
+// (kBadInput naming the mismatch; nothing is loaded then). Returns the saved state.
+Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankGroup& group);
+
+// The same three on one executor (a single-device plan).
+Expected<std::string> planFingerprint(RankExecutor& executor);
+Expected<std::string> saveCheckpoint(const std::string& dir, RankExecutor& executor, const CheckpointState& state,
+                                     int keep = 2);
+Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, RankExecutor& executor);
 
 }  // namespace cleave::runtime

@@ -82,7 +82,9 @@ ShiftedRows shiftedRows(const ConvProblem& p, int64_t h_offset, int64_t w_offset
   const auto [rows_first, rows_last] = validOutputs(h_offset, 1, w.height, w.out_height);
   const int64_t shift = h_offset * w.width + w_offset;
   // Stay inside the plane: skip the leading (or trailing) |w_offset| elements, which are zeroed anyway.
-  const int64_t first = rows_first * w.width + std::max<int64_t>(0, -w_offset);
+  // When no row reads the image (a 1x1 image under a padded 3x3 kernel), first stops at the plane's end.
+  const int64_t out_plane = w.out_height * w.out_width;
+  const int64_t first = std::min(out_plane, rows_first * w.width + std::max<int64_t>(0, -w_offset));
   const int64_t last = rows_last * w.width - std::max<int64_t>(0, w_offset);
   return {rows_first, rows_last, first, std::max(first, last), shift};
 }

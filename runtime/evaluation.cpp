@@ -12,17 +12,10 @@ namespace {
 
 constexpr int64_t kIgnoreIndex = -100;  // softmax_cross_entropy's default, as PyTorch's
 
-// A host copy of a tensor as doubles (one conversion serves every dtype and device).
-Expected<std::vector<double>> readAsDoubles(Device& device, const TensorView& view) {
-  const void* data = view.data;
-  std::vector<uint8_t> host;
-  if (!device.hostAccessible()) {
-    host.resize(static_cast<size_t>(view.type.bytes()));
-    CLEAVE_TRY(device.copyToHost(host.data(), view.data, view.type.bytes()));
-    data = host.data();
-  }
-  std::vector<double> values(static_cast<size_t>(view.type.numel()));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = loadElement(view.type.dtype, data, static_cast<int64_t>(i));
+// The elements of a host tensor as doubles (one conversion serves every dtype).
+std::vector<double> asDoubles(const TensorType& type, const void* data) {
+  std::vector<double> values(static_cast<size_t>(type.numel()));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = loadElement(type.dtype, data, static_cast<int64_t>(i));
   return values;
 }
 
@@ -75,30 +68,37 @@ void scoreSquaredError(const std::vector<double>& predictions, const std::vector
   totals.loss_terms += rows * per_row;
 }
 
-}  // namespace
-
-// Steps: find the logits output and labels input, run every batch, score its real rows, average.
-Expected<EvalResult> evaluate(RankExecutor& executor, const planpb::Plan& plan, DataSource& source) {
-  // 1. What to read.
-  const planpb::Training& training = plan.training();
-  if (!plan.has_training() || training.logits_output().empty() || training.labels_input().empty())
-    return Status::usage("evaluation needs a training plan (compile with --train): the plan names no logits "
-                         "output or labels input");
-  CLEAVE_ASSIGN_OR_RETURN(TensorView logits_view, executor.output("eval", training.logits_output()));
-  CLEAVE_ASSIGN_OR_RETURN(TensorView labels_view, executor.input("eval", training.labels_input()));
-  const TensorType& logits_type = logits_view.type;
-  const TensorType& labels_type = labels_view.type;
-  bool classification = training.loss() == "softmax_cross_entropy";
+// Checks logits and labels fit the plan's loss.
+Status checkTypes(const TensorType& logits_type, const TensorType& labels_type, bool classification) {
   if (logits_type.rank() < 1 || labels_type.rank() < 1 || logits_type.shape[0] != labels_type.shape[0])
     return Status::badInput("eval: logits " + logits_type.str() + " and labels " + labels_type.str() +
                             " do not share a batch dimension");
-  int64_t batch = logits_type.shape[0];
   int64_t classes = logits_type.shape.back();
   if (classification && (!isInteger(labels_type.dtype) || labels_type.numel() * classes != logits_type.numel()))
     return Status::badInput("eval: logits " + logits_type.str() + " do not fit class labels " + labels_type.str());
   if (!classification && labels_type.shape != logits_type.shape)
     return Status::badInput("eval: predictions " + logits_type.str() + " and targets " + labels_type.str() +
                             " differ in shape");
+  return Status::ok();
+}
+
+}  // namespace
+
+// Steps: find the labels input, run every batch on every rank, assemble its logits, score its real
+// rows, average.
+Expected<EvalResult> evaluate(RankGroup& group, const planpb::Plan& plan, GlobalBatch& batch, DataSource& source) {
+  // 1. What to read.
+  const planpb::Training& training = plan.training();
+  if (!plan.has_training() || training.logits_output().empty() || training.labels_input().empty())
+    return Status::usage("evaluation needs a training plan (compile with --train): the plan names no logits "
+                         "output or labels input");
+  CLEAVE_TRY(group.firstOutput("eval", training.logits_output()).status());
+  const NamedTensor* labels_input = nullptr;
+  for (const NamedTensor& input : batch.inputs())
+    if (input.name == training.labels_input()) labels_input = &input;
+  if (!labels_input) return Status::badInput("program 'eval' has no input '" + training.labels_input() + "'");
+  const TensorType& labels_type = labels_input->view.type;
+  bool classification = training.loss() == "softmax_cross_entropy";
 
   // 2. Every batch of the split, from its start.
   CLEAVE_TRY(source.seek(DataPosition{}));
@@ -106,13 +106,17 @@ Expected<EvalResult> evaluate(RankExecutor& executor, const planpb::Plan& plan, 
   int64_t batches = source.batchesPerEpoch();
   for (int64_t b = 0; b < batches; ++b) {
     CLEAVE_ASSIGN_OR_RETURN(int64_t rows, source.next());
-    CLEAVE_TRY(executor.run("eval"));
-    CLEAVE_ASSIGN_OR_RETURN(std::vector<double> logits, readAsDoubles(executor.device(), logits_view));
-    CLEAVE_ASSIGN_OR_RETURN(std::vector<double> labels, readAsDoubles(executor.device(), labels_view));
+    CLEAVE_TRY(batch.scatter());
+    CLEAVE_TRY(group.run("eval"));
+    CLEAVE_ASSIGN_OR_RETURN(HostTensor logits, gatherOutput(group, "eval", training.logits_output()));
+    CLEAVE_TRY(checkTypes(logits.type, labels_type, classification));
+    std::vector<double> logit_values = asDoubles(logits.type, logits.bytes.data());
+    std::vector<double> labels = asDoubles(labels_type, labels_input->view.data);
+    int64_t batch_rows = logits.type.shape[0];
     if (classification) {
-      CLEAVE_TRY(scoreClassification(logits, labels, batch, rows, classes, totals));
+      CLEAVE_TRY(scoreClassification(logit_values, labels, batch_rows, rows, logits.type.shape.back(), totals));
     } else {
-      scoreSquaredError(logits, labels, batch, rows, totals);
+      scoreSquaredError(logit_values, labels, batch_rows, rows, totals);
     }
     totals.samples += rows;
   }
@@ -124,6 +128,12 @@ Expected<EvalResult> evaluate(RankExecutor& executor, const planpb::Plan& plan, 
     result.accuracy = static_cast<double>(totals.correct) / static_cast<double>(totals.positions);
   if (totals.loss_terms > 0) result.loss = totals.loss_sum / static_cast<double>(totals.loss_terms);
   return result;
+}
+
+Expected<EvalResult> evaluate(RankExecutor& executor, const planpb::Plan& plan, DataSource& source) {
+  std::unique_ptr<RankGroup> group = RankGroup::wrap(executor);
+  CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<GlobalBatch> batch, GlobalBatch::create(*group, "eval"));
+  return evaluate(*group, plan, *batch, source);
 }
 
 }  // namespace cleave::runtime

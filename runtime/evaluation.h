@@ -7,6 +7,7 @@
 #include "ir/status.h"
 #include "runtime/data_source.h"
 #include "runtime/executor.h"
+#include "runtime/rank_group.h"
 
 namespace cleave {
 namespace planpb {
@@ -23,10 +24,14 @@ struct EvalResult {
   std::optional<double> loss;      // the plan's loss, recomputed from logits and labels of real rows only
 };
 
-// Runs "eval" on every batch of `source` (an evaluation split opened on the eval program's inputs)
-// from its start, reading plan.training().logits_output and the labels input. For
-// softmax_cross_entropy: accuracy and mean cross-entropy over label positions (ignore_index -100
-// skipped); for mse: the mean squared error.
+// Runs "eval" on every rank for every batch of `source` (an evaluation split opened on
+// batch.inputs(), the group's global batch of "eval") from its start, scoring the logits
+// (plan.training().logits_output, assembled from the ranks that output them) against the global
+// labels input. For softmax_cross_entropy: accuracy and mean cross-entropy over label positions
+// (ignore_index -100 skipped); for mse: the mean squared error.
+Expected<EvalResult> evaluate(RankGroup& group, const planpb::Plan& plan, GlobalBatch& batch, DataSource& source);
+
+// The same on one executor, `source` opened on its "eval" inputs.
 Expected<EvalResult> evaluate(RankExecutor& executor, const planpb::Plan& plan, DataSource& source);
 
 }  // namespace cleave::runtime

@@ -3,7 +3,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cctype>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -11,8 +15,10 @@
 #include "ir/op_table.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
+#include "runtime/communicator.h"
 #include "runtime/initializers.h"
 #include "runtime/kernel.h"
+#include "runtime/tensor_blocks.h"
 
 // OpenBLAS's process-wide thread count (cblas.h declares it too, with more we do not need).
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -28,7 +34,10 @@ struct RankExecutor::ParameterInit {
 // One instruction, prepared once: what it does, on which bytes, with which kernel.
 struct PreparedInstruction {
   planpb::InstructionKind kind = planpb::KERNEL;
+  int stream = 0;
   std::string where;  // "instruction 12 of train (matmul from model.cir:5:3)", for errors
+  // The arena bytes its operands and results occupy: [first, last) ranges.
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> touched;
   // KERNEL
   const OpDef* def = nullptr;
   CpuKernel kernel = nullptr;
@@ -40,7 +49,52 @@ struct PreparedInstruction {
   std::optional<KernelCall> call;  // points into the fields above; the instruction never moves
   // COPY
   int64_t copy_bytes = 0;
+  // SEND, RECV and the collectives
+  std::vector<int> group;
+  ReduceOp reduce = ReduceOp::kSum;
+  int64_t dim = 0;         // ALL_GATHER, REDUCE_SCATTER
+  int64_t split_dim = 0;   // ALL_TO_ALL
+  int64_t concat_dim = 0;  // ALL_TO_ALL
+  int peer = -1;           // SEND, RECV
+  int tag = 0;             // SEND, RECV
+  std::vector<TensorView> operand_views;
+  std::vector<TensorView> result_views;
 };
+
+namespace {
+
+// True for SEND, RECV and the collectives.
+bool isCommunication(planpb::InstructionKind kind) { return kind != planpb::KERNEL && kind != planpb::COPY; }
+
+// Runs one SEND, RECV or collective instruction through `communicator`.
+Status runCommunication(const PreparedInstruction& inst, Communicator& communicator) {
+  switch (inst.kind) {
+    case planpb::ALL_REDUCE:
+      return communicator.allReduce(inst.group, inst.operand_views, inst.result_views, inst.reduce);
+    case planpb::ALL_GATHER:
+      return communicator.allGather(inst.group, inst.operand_views[0], inst.result_views[0], inst.dim);
+    case planpb::REDUCE_SCATTER:
+      return communicator.reduceScatter(inst.group, inst.operand_views[0], inst.result_views[0], inst.dim,
+                                        inst.reduce);
+    case planpb::ALL_TO_ALL:
+      return communicator.allToAll(inst.group, inst.operand_views[0], inst.result_views[0], inst.split_dim,
+                                   inst.concat_dim);
+    case planpb::SEND: {
+      const TensorView& tensor = inst.operand_views[0];
+      return communicator.send(inst.peer, inst.tag,
+                               {static_cast<const uint8_t*>(tensor.data), static_cast<size_t>(tensor.type.bytes())});
+    }
+    case planpb::RECV: {
+      const TensorView& tensor = inst.result_views[0];
+      return communicator.recv(inst.peer, inst.tag,
+                               {static_cast<uint8_t*>(tensor.data), static_cast<size_t>(tensor.type.bytes())});
+    }
+    case planpb::BARRIER: return communicator.barrier(inst.group);
+    default: return Status::internal("not a communication instruction");
+  }
+}
+
+}  // namespace
 
 // One program, prepared: its instructions and named inputs and outputs.
 class PreparedProgram {
@@ -49,6 +103,81 @@ class PreparedProgram {
   std::vector<std::unique_ptr<PreparedInstruction>> instructions;
   std::vector<NamedTensor> inputs;
   std::vector<NamedTensor> outputs;
+};
+
+// A rank's communication thread: runs queued SEND, RECV and collective instructions one after the
+// other, in the order they were queued (so every rank calls a group's collectives in program order).
+// After a failure it skips the rest of the queue until drained.
+class CommunicationQueue {
+ public:
+  explicit CommunicationQueue(Communicator& communicator) : communicator_(communicator), thread_([this] { loop(); }) {}
+  ~CommunicationQueue() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    thread_.join();
+  }
+
+  // Queues `inst`; returns its ticket (1, 2, ... in queue order).
+  uint64_t submit(const PreparedInstruction* inst) {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(inst);
+    queued_.notify_all();
+    return ++submitted_;
+  }
+  // Waits until the instructions up to `ticket` have run; their first error (with its instruction).
+  Status waitFor(uint64_t ticket) {
+    std::unique_lock lock(mutex_);
+    completed_changed_.wait(lock, [&] { return completed_ >= ticket; });
+    return error_;
+  }
+  // Waits until every queued instruction has run; returns their first error and forgets it.
+  Status drain() {
+    std::unique_lock lock(mutex_);
+    completed_changed_.wait(lock, [&] { return completed_ >= submitted_; });
+    Status error = std::move(error_);
+    error_ = Status::ok();
+    return error;
+  }
+  // The ticket of the last queued instruction.
+  uint64_t lastTicket() const {
+    std::lock_guard lock(mutex_);
+    return submitted_;
+  }
+
+ private:
+  void loop() {
+    while (true) {
+      const PreparedInstruction* inst = nullptr;
+      bool skip = false;
+      {
+        std::unique_lock lock(mutex_);
+        queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping
+        inst = queue_.front();
+        queue_.pop_front();
+        skip = !error_.isOk();
+      }
+      Status status = skip ? Status::ok() : runCommunication(*inst, communicator_);
+      std::lock_guard lock(mutex_);
+      if (!status.isOk() && error_.isOk()) error_ = status.withContext(inst->where + ": ");
+      ++completed_;
+      completed_changed_.notify_all();
+    }
+  }
+
+  Communicator& communicator_;
+  mutable std::mutex mutex_;
+  std::condition_variable queued_;
+  std::condition_variable completed_changed_;
+  std::deque<const PreparedInstruction*> queue_;
+  uint64_t submitted_ = 0;
+  uint64_t completed_ = 0;
+  Status error_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts after every field above exists
 };
 
 namespace {
@@ -169,13 +298,97 @@ Status prepareCopy(const planpb::Instruction& proto, const BufferTable& buffers,
   return Status::ok();
 }
 
+// An integer attribute of a communication instruction that names a dimension of a tensor of
+// rank `rank`; negative values count from the end.
+Expected<int64_t> dimAttr(const planpb::Instruction& proto, const std::string& name, int64_t rank) {
+  auto it = proto.attrs().find(name);
+  if (it == proto.attrs().end() || it->second.value_case() != planpb::Attribute::kI)
+    return Status::badInput("needs an integer attribute '" + name + "'");
+  int64_t dim = normalizeAxis(it->second.i(), rank);
+  if (dim < 0)
+    return Status::badInput("attribute '" + name + "' = " + std::to_string(it->second.i()) +
+                            " is outside a tensor of rank " + std::to_string(rank));
+  return dim;
+}
+
+// Steps: check the operand and result counts the kind needs, the group or peer, the attributes;
+// record the tensors. Shapes are checked by the communicator when it runs.
+Status prepareCommunication(const planpb::Instruction& proto, const BufferTable& buffers, int rank, int devices,
+                            PreparedInstruction& inst) {
+  // 1. Operands and results.
+  const planpb::InstructionKind kind = proto.kind();
+  for (int32_t id : proto.operands()) {
+    CLEAVE_ASSIGN_OR_RETURN(const BufferTable::Entry* entry, buffers.find(id));
+    inst.operand_views.push_back(TensorView{entry->data, entry->type});
+  }
+  for (int32_t id : proto.results()) {
+    CLEAVE_ASSIGN_OR_RETURN(const BufferTable::Entry* entry, buffers.find(id));
+    inst.result_views.push_back(TensorView{entry->data, entry->type});
+  }
+  auto counts = [&](int operands, int results) -> Status {
+    if (proto.operands_size() == operands && proto.results_size() == results) return Status::ok();
+    return Status::badInput("needs " + std::to_string(operands) + " operand(s) and " + std::to_string(results) +
+                            " result(s), has " + std::to_string(proto.operands_size()) + " and " +
+                            std::to_string(proto.results_size()));
+  };
+  switch (kind) {
+    case planpb::ALL_REDUCE:
+      if (proto.operands_size() == 0 || proto.operands_size() != proto.results_size())
+        return Status::badInput("needs as many results as operands (at least one), has " +
+                                std::to_string(proto.operands_size()) + " operand(s) and " +
+                                std::to_string(proto.results_size()) + " result(s)");
+      break;
+    case planpb::ALL_GATHER:
+    case planpb::REDUCE_SCATTER:
+    case planpb::ALL_TO_ALL: CLEAVE_TRY(counts(1, 1)); break;
+    case planpb::SEND: CLEAVE_TRY(counts(1, 0)); break;
+    case planpb::RECV: CLEAVE_TRY(counts(0, 1)); break;
+    case planpb::BARRIER: CLEAVE_TRY(counts(0, 0)); break;
+    default: return Status::internal("not a communication instruction");
+  }
+
+  // 2. The partner of a send or receive; the group of a collective.
+  if (kind == planpb::SEND || kind == planpb::RECV) {
+    if (proto.peer() < 0 || proto.peer() >= devices || proto.peer() == rank)
+      return Status::badInput("peer rank " + std::to_string(proto.peer()) + " is not another of the plan's " +
+                              std::to_string(devices) + " ranks");
+    inst.peer = proto.peer();
+    inst.tag = proto.tag();
+    return Status::ok();
+  }
+  inst.group.assign(proto.group().begin(), proto.group().end());
+  bool member = false;
+  for (size_t i = 0; i < inst.group.size(); ++i) {
+    if (inst.group[i] < 0 || inst.group[i] >= devices || (i > 0 && inst.group[i] <= inst.group[i - 1]))
+      return Status::badInput("group " + groupText(inst.group) + " is not an increasing list of the plan's " +
+                              std::to_string(devices) + " ranks");
+    member = member || inst.group[i] == rank;
+  }
+  if (!member) return Status::badInput("group " + groupText(inst.group) + " does not hold this rank");
+
+  // 3. Attributes.
+  if (kind == planpb::ALL_REDUCE || kind == planpb::REDUCE_SCATTER) {
+    CLEAVE_ASSIGN_OR_RETURN(inst.reduce, parseReduceOp(proto.reduce_op().empty() ? "sum" : proto.reduce_op()));
+  }
+  if (kind == planpb::ALL_GATHER || kind == planpb::REDUCE_SCATTER) {
+    CLEAVE_ASSIGN_OR_RETURN(inst.dim, dimAttr(proto, "dim", inst.operand_views[0].type.rank()));
+  }
+  if (kind == planpb::ALL_TO_ALL) {
+    CLEAVE_ASSIGN_OR_RETURN(inst.split_dim, dimAttr(proto, "split_dim", inst.operand_views[0].type.rank()));
+    CLEAVE_ASSIGN_OR_RETURN(inst.concat_dim, dimAttr(proto, "concat_dim", inst.operand_views[0].type.rank()));
+  }
+  return Status::ok();
+}
+
+
 Expected<std::vector<NamedTensor>> prepareNamed(const google::protobuf::RepeatedPtrField<planpb::NamedBuffer>& named,
                                                 const BufferTable& buffers, const char* what) {
   std::vector<NamedTensor> result;
   for (const auto& entry : named) {
     auto buffer = buffers.find(entry.buffer());
     if (!buffer) return buffer.status().withContext(std::string(what) + " '" + entry.name() + "': ");
-    result.push_back(NamedTensor{entry.name(), TensorView{(*buffer)->data, (*buffer)->type}, entry.value_limit()});
+    result.push_back(NamedTensor{entry.name(), TensorView{(*buffer)->data, (*buffer)->type}, entry.value_limit(),
+                                 entry.batch_offset()});
   }
   return result;
 }
@@ -207,7 +420,11 @@ Expected<std::unique_ptr<RankExecutor>> RankExecutor::create(const planpb::Plan&
     return Status::usage("rank " + std::to_string(rank_plan.rank()) + ": kernels for device '" +
                          std::string(deviceKindName(device.kind())) + "' are not built yet");
   std::unique_ptr<RankExecutor> executor(new RankExecutor(device, rank_plan.rank()));
-  Status prepared = executor->prepare(rank_plan);
+  executor->communicator_ = options.communicator;
+  if (options.communicator && options.communicator->rank() != rank_plan.rank())
+    return Status::internal(rankPrefix(rank_plan.rank()) + "given the communicator endpoint of rank " +
+                            std::to_string(options.communicator->rank()));
+  Status prepared = executor->prepare(plan, rank_plan);
   if (!prepared.isOk()) return prepared.withContext(rankPrefix(rank_plan.rank()));
   executor->setThreads(options.threads);
   return executor;
@@ -215,7 +432,7 @@ Expected<std::unique_ptr<RankExecutor>> RankExecutor::create(const planpb::Plan&
 
 // Steps: allocate the arena, map buffers, record parameters and their initializers, then prepare
 // every instruction of every program.
-Status RankExecutor::prepare(const planpb::RankPlan& rank_plan) {
+Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& rank_plan) {
   // 1. The arena.
   if (rank_plan.arena_bytes() < 0) return Status::badInput("negative arena size");
   CLEAVE_ASSIGN_OR_RETURN(arena_, device_.allocate(rank_plan.arena_bytes()));
@@ -226,8 +443,14 @@ Status RankExecutor::prepare(const planpb::RankPlan& rank_plan) {
   for (const auto& param : rank_plan.parameters()) {
     auto buffer = buffers.find(param.buffer());
     if (!buffer) return buffer.status().withContext("parameter '" + param.name() + "': ");
+    Shape full_shape(param.full_shape().begin(), param.full_shape().end());
+    Shape shard_offset(param.shard_offset().begin(), param.shard_offset().end());
+    if (!full_shape.empty() && !boxInside(full_shape, shard_offset, (*buffer)->type.shape))
+      return Status::badInput("parameter '" + param.name() + "': block " + (*buffer)->type.str() + " at " +
+                              shapeStr(shard_offset) + " does not lie inside the whole tensor " + shapeStr(full_shape));
     parameters_.push_back(ParameterTensor{param.name(), TensorView{(*buffer)->data, (*buffer)->type}, param.trainable(),
-                                          (*buffer)->kind == planpb::BUFFER_OPTIMIZER_STATE});
+                                          (*buffer)->kind == planpb::BUFFER_OPTIMIZER_STATE, std::move(full_shape),
+                                          std::move(shard_offset)});
     ParameterInit init{param.init().kind(), {}, {param.init().data().begin(), param.init().data().end()}};
     for (const auto& [arg_name, value] : param.init().args()) {
       auto arg = fromProto(value);
@@ -247,6 +470,15 @@ Status RankExecutor::prepare(const planpb::RankPlan& rank_plan) {
       const planpb::Instruction& proto = program.instructions(i);
       auto inst = std::make_unique<PreparedInstruction>();
       inst->kind = proto.kind();
+      inst->stream = proto.stream();
+      for (const auto& ids : {proto.operands(), proto.results()}) {
+        for (int32_t id : ids) {
+          auto buffer = buffers.find(id);
+          if (!buffer) continue;  // reported by the kind's own preparation below
+          const auto* first = static_cast<const uint8_t*>((*buffer)->data);
+          inst->touched.emplace_back(first, first + (*buffer)->type.bytes());
+        }
+      }
       std::string what = proto.kind() == planpb::KERNEL ? proto.op() : instructionKindName(proto.kind());
       inst->where = "instruction " + std::to_string(i) + " of " + program.name() + " (" + what +
                     (proto.source().empty() ? "" : " from " + proto.source()) + ")";
@@ -255,10 +487,14 @@ Status RankExecutor::prepare(const planpb::RankPlan& rank_plan) {
         case planpb::KERNEL: status = prepareKernel(proto, buffers, *inst); break;
         case planpb::COPY: status = prepareCopy(proto, buffers, *inst); break;
         default:
-          status = Status::usage("needs a multi-device backend (not built yet)");
+          status = communicator_ ? prepareCommunication(proto, buffers, rank_, plan.devices(), *inst)
+                                 : Status::usage("needs a communicator: run the plan through a multi-device "
+                                                 "backend (cleave run --backend local)");
           break;
       }
       if (!status.isOk()) return status.withContext(inst->where + ": ");
+      if (inst->stream == 1 && isCommunication(inst->kind) && !queue_)
+        queue_ = std::make_unique<CommunicationQueue>(*communicator_);
       prepared->instructions.push_back(std::move(inst));
     }
     programs_.push_back(std::move(prepared));
@@ -269,22 +505,80 @@ Status RankExecutor::prepare(const planpb::RankPlan& rank_plan) {
 Status RankExecutor::initializeParameters() {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const ParameterInit& init = initializers_[i];
-    Status status = runInitializer(InitializerSpec{init.kind, init.args, init.data}, parameters_[i].view.type,
-                                   parameters_[i].view.data);
-    if (!status.isOk()) return status.withContext(rankPrefix(rank_) + "parameter '" + parameters_[i].name + "': ");
+    const ParameterTensor& param = parameters_[i];
+    InitializerSpec spec{init.kind, init.args, init.data};
+    Status status;
+    if (param.full_shape.empty()) {
+      status = runInitializer(spec, param.view.type, param.view.data);
+    } else {
+      // The whole tensor, as one device would initialize it, then this rank's block of it.
+      TensorType full{param.view.type.dtype, param.full_shape};
+      std::vector<uint64_t> whole(static_cast<size_t>(full.bytes() + 7) / 8);  // 8-byte aligned for every dtype
+      status = runInitializer(spec, full, whole.data());
+      if (status.isOk())
+        copyBox(whole.data(), full.shape, param.shard_offset, param.view.data, param.view.type.shape,
+                Shape(param.view.type.shape.size(), 0), param.view.type.shape, dtypeSize(full.dtype));
+    }
+    if (!status.isOk()) return status.withContext(rankPrefix(rank_) + "parameter '" + param.name + "': ");
   }
   return Status::ok();
 }
 
+// Steps: run the instructions; on an error abort the communicator (the other ranks stop waiting for
+// this one); then let the communication thread finish what was queued, and report its error.
 Status RankExecutor::run(std::string_view program_name) {
   CLEAVE_ASSIGN_OR_RETURN(const PreparedProgram* program, findProgram(program_name));
-  for (const auto& inst : program->instructions) {
+  omp_set_num_threads(threads_);  // OpenMP's count is per calling thread; ranks run on threads of their own
+  Status status = runInstructions(*program);
+  if (!status.isOk() && communicator_) communicator_->abort(status);
+  if (queue_) {
+    Status queued = queue_->drain();
+    if (status.isOk() && !queued.isOk()) {
+      status = queued.withContext(rankPrefix(rank_));
+      communicator_->abort(status);
+    }
+  }
+  return status;
+}
+
+Status RankExecutor::runInstructions(const PreparedProgram& program) {
+  struct Pending {
+    uint64_t ticket;
+    const PreparedInstruction* inst;
+  };
+  std::vector<Pending> pending;  // queued transfers not yet waited for
+  auto touchesPending = [&pending](const PreparedInstruction& inst) {
+    uint64_t ticket = 0;
+    for (const Pending& queued : pending)
+      for (const auto& [first, last] : queued.inst->touched)
+        for (const auto& [other_first, other_last] : inst.touched)
+          if (first < other_last && other_first < last) ticket = std::max(ticket, queued.ticket);
+    return ticket;
+  };
+  for (const auto& inst : program.instructions) {
+    // 1. A stream-1 transfer goes to the communication thread.
+    bool communication = isCommunication(inst->kind);
+    if (communication && inst->stream == 1 && queue_) {
+      pending.push_back(Pending{queue_->submit(inst.get()), inst.get()});
+      continue;
+    }
+    // 2. Anything else first waits for the queued transfers it depends on: all of them for a
+    //    transfer on stream 0 (transfers stay in program order), those sharing bytes otherwise.
+    uint64_t wait_for = communication && queue_ ? queue_->lastTicket() : touchesPending(*inst);
+    if (wait_for > 0) {
+      Status queued = queue_->waitFor(wait_for);
+      if (!queued.isOk()) return queued.withContext(rankPrefix(rank_));
+      std::erase_if(pending, [wait_for](const Pending& queued) { return queued.ticket <= wait_for; });
+    }
+    // 3. Run it here.
     Status status;
-    if (inst->kind == planpb::COPY) {
-      if (inst->copy_bytes > 0) status = device_.copy(inst->outputs[0], inst->inputs[0], inst->copy_bytes);
-    } else {
+    if (inst->kind == planpb::KERNEL) {
       inst->call->threads = threads_;
       status = inst->kernel(*inst->call);
+    } else if (inst->kind == planpb::COPY) {
+      if (inst->copy_bytes > 0) status = device_.copy(inst->outputs[0], inst->inputs[0], inst->copy_bytes);
+    } else {
+      status = runCommunication(*inst, *communicator_);
     }
     if (!status.isOk()) return status.withContext(rankPrefix(rank_) + inst->where + ": ");
   }
@@ -346,7 +640,7 @@ Expected<std::unique_ptr<RankExecutor>> createSingleDeviceExecutor(const planpb:
                                                                    const ExecutorOptions& options) {
   if (plan.ranks_size() != 1)
     return Status::usage("the plan has " + std::to_string(plan.ranks_size()) +
-                         " ranks; running more than one device needs a multi-device backend (not built yet)");
+                         " ranks; running more than one device needs a multi-device backend (a RankGroup)");
   return RankExecutor::create(plan, 0, device, options);
 }
 

@@ -31,7 +31,8 @@ struct TensorView {
 struct NamedTensor {
   std::string name;
   TensorView view;
-  int64_t value_limit = 0;  // integer inputs: values lie in [0, value_limit) (0: unknown)
+  int64_t value_limit = 0;   // integer inputs: values lie in [0, value_limit) (0: unknown)
+  int64_t batch_offset = 0;  // multi-device plans: the global batch row where this rank's rows start
 };
 
 // A persistent tensor: a model weight or an optimizer state (momentum, moments, the step counter).
@@ -40,14 +41,24 @@ struct ParameterTensor {
   TensorView view;
   bool trainable = false;
   bool optimizer_state = false;  // true for optimizer state, false for model weights
+  // Set when this rank holds one block of a tensor split over devices: the whole tensor's shape and
+  // where the block starts in it. Empty: the view is the whole tensor.
+  Shape full_shape;
+  Shape shard_offset;
 };
 
-// How an executor runs kernels.
+class Communicator;
+
+// How an executor runs kernels and communicates.
 struct ExecutorOptions {
   int threads = 0;  // threads per kernel (BLAS and OpenMP too); 0: the hardware's concurrency
+  // This rank's endpoint for SEND, RECV and collective instructions (it must outlive the executor);
+  // nullptr: a plan with such instructions is refused.
+  Communicator* communicator = nullptr;
 };
 
 class PreparedProgram;
+class CommunicationQueue;
 
 // Runs one rank of a plan: allocates the rank's arena on a device, prepares every instruction of
 // every program once (op, types, attributes, data pointers, kernel), then runs programs by name.
@@ -63,8 +74,14 @@ class RankExecutor {
   RankExecutor& operator=(const RankExecutor&) = delete;
 
   // Fills every parameter from its initializer (weights) or with its initial state (optimizer state).
+  // A block of a split tensor gets the values the whole tensor's initializer gives that block.
   Status initializeParameters();
-  // Runs the program named `program` ("train", "eval", "infer") once.
+  // Runs the program named `program` ("train", "eval", "infer") once. Kernels, copies and
+  // stream-0 communication run in program order on the calling thread; stream-1 communication
+  // (SEND, RECV, collectives) runs in program order on the rank's communication thread while later
+  // kernels go on, and a kernel that touches the bytes of a pending transfer waits for it first.
+  // On an error the communicator is aborted, so the other ranks stop too. Call it from one thread
+  // at a time.
   Status run(std::string_view program);
 
   // True when the plan has a program named `program`.
@@ -95,21 +112,24 @@ class RankExecutor {
 
  private:
   RankExecutor(Device& device, int rank);
-  Status prepare(const planpb::RankPlan& rank_plan);
+  Status prepare(const planpb::Plan& plan, const planpb::RankPlan& rank_plan);
   Expected<const PreparedProgram*> findProgram(std::string_view program) const;
+  Status runInstructions(const PreparedProgram& program);
 
   Device& device_;
   int rank_;
   int threads_ = 1;
+  Communicator* communicator_ = nullptr;
   DeviceMemory arena_;
   std::vector<ParameterTensor> parameters_;
   struct ParameterInit;
   std::vector<ParameterInit> initializers_;  // parallel to parameters_
   std::vector<std::unique_ptr<PreparedProgram>> programs_;
+  std::unique_ptr<CommunicationQueue> queue_;  // the communication thread; null when no stream-1 instruction exists
 };
 
-// Prepares the executor of a single-device plan (one rank); kUsage for a plan over several devices,
-// which needs a multi-device backend.
+// Prepares the executor of a single-device plan (one rank) without a communicator; kUsage for a
+// plan over several devices, which runs through a RankGroup (runtime/rank_group.h).
 Expected<std::unique_ptr<RankExecutor>> createSingleDeviceExecutor(const planpb::Plan& plan, Device& device,
                                                                    const ExecutorOptions& options = {});
 

@@ -2,6 +2,7 @@
 // checkpoints and a progress bar.
 #include "runtime/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -73,46 +74,53 @@ Status trimMetrics(const std::string& path, int64_t last_step) {
 // The run's checks and sources, set up before the first step.
 struct TrainSetup {
   TensorView loss;
+  Device* loss_device = nullptr;  // the device of the rank the loss is read from
+  std::unique_ptr<GlobalBatch> train_batch;
   std::unique_ptr<DataSource> train_source;
+  std::unique_ptr<GlobalBatch> eval_batch;
   std::unique_ptr<DataSource> eval_source;
   int64_t total_steps = 0;
   CheckpointState start;
 };
 
 // Steps: check the plan and options, resume or initialize, open the sources, count the steps.
-Expected<TrainSetup> setUp(RankExecutor& executor, const planpb::Plan& plan, const TrainOptions& options,
+Expected<TrainSetup> setUp(RankGroup& group, const planpb::Plan& plan, const TrainOptions& options,
                            TrainReport& report) {
   // 1. The plan must be a training plan; the options must say how long to train.
   const planpb::Training& training = plan.training();
   if (!plan.has_training() || training.loss_output().empty())
     return Status::usage("the plan is not a training plan (compile it with --train)");
   TrainSetup setup;
-  CLEAVE_ASSIGN_OR_RETURN(setup.loss, executor.output("train", training.loss_output()));
-  CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> train_inputs, executor.inputs("train"));
+  CLEAVE_ASSIGN_OR_RETURN(auto loss, group.firstOutput("train", training.loss_output()));
+  setup.loss_device = &loss.first->device();
+  setup.loss = loss.second;
+  CLEAVE_ASSIGN_OR_RETURN(setup.train_batch, GlobalBatch::create(group, "train"));
   if (options.steps < 0 || options.epochs < 0 || options.checkpoint_every < 0)
     return Status::usage("--steps, --epochs and --checkpoint-every cannot be negative");
   if (options.steps == 0 && options.epochs == 0) return Status::usage("give the number of --steps or --epochs");
   if (options.resume && options.checkpoint_dir.empty()) return Status::usage("--resume needs --checkpoint-dir");
-  if (options.threads > 0) executor.setThreads(options.threads);
+  if (options.threads > 0) group.setThreads(options.threads);
 
   // 2. Weights: from the latest checkpoint when resuming, else from the initializers.
   setup.start.seed = options.seed;
   if (options.resume && hasCheckpoint(options.checkpoint_dir)) {
-    CLEAVE_ASSIGN_OR_RETURN(setup.start, loadLatestCheckpoint(options.checkpoint_dir, executor));
+    CLEAVE_ASSIGN_OR_RETURN(setup.start, loadLatestCheckpoint(options.checkpoint_dir, group));
     report.resumed_from = checkpointPath(options.checkpoint_dir, setup.start.step);
   } else {
-    CLEAVE_TRY(executor.initializeParameters());
+    CLEAVE_TRY(group.initializeParameters());
   }
   report.start_step = setup.start.step;
 
   // 3. Sources: training data at the saved position; evaluation data bound to "eval".
   DataSourceOptions train_options{DataSplit::kTrain, setup.start.seed, training.labels_input()};
-  CLEAVE_ASSIGN_OR_RETURN(setup.train_source, openDataSource(options.data, train_inputs, train_options));
+  CLEAVE_ASSIGN_OR_RETURN(setup.train_source,
+                          openDataSource(options.data, setup.train_batch->inputs(), train_options));
   CLEAVE_TRY(setup.train_source->seek(setup.start.position));
   if (!options.eval_data.empty()) {
-    CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> eval_inputs, executor.inputs("eval"));
+    CLEAVE_ASSIGN_OR_RETURN(setup.eval_batch, GlobalBatch::create(group, "eval"));
     DataSourceOptions eval_options{DataSplit::kEval, setup.start.seed, training.labels_input()};
-    CLEAVE_ASSIGN_OR_RETURN(setup.eval_source, openDataSource(options.eval_data, eval_inputs, eval_options));
+    CLEAVE_ASSIGN_OR_RETURN(setup.eval_source,
+                            openDataSource(options.eval_data, setup.eval_batch->inputs(), eval_options));
   }
 
   // 4. Length: steps, or epochs of a finite source.
@@ -132,11 +140,12 @@ Expected<TrainSetup> setUp(RankExecutor& executor, const planpb::Plan& plan, con
 
 // Steps: set up, then per step: fill, run, read the loss, evaluate and checkpoint when due, record;
 // finally evaluate once more unless the last step just did.
-Status train(RankExecutor& executor, const planpb::Plan& plan, const TrainOptions& options, TrainReport& report) {
+Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& options, TrainReport& report) {
   report = TrainReport{};
   report.final_loss = NAN;
-  report.peak_arena_bytes = executor.arenaBytes();
-  CLEAVE_ASSIGN_OR_RETURN(TrainSetup setup, setUp(executor, plan, options, report));
+  report.rank_arena_bytes = group.arenaBytes();
+  report.peak_arena_bytes = *std::max_element(report.rank_arena_bytes.begin(), report.rank_arena_bytes.end());
+  CLEAVE_ASSIGN_OR_RETURN(TrainSetup setup, setUp(group, plan, options, report));
   DataSource& source = *setup.train_source;
   report.steps = setup.start.step;
 
@@ -153,7 +162,7 @@ Status train(RankExecutor& executor, const planpb::Plan& plan, const TrainOption
   ProgressBar progress(setup.start.step, setup.total_steps, show_progress);
 
   auto runEvaluation = [&](int64_t step, int64_t epoch) -> Status {
-    CLEAVE_ASSIGN_OR_RETURN(EvalResult result, evaluate(executor, plan, *setup.eval_source));
+    CLEAVE_ASSIGN_OR_RETURN(EvalResult result, evaluate(group, plan, *setup.eval_batch, *setup.eval_source));
     EvalRecord record{step, epoch, result};
     report.evals.push_back(record);
     report.final_eval = result;
@@ -162,7 +171,7 @@ Status train(RankExecutor& executor, const planpb::Plan& plan, const TrainOption
   };
   auto saveAt = [&](int64_t step) -> Status {
     CheckpointState state{step, source.position(), setup.start.seed};
-    CLEAVE_ASSIGN_OR_RETURN(report.last_checkpoint, saveCheckpoint(options.checkpoint_dir, executor, state));
+    CLEAVE_ASSIGN_OR_RETURN(report.last_checkpoint, saveCheckpoint(options.checkpoint_dir, group, state));
     return Status::ok();
   };
 
@@ -174,8 +183,9 @@ Status train(RankExecutor& executor, const planpb::Plan& plan, const TrainOption
     int64_t epoch = source.position().epoch + 1;
     Clock::time_point step_start = Clock::now();
     CLEAVE_ASSIGN_OR_RETURN(int64_t rows, source.next());
-    CLEAVE_TRY(executor.run("train"));
-    CLEAVE_ASSIGN_OR_RETURN(double loss, readLoss(executor.device(), setup.loss));
+    CLEAVE_TRY(setup.train_batch->scatter());
+    CLEAVE_TRY(group.run("train"));
+    CLEAVE_ASSIGN_OR_RETURN(double loss, readLoss(*setup.loss_device, setup.loss));
     double step_seconds = secondsBetween(step_start, Clock::now());
     report.train_seconds += step_seconds;
     samples += rows;
@@ -222,6 +232,11 @@ Status train(RankExecutor& executor, const planpb::Plan& plan, const TrainOption
   if (setup.eval_source && !evaluated_last) CLEAVE_TRY(runEvaluation(report.steps, 0));
   report.samples_per_s = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
   return Status::ok();
+}
+
+Status train(RankExecutor& executor, const planpb::Plan& plan, const TrainOptions& options, TrainReport& report) {
+  std::unique_ptr<RankGroup> group = RankGroup::wrap(executor);
+  return train(*group, plan, options, report);
 }
 
 }  // namespace cleave::runtime

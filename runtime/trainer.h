@@ -10,6 +10,7 @@
 #include "ir/status.h"
 #include "runtime/evaluation.h"
 #include "runtime/executor.h"
+#include "runtime/rank_group.h"
 
 namespace cleave {
 namespace planpb {
@@ -52,7 +53,8 @@ struct TrainReport {
   double final_loss = 0;       // loss of the last step (NaN when no step ran)
   double samples_per_s = 0;    // training throughput of this run (evaluation and checkpoints excluded)
   double train_seconds = 0;    // time in training steps
-  int64_t peak_arena_bytes = 0;
+  int64_t peak_arena_bytes = 0;          // the largest rank's arena
+  std::vector<int64_t> rank_arena_bytes;  // every rank's arena, by rank
   std::optional<EvalResult> final_eval;  // the last evaluation
   std::vector<EvalRecord> evals;
   std::string last_checkpoint;  // path of the last checkpoint written; empty when none
@@ -60,9 +62,13 @@ struct TrainReport {
 };
 
 // Trains: opens the sources, resumes from a checkpoint (or runs the parameter initializers), then
-// for each step fills the "train" program's inputs, runs it and reads its loss; evaluates with
+// for each step fills the global batch, gives every rank its rows of the "train" program's inputs,
+// runs it on every rank and reads the loss from the lowest rank that outputs it; evaluates with
 // "eval" at each epoch's end and at the end when eval data is given; checkpoints as asked.
 // A NaN or infinite loss stops the run (kRuntime naming the step).
+Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& options, TrainReport& report);
+
+// The same on one executor (a single-device plan).
 Status train(RankExecutor& executor, const planpb::Plan& plan, const TrainOptions& options, TrainReport& report);
 
 }  // namespace cleave::runtime

@@ -118,14 +118,13 @@ nlohmann::ordered_json summaryJson(const GraphSummary& s, const std::string& pat
 }
 
 int runInspect(const InspectFlags& flags) {
-  if (endsWith(flags.path, ".cplan")) return cli::runInspectPlan({flags.path, flags.json, flags.rank});
+  if (endsWith(flags.path, ".cplan"))
+    return cli::runInspectPlan({flags.path, flags.json, flags.rank, flags.dot, flags.timeline});
   bool onnx = endsWith(flags.path, ".onnx");
   if (!endsWith(flags.path, ".cir") && !onnx)
     return reportError(
         Status::badInput("cannot inspect '" + flags.path + "': expected a plan (.cplan) or a model (.cir or .onnx)"));
-  if (!flags.dot.empty() || !flags.timeline.empty())
-    return notBuiltYet("--dot and --timeline", 5);
-  if (flags.rank >= 0)
+  if (flags.rank >= 0 || !flags.dot.empty() || !flags.timeline.empty())
     return reportError(Status::badInput("--rank, --dot and --timeline apply to plans (.cplan); '" + flags.path +
                                         "' is a model"));
   auto graph = onnx ? importOnnxModel(flags.path, {}) : loadGraphFile(flags.path);
@@ -219,6 +218,9 @@ void addRunCommand(CLI::App& app, RunFlags& flags) {
   run->add_option("--trace", flags.trace, "Write a Chrome trace to FILE.json");
   run->add_option("--seed", flags.seed, "Seed of data order and synthetic data")->capture_default_str();
   run->add_option("--threads", flags.threads, "Threads per kernel (default: all cores)")->check(CLI::NonNegativeNumber);
+  run->add_option("--timeout", flags.timeout, "Seconds a rank waits for another before the run fails (exit 3)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   run->add_option("--checkpoint-every", flags.checkpoint_every, "Steps between checkpoints (default: each epoch and the end)")
       ->check(CLI::NonNegativeNumber);
   run->add_option("--progress", flags.progress, "Progress bar on stderr")->check(CLI::IsMember({"auto", "always", "never"}))

@@ -1,10 +1,9 @@
-// The subcommands that make and use plans: compile, run, and inspect of a .cplan.
+// The subcommands that make and use plans: compile and run (inspect is tools/inspect_command.cpp).
 #include "tools/plan_commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "frontend/onnx_importer.h"
 #include "ir/plan.h"
@@ -18,6 +17,7 @@
 #include "runtime/device.h"
 #include "runtime/executor.h"
 #include "runtime/inference.h"
+#include "runtime/rank_group.h"
 #include "runtime/trainer.h"
 #include "tools/cli_common.h"
 
@@ -114,29 +114,29 @@ int runRun(const RunFlags& flags) {
   if (!flags.trace.empty()) return reportError(Status::usage("--trace: not built yet (see issue 5)"));
   auto plan = readPlanFile(flags.plan);
   if (!plan) return reportError(plan.status());
-  auto device = runtime::createDevice(flags.device);
-  if (!device) return reportError(device.status());
-  runtime::ExecutorOptions executor_options;
-  executor_options.threads = flags.threads;
-  auto executor = runtime::createSingleDeviceExecutor(**plan, **device, executor_options);
-  if (!executor) return reportError(executor.status());
-  runtime::RankExecutor& exec = **executor;
+  // Every rank of the plan: a CPU device, an executor and a thread each, one local communicator.
+  runtime::RankGroupOptions group_options;
+  group_options.threads = flags.threads;
+  group_options.timeout_seconds = flags.timeout;
+  auto created = runtime::RankGroup::create(**plan, group_options);
+  if (!created) return reportError(created.status());
+  runtime::RankGroup& group = **created;
 
   // Inference: .npy in, .npy out.
   if (!flags.inputs.empty()) {
-    if (!exec.hasProgram("infer"))
+    if (!group.hasProgram("infer"))
       return reportError(Status::badInput(flags.plan + " is a training plan; --inputs needs an inference plan "
                                                        "(cleave compile without --train)"));
-    Status ready = flags.checkpoint_dir.empty() ? exec.initializeParameters()
-                                                : runtime::loadLatestCheckpoint(flags.checkpoint_dir, exec).status();
+    Status ready = flags.checkpoint_dir.empty() ? group.initializeParameters()
+                                                : runtime::loadLatestCheckpoint(flags.checkpoint_dir, group).status();
     if (!ready) return reportError(ready);
-    auto written = runtime::runInference(exec, flags.inputs, flags.outputs);
+    auto written = runtime::runInference(group, flags.inputs, flags.outputs);
     if (!written) return reportError(written.status());
     for (const auto& path : *written) std::cout << "wrote " << path << "\n";
     return 0;
   }
 
-  if (!exec.hasProgram("train"))
+  if (!group.hasProgram("train"))
     return reportError(Status::badInput(flags.plan + " is an inference plan; run it with --inputs DIR --outputs DIR"));
   runtime::TrainOptions options;
   options.data = flags.data.empty() ? "fashion-mnist" : flags.data;
@@ -153,10 +153,16 @@ int runRun(const RunFlags& flags) {
                      : flags.progress == "never" ? runtime::ProgressMode::kNever
                                                  : runtime::ProgressMode::kAuto;
   runtime::TrainReport report;
-  Status trained = runtime::train(exec, **plan, options, report);
+  Status trained = runtime::train(group, **plan, options, report);
   if (!trained) return reportError(trained);
 
-  MemoryReport memory = memoryReport((*plan)->ranks(0));
+  // The memory of the rank with the largest arena (the only one of a single-device plan).
+  const std::vector<int64_t>& arenas = report.rank_arena_bytes;
+  size_t largest = static_cast<size_t>(std::max_element(arenas.begin(), arenas.end()) - arenas.begin());
+  const planpb::RankPlan* largest_rank = &(*plan)->ranks(0);
+  for (const auto& rank : (*plan)->ranks())
+    if (rank.rank() == static_cast<int>(largest)) largest_rank = &rank;
+  MemoryReport memory = memoryReport(*largest_rank);
   std::printf("trained steps %lld..%lld in %.1f s: %.1f samples/s, final loss %.4f\n",
               static_cast<long long>(report.start_step), static_cast<long long>(report.steps), report.train_seconds,
               report.samples_per_s, report.final_loss);
@@ -166,67 +172,18 @@ int runRun(const RunFlags& flags) {
       std::printf("eval accuracy: %.4f on %lld samples%s\n", *eval.accuracy, static_cast<long long>(eval.samples),
                   eval.loss ? (" (loss " + std::to_string(*eval.loss) + ")").c_str() : "");
   }
-  std::printf("peak memory: %s arena = parameters %s + optimizer state %s + gradients/activations %s\n",
-              mib(report.peak_arena_bytes).c_str(), mib(memory.param_bytes).c_str(),
+  std::string on_rank = group.size() > 1 ? " on rank " + std::to_string(largest) + " (the largest)" : "";
+  std::printf("peak memory: %s arena%s = parameters %s + optimizer state %s + gradients/activations %s\n",
+              mib(report.peak_arena_bytes).c_str(), on_rank.c_str(), mib(memory.param_bytes).c_str(),
               mib(memory.optimizer_state_bytes).c_str(), mib(memory.activation_region_bytes).c_str());
+  if (group.size() > 1) {
+    std::string per_rank;
+    for (size_t rank = 0; rank < report.rank_arena_bytes.size(); ++rank)
+      per_rank += (rank ? ", " : "") + std::to_string(rank) + ": " + mib(report.rank_arena_bytes[rank]);
+    std::printf("arena per rank: %s\n", per_rank.c_str());
+  }
   if (!report.last_checkpoint.empty()) std::printf("checkpoint: %s\n", report.last_checkpoint.c_str());
   return 0;
-}
-
-int runInspectPlan(const InspectPlanFlags& flags) {
-  auto plan = readPlanFile(flags.path);
-  if (!plan) return reportError(plan.status());
-  const planpb::Plan& p = **plan;
-  if (flags.rank >= p.ranks_size())
-    return reportError(Status::badInput("--rank " + std::to_string(flags.rank) + ": " + flags.path + " has " +
-                                        std::to_string(p.ranks_size()) + " rank(s)"));
-  nlohmann::ordered_json json;
-  json["plan"] = flags.path;
-  json["model"] = p.model_name();
-  json["devices"] = p.devices();
-  json["global_batch"] = p.global_batch();
-  json["strategy"] = {{"dp", p.strategy().dp()},
-                      {"tp", p.strategy().tp()},
-                      {"pp", p.strategy().pp()},
-                      {"microbatches", p.strategy().microbatches()},
-                      {"schedule", p.strategy().schedule()}};
-  if (p.has_training())
-    json["training"] = {{"loss", p.training().loss()}, {"optimizer", p.training().optimizer()}};
-  json["ranks"] = nlohmann::ordered_json::array();
-  std::ostringstream text;
-  text << flags.path << ": model @" << p.model_name() << ", " << p.devices() << " device(s), dp " << p.strategy().dp()
-       << " x tp " << p.strategy().tp() << " x pp " << p.strategy().pp() << ", batch " << p.global_batch() << "\n";
-  text << "rank stage instructions   peak      params    grads     optimizer activations comm\n";
-  for (const auto& rank : p.ranks()) {
-    if (flags.rank >= 0 && rank.rank() != flags.rank) continue;
-    MemoryReport memory = memoryReport(rank);
-    RankCounts counts = countRank(rank);
-    int64_t peak = 0;
-    for (const auto& program : rank.programs()) peak = std::max<int64_t>(peak, program.peak_bytes());
-    nlohmann::ordered_json programs = nlohmann::ordered_json::array();
-    for (const auto& program : rank.programs())
-      programs.push_back({{"name", program.name()},
-                          {"instructions", program.instructions_size()},
-                          {"peak_memory_bytes", program.peak_bytes()}});
-    json["ranks"].push_back({{"rank", rank.rank()},
-                             {"stage", rank.stage()},
-                             {"instructions", counts.instructions},
-                             {"peak_memory_bytes", peak},
-                             {"param_bytes", memory.param_bytes},
-                             {"grad_bytes", memory.gradient_bytes},
-                             {"optimizer_state_bytes", memory.optimizer_state_bytes},
-                             {"activation_bytes", memory.activation_region_bytes},
-                             {"comm_bytes", counts.comm_bytes},
-                             {"programs", programs}});
-    char line[256];
-    std::snprintf(line, sizeof line, "%-4d %-5d %-13lld %-9s %-9s %-9s %-9s %-11s %lld\n", rank.rank(), rank.stage(),
-                  static_cast<long long>(counts.instructions), mib(peak).c_str(), mib(memory.param_bytes).c_str(),
-                  mib(memory.gradient_bytes).c_str(), mib(memory.optimizer_state_bytes).c_str(),
-                  mib(memory.activation_region_bytes).c_str(), static_cast<long long>(counts.comm_bytes));
-    text << line;
-  }
-  Status written = writeOutput("", flags.json ? json.dump(2) + "\n" : text.str());
-  return written.isOk() ? 0 : reportError(written);
 }
 
 }  // namespace cleave::cli

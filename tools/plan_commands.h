@@ -39,6 +39,7 @@ struct RunFlags {
   int64_t seed = 0;
   int threads = 0;
   std::string progress = "auto";
+  double timeout = 300;  // seconds a rank waits for another
 };
 
 // Flags of `cleave inspect` on a plan.
@@ -46,10 +47,13 @@ struct InspectPlanFlags {
   std::string path;
   bool json = false;
   int rank = -1;
+  std::string dot;       // write the Graphviz drawing here
+  std::string timeline;  // write the predicted Chrome trace here
 };
 
 int runCompile(const CompileFlags& flags, const std::string& producer);
 int runRun(const RunFlags& flags);
+// Defined in tools/inspect_command.cpp.
 int runInspectPlan(const InspectPlanFlags& flags);
 
 }  // namespace cleave::cli

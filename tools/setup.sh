@@ -23,14 +23,47 @@ for package in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$package")
 done
 
+# 2. Install them, through sudo unless we are root.
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "setup: all packages present"
-  exit 0
+else
+  sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  echo "setup: installing ${missing[*]}"
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-# 2. Install them, through sudo unless we are root.
-sudo=()
-[[ $(id -u) -eq 0 ]] || sudo=(sudo)
-echo "setup: installing ${missing[*]}"
-"${sudo[@]}" apt-get update
-"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+# 3. The ONNX conformance suite (onnx 1.12's per-operator node tests, which match Debian's libonnx
+#    1.12): the onnx wheel from PyPI, of which only onnx/backend/test/data/node/* is unpacked, to a
+#    cache folder outside the repository. Done once; skipped with a note when pip is missing or PyPI
+#    is unreachable (the conformance test then skips).
+onnx_node_tests=${CLEAVE_ONNX_NODE_TESTS:-${XDG_CACHE_HOME:-$HOME/.cache}/cleave/onnx-1.12.0-node}
+if [[ -f $onnx_node_tests/.complete ]]; then
+  echo "setup: ONNX conformance data present in $onnx_node_tests"
+else
+  wheel_dir=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.10 onnx==1.12.0 -d "$wheel_dir"; then
+    python3 - "$wheel_dir"/onnx-1.12.0-*.whl "$onnx_node_tests" <<'PY'
+import os, shutil, sys, zipfile
+wheel, target = sys.argv[1], sys.argv[2]
+prefix = "onnx/backend/test/data/node/"
+partial = target + ".partial"
+shutil.rmtree(partial, ignore_errors=True)
+with zipfile.ZipFile(wheel) as archive:
+    for name in archive.namelist():
+        if name.startswith(prefix) and not name.endswith("/"):
+            path = os.path.join(partial, name[len(prefix):])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with archive.open(name) as source, open(path, "wb") as sink:
+                shutil.copyfileobj(source, sink)
+shutil.rmtree(target, ignore_errors=True)
+os.rename(partial, target)
+open(os.path.join(target, ".complete"), "w").close()
+print(f"setup: unpacked {len(os.listdir(target)) - 1} ONNX conformance cases to {target}")
+PY
+  else
+    echo "setup: could not download the onnx 1.12.0 wheel; the ONNX conformance test will skip"
+  fi
+  rm -rf "$wheel_dir"
+fi

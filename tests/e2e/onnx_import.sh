@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end ONNX import: each PyTorch-exported fixture imports, compiles for one device, runs,
+# End-to-end ONNX import: each PyTorch-exported fixture (MLP, CNNs, ResNet, MobileNetV2, GPT-style
+# decoders at opsets 14 and 17, op mixes at opsets 11 and 13) imports, compiles for one device, runs,
 # and matches PyTorch's output within 1e-4; import, inspect and --batch work on .onnx files.
 # Usage: bash onnx_import.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
@@ -26,7 +27,7 @@ PY
 }
 
 # 1. Every fixture: compile (inference, one device) and run, against PyTorch's output.
-for name in mlp cnn ops11 ops13 gpt14 gpt17; do
+for name in mlp cnn ops11 ops13 gpt14 gpt17 resnet mobilenet train_cnn; do
   dir=$fixtures/$name
   batch=$($python -c "import numpy as np, sys; print(np.load(sys.argv[1]).shape[0])" "$dir/inputs/input.npy")
   echo "$name (batch $batch):"
@@ -50,7 +51,17 @@ compare "$tmp/cnn_cir.out/output.npy" "$fixtures/cnn/expected/output.npy"
 "$cleave" run "$tmp/cnn_external.cplan" --inputs "$fixtures/cnn/inputs" --outputs "$tmp/cnn_external.out" >/dev/null
 compare "$tmp/cnn_external.out/output.npy" "$fixtures/cnn/expected/output.npy"
 
-# 4. The symbolic batch dim is 1 unless --batch says otherwise; inspect reads .onnx.
+# 4. ONNX forms PyTorch rarely emits (default pooling strides, auto_pad, LayerNormalization's
+#    statistics, Dropout's mask, ReduceSum's noop, Pow's integer exponent): every output matches.
+echo "forms:"
+"$cleave" compile "$fixtures/forms/model.onnx" -o "$tmp/forms.cplan" >/dev/null || fail "compile of forms failed"
+"$cleave" run "$tmp/forms.cplan" --inputs "$fixtures/forms/inputs" --outputs "$tmp/forms.out" >/dev/null ||
+  fail "run of forms failed"
+for expected in "$fixtures"/forms/expected/*.npy; do
+  compare "$tmp/forms.out/$(basename "$expected")" "$expected"
+done
+
+# 5. The symbolic batch dim is 1 unless --batch says otherwise; inspect reads .onnx.
 "$cleave" inspect "$fixtures/gpt14/model.onnx" >"$tmp/inspect.txt"
 grep -q 'inputs: *%input : i64\[1,16\]' "$tmp/inspect.txt" || fail "inspect of gpt14: $(cat "$tmp/inspect.txt")"
 grep -q 'nodes: .*softmax 2' "$tmp/inspect.txt" || fail "inspect of gpt14 lacks its two softmaxes"

@@ -363,8 +363,59 @@ TEST(GradientRules, EveryRuleHasAGradientCheck) {
     checked.insert(c.op);
     EXPECT_NE(opDef(c.op).gradient, nullptr) << c.name << " checks an op without a gradient rule";
   }
+  // Communication ops run over several devices: their rules are checked by the next test and by the
+  // equivalence of partitioned training with one device (tests/e2e/equivalence.sh).
+  for (OpId op : {OpId::all_reduce, OpId::grad_all_reduce, OpId::all_gather, OpId::reduce_scatter, OpId::shard_slice,
+                  OpId::all_to_all})
+    checked.insert(op);
   for (const OpDef& def : allOpDefs())
     EXPECT_TRUE(!def.gradient || checked.count(def.id)) << def.name << " has a gradient rule but no check";
+}
+
+// Each collective's gradient is its transpose: identity for a sum all-reduce (cotangents of
+// replicated values are whole on every device), /n for a mean, all-reduce for grad_all_reduce,
+// shard_slice for all_gather, all_gather for reduce_scatter and shard_slice, all_to_all reversed.
+TEST(GradientRules, CollectivesDifferentiateToTheirTransposes) {
+  struct Case {
+    OpId op;
+    AttrMap attrs;
+    std::vector<OpId> backward;  // ops the collective's gradient rule emits (constants aside), in order
+  };
+  AttrMap group = {{"axis", std::string("tp")}, {"group_size", int64_t{2}}};
+  auto with = [&](AttrMap extra) {
+    extra.insert(group.begin(), group.end());
+    return extra;
+  };
+  std::vector<Case> cases = {
+      {OpId::all_reduce, with({{"reduce", std::string("sum")}}), {}},
+      {OpId::all_reduce, with({{"reduce", std::string("mean")}}), {OpId::mul}},
+      {OpId::grad_all_reduce, group, {OpId::all_reduce}},
+      {OpId::all_gather, with({{"dim", int64_t{1}}}), {OpId::shard_slice}},
+      {OpId::reduce_scatter, with({{"dim", int64_t{1}}}), {OpId::all_gather}},
+      {OpId::shard_slice, with({{"dim", int64_t{1}}}), {OpId::all_gather}},
+      {OpId::all_to_all, with({{"split_dim", int64_t{0}}, {"concat_dim", int64_t{1}}}), {OpId::all_to_all}},
+  };
+  for (const Case& c : cases) {
+    Graph graph;
+    ValueId x = *graph.addParam("x", {DType::kF32, {4, 4}}, Initializer{});
+    ValueId y = (*graph.addNode(c.op, {x}, c.attrs))[0];
+    ValueId loss = (*graph.addNode(OpId::reduce_sum, {y}, {{"keepdims", int64_t{0}}}))[0];
+    size_t forward_nodes = graph.nodes.size();
+    ASSERT_TRUE(appendBackward(graph, loss)) << opName(c.op);
+    // The reduce_sum's backward emits constants and expands; the collective's rule emits the rest.
+    std::vector<OpId> emitted;
+    for (size_t i = forward_nodes; i < graph.nodes.size(); ++i)
+      if (graph.nodes[i].op != OpId::expand && graph.nodes[i].op != OpId::constant) emitted.push_back(graph.nodes[i].op);
+    EXPECT_EQ(emitted, c.backward) << opName(c.op);
+    ValueId grad = graph.findValue("x.grad");
+    ASSERT_NE(grad, kNoValue) << opName(c.op);
+    EXPECT_EQ(graph.values[grad].type, graph.values[x].type) << opName(c.op);
+    if (c.op == OpId::all_to_all) {
+      const Node& back = graph.nodes[graph.values[grad].producer];
+      EXPECT_EQ(std::get<int64_t>(back.attrs.at("split_dim")), 1);
+      EXPECT_EQ(std::get<int64_t>(back.attrs.at("concat_dim")), 0);
+    }
+  }
 }
 
 TEST(GradientRules, NonDifferentiableOpsHaveNoRule) {

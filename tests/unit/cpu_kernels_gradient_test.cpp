@@ -151,6 +151,7 @@ const std::vector<ConvCase>& convCases() {
       {{2, 3, 6, 7}, {9, 3, 3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1},  // width-keeping with dilation
       {{1, 2, 5, 6}, {9, 2, 4, 4}, {1, 1}, {2, 1, 1, 2}, {1, 1}, 1},  // width-keeping, even kernel
       {{2, 2, 4, 3}, {8, 2, 1, 7}, {1, 1}, {0, 3, 0, 3}, {1, 1}, 1},  // kernel wider than the image
+      {{2, 4, 1, 1}, {3, 4, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},  // 1x1 image, padded 3x3 (ResNet's last stage)
   };
   return cases;
 }

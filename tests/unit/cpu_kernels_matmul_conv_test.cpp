@@ -166,6 +166,8 @@ const std::vector<ConvCase>& convCases() {
       {2, 3, 6, 7, 9, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1, true},    // width-keeping with dilation
       {1, 2, 5, 6, 9, 4, 4, {1, 1}, {2, 1, 1, 2}, {1, 1}, 1, false},   // width-keeping, even kernel, asymmetric pads
       {2, 2, 4, 3, 8, 1, 7, {1, 1}, {0, 3, 0, 3}, {1, 1}, 1, false},   // kernel wider than the image
+      {2, 4, 1, 1, 3, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true},    // 1x1 image, padded 3x3 (ResNet's last stage)
+      {1, 2, 2, 1, 3, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, false},   // rows of padding wider than the image
   };
   return cases;
 }

@@ -246,7 +246,9 @@ TEST(ExecutorTest, RejectsCommunicationAndBadPlans) {
   auto executor = createSingleDeviceExecutor(plan, *device);
   ASSERT_FALSE(executor.hasValue());
   EXPECT_EQ(executor.status().kind(), ErrorKind::kUsage);
-  EXPECT_EQ(executor.status().message(), "rank 0: instruction 4 of infer (send): needs a multi-device backend (not built yet)");
+  EXPECT_EQ(executor.status().message(),
+            "rank 0: instruction 4 of infer (send): needs a communicator: run the plan through a multi-device backend "
+            "(cleave run --backend local)");
 
   planpb::Plan two_ranks = forwardPlan();
   *two_ranks.add_ranks() = two_ranks.ranks(0);

@@ -88,13 +88,13 @@ TEST(ModelGenerators, SmallGptHasNamedValuesAndTheRightParameterCount) {
   auto graph = generateGpt(spec);
   ASSERT_TRUE(graph) << graph.status().message();
   ASSERT_TRUE(verifyGraph(*graph).isOk()) << verifyGraph(*graph).message();
-  // wte 100*64 + wpe 16*64 + 2 layers * (ln1 128 + qkv 3*64*64+192 + proj 64*64+64 + ln2 128
+  // wte 100*64 + wpe 16*64 + 2 layers * (ln1 128 + q, k, v 3*(64*64+64) + proj 64*64+64 + ln2 128
   //   + fc1 256*64+256 + fc2 64*256+64 = 49,984) + ln_f 128 + lm_head 100*64
   EXPECT_EQ(graph->parameterCount(), 6400 + 1024 + 2 * 49984 + 128 + 6400);
   EXPECT_EQ(graph->values[graph->inputs[0]].name, "tokens");
   EXPECT_EQ(graph->values[graph->inputs[0]].type, (TensorType{DType::kI64, {2, 16}}));
   EXPECT_EQ(typeOf(*graph, "logits"), (TensorType{DType::kF32, {2, 16, 100}}));
-  EXPECT_EQ(typeOf(*graph, "h0.attn.qkv.weight"), (TensorType{DType::kF32, {192, 64}}));
+  EXPECT_EQ(typeOf(*graph, "h0.attn.k.weight"), (TensorType{DType::kF32, {64, 64}}));
   EXPECT_EQ(typeOf(*graph, "h1.attn.q"), (TensorType{DType::kF32, {2, 4, 16, 16}}));
   EXPECT_EQ(typeOf(*graph, "h1.attn.probs"), (TensorType{DType::kF32, {2, 4, 16, 16}}));
   EXPECT_EQ(typeOf(*graph, "h1.mlp.fc1.out"), (TensorType{DType::kF32, {2, 16, 256}}));

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "ir/verifier.h"
@@ -110,6 +112,113 @@ TEST(OnnxImporter, Opset11And13FormsOfTheSameModelImportAlike) {
       }
     }
   }
+}
+
+TEST(OnnxImporter, TorchvisionResNetAndMobileNetImport) {
+  Graph resnet = importOk("resnet", 4);
+  auto resnet_counts = opCounts(resnet);
+  EXPECT_EQ(resnet_counts["conv2d"], 20);  // stem, 16 in the blocks, 3 downsampling 1x1s (BN folded in)
+  EXPECT_EQ(resnet_counts["add"], 8);      // one residual add per BasicBlock
+  EXPECT_EQ(resnet_counts["max_pool2d"], 1);
+  EXPECT_EQ(resnet_counts["global_avg_pool"], 1);
+  EXPECT_EQ(resnet.values[resnet.outputs[0]].type.str(), "f32[4,10]");
+  Graph mobilenet = importOk("mobilenet", 4);
+  int depthwise = 0;
+  for (const Node& node : mobilenet.nodes)
+    if (node.op == OpId::conv2d && std::get<int64_t>(node.attrs.at("groups")) > 1) ++depthwise;
+  EXPECT_EQ(depthwise, 17);                   // one per inverted residual block
+  EXPECT_EQ(opCounts(mobilenet)["clip"], 35);  // ReLU6 after every expansion and depthwise conv, and the stem and head
+  EXPECT_EQ(mobilenet.values[mobilenet.outputs[0]].type.str(), "f32[4,10]");
+}
+
+TEST(OnnxImporter, InitializersTheExporterMergedBecomeSeparateParameters) {
+  // PyTorch merges the five equal LayerNorm weights (and biases) into one initializer and names the
+  // others through Identity nodes; each layer norm gets its own parameter back, under its own name.
+  Graph gpt = importOk("gpt17", 2);
+  std::vector<std::string> norm_scales;
+  for (const Node& node : gpt.nodes)
+    if (node.op == OpId::layer_norm) norm_scales.push_back(gpt.values[node.operands[1]].name);
+  EXPECT_EQ(norm_scales, (std::vector<std::string>{"blocks.0.ln1.weight", "blocks.0.ln2.weight", "blocks.1.ln1.weight",
+                                                   "blocks.1.ln2.weight", "ln.weight"}));
+  for (const std::string& name : norm_scales) {
+    ValueId v = gpt.findValue(name);
+    ASSERT_NE(v, kNoValue) << name;
+    auto param = std::find_if(gpt.params.begin(), gpt.params.end(), [&](const Param& p) { return p.value == v; });
+    ASSERT_NE(param, gpt.params.end()) << name << " is not a parameter";
+    EXPECT_TRUE(param->trainable);
+  }
+  EXPECT_EQ(opCounts(gpt).count("identity"), 0u);
+}
+
+TEST(OnnxImporter, WindowDefaultsAndAutoPadBecomeExplicitAttributes) {
+  Graph forms = importOk("forms");
+  for (const Node& node : forms.nodes) {
+    auto ints = [&](const char* name) { return std::get<std::vector<int64_t>>(node.attrs.at(name)); };
+    if (node.op == OpId::max_pool2d) {
+      EXPECT_EQ(ints("strides"), (std::vector<int64_t>{1, 1}));  // ONNX's default, not the kernel
+    }
+    if (node.op == OpId::avg_pool2d) {
+      EXPECT_EQ(ints("pads"), (std::vector<int64_t>{1, 1, 1, 1}));  // SAME_UPPER, 5 -> 3 at stride 2
+    }
+    if (node.op == OpId::conv2d) {
+      EXPECT_EQ(ints("pads"), (std::vector<int64_t>{1, 1, 0, 0}));  // SAME_LOWER: the odd pad first
+    }
+  }
+  auto counts = opCounts(forms);
+  EXPECT_EQ(counts["layer_norm"], 1);
+  EXPECT_EQ(counts["reduce_mean"], 2);  // LayerNormalization's Mean and InvStdDev outputs
+  EXPECT_EQ(counts["cast"], 1);         // Pow's i32 exponent input, cast to f32
+  EXPECT_EQ(forms.values[forms.outputs[7]].type.str(), "bool[1,2,5,5]");  // Dropout's mask
+}
+
+TEST(OnnxImporter, InputValuesFreezeInputsIntoConstants) {
+  OnnxImportOptions options;
+  TensorData shape{{DType::kI64, {2}}, {}};
+  shape.bytes.resize(16);
+  const int64_t dims[2] = {4, -1};
+  std::memcpy(shape.bytes.data(), dims, sizeof dims);
+  options.input_values["shape"] = shape;
+  auto graph = importOnnxModel(fixture("dynamic_reshape"), options);
+  ASSERT_TRUE(graph.hasValue()) << graph.status().message();
+  ASSERT_EQ(graph->inputs.size(), 1u);  // x; "shape" became a constant
+  EXPECT_EQ(graph->values[graph->outputs[0]].type.str(), "f32[4,64]");
+
+  options.input_values.clear();
+  options.input_values["no_such_input"] = shape;
+  auto unknown = importOnnxModel(fixture("dynamic_reshape"), options);
+  ASSERT_FALSE(unknown.hasValue());
+  EXPECT_NE(unknown.status().message().find("'no_such_input', which the model lacks"), std::string::npos);
+}
+
+TEST(OnnxImporter, SupportCheckReportsOpsetAndOpTypes) {
+  auto unsupported = checkOnnxSupport(fixture("unsupported"));
+  ASSERT_TRUE(unsupported.hasValue()) << unsupported.status().message();
+  EXPECT_EQ(unsupported->opset, 13);
+  EXPECT_EQ(unsupported->unsupported_ops, (std::vector<std::string>{"Hardmax", "LRN"}));
+  EXPECT_FALSE(unsupported->supported());
+  auto gpt = checkOnnxSupport(fixture("gpt17"));
+  ASSERT_TRUE(gpt.hasValue());
+  EXPECT_EQ(gpt->opset, 17);
+  EXPECT_TRUE(gpt->supported());
+}
+
+TEST(OnnxImporter, SerializedTensorsReadWithTheirNames) {
+  std::string dir = std::string(CLEAVE_SOURCE_DIR) + "/tests/fixtures/tensors/";
+  std::string name;
+  auto raw = readOnnxTensorFile(dir + "raw_f32.pb", &name);
+  ASSERT_TRUE(raw.hasValue()) << raw.status().message();
+  EXPECT_EQ(name, "raw_f32");
+  EXPECT_EQ(raw->type.str(), "f32[2,3]");
+  EXPECT_EQ(raw->as<float>()[5], 1.25f);
+  auto typed = readOnnxTensorFile(dir + "typed_i64.pb", &name);
+  ASSERT_TRUE(typed.hasValue()) << typed.status().message();
+  EXPECT_EQ(name, "typed_i64");
+  EXPECT_EQ(typed->type.str(), "i64[3]");
+  EXPECT_EQ(typed->as<int64_t>()[0], -1);
+  EXPECT_EQ(typed->as<int64_t>()[2], 7);
+  auto missing = readOnnxTensorFile(dir + "missing.pb");
+  ASSERT_FALSE(missing.hasValue());
+  EXPECT_EQ(missing.status().kind(), ErrorKind::kBadInput);
 }
 
 TEST(OnnxImporter, UnsupportedOpsAreListedInOneError) {

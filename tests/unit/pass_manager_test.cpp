@@ -143,7 +143,7 @@ TEST(PassManager, InvalidGraphAfterAPassIsAnInternalErrorNamingIt) {
   Graph graph;
   ValueId x = addInput(graph, "x", kMatrix);
   graph.outputs = {addOne(graph, OpId::relu, {x})};
-  Pipeline pipeline{PipelineStep{&breaks_outputs, PassOptions::defaultsFor(breaks_outputs)}};
+  Pipeline pipeline{PassStep{&breaks_outputs, PassOptions::defaultsFor(breaks_outputs)}};
   bool called_back = false;
   PassManager manager(std::move(pipeline));
   manager.setAfterPassCallback([&](const PassInfo&, const Graph&) { called_back = true; });

@@ -1,0 +1,96 @@
+// Inference latency of an imported ONNX model on cleave's CPU runtime: import, compile, then time the
+// plan's "infer" program over repeated runs on random inputs of the model's types.
+//
+// Usage: onnx_inference_bench MODEL.onnx [--batch B] [--threads T] [--iterations N] [--warmup W]
+// Prints one line: "<model> batch B threads T: median M ms per batch over N runs".
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "frontend/onnx_importer.h"
+#include "ir/plan.pb.h"
+#include "passes/compile_pipeline.h"
+#include "runtime/device.h"
+#include "runtime/executor.h"
+
+namespace cleave {
+namespace {
+
+// Fills `input` with uniform values: floats in [-1, 1), integers in [0, value_limit) (or [0, 2)).
+void fillRandom(const runtime::NamedTensor& input, std::mt19937& rng) {
+  const int64_t count = input.view.type.numel();
+  switch (input.view.type.dtype) {
+    case DType::kF32: {
+      std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+      auto* data = static_cast<float*>(input.view.data);
+      for (int64_t i = 0; i < count; ++i) data[i] = uniform(rng);
+      return;
+    }
+    case DType::kI64: {
+      std::uniform_int_distribution<int64_t> uniform(0, std::max<int64_t>(input.value_limit, 2) - 1);
+      auto* data = static_cast<int64_t*>(input.view.data);
+      for (int64_t i = 0; i < count; ++i) data[i] = uniform(rng);
+      return;
+    }
+    default:
+      return;  // other dtypes keep the arena's zeros
+  }
+}
+
+int runBench(int argc, char** argv) {
+  CLI::App app("onnx_inference_bench: times an ONNX model's inference on cleave's CPU runtime", "onnx_inference_bench");
+  std::string model;
+  int64_t batch = 0;
+  int threads = 1, iterations = 50, warmup = 5;
+  app.add_option("MODEL", model, "ONNX model")->required();
+  app.add_option("--batch", batch, "Batch (the model's symbolic dim 0)");
+  app.add_option("--threads", threads, "Threads per kernel");
+  app.add_option("--iterations", iterations, "Timed runs")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "Untimed runs first");
+  CLI11_PARSE(app, argc, argv);
+
+  // 1. Import, compile for one device, prepare.
+  OnnxImportOptions import_options;
+  import_options.batch = batch;
+  auto graph = importOnnxModel(model, import_options);
+  if (!graph) return std::fprintf(stderr, "error: %s\n", graph.status().message().c_str()), 1;
+  CompileOptions options;
+  options.model_file = model;
+  options.producer = "onnx_inference_bench";
+  options.batch = batch;
+  auto plan = compileModel(*graph, options);
+  if (!plan) return std::fprintf(stderr, "error: %s\n", plan.status().message().c_str()), 1;
+  auto device = runtime::createDevice("cpu");
+  if (!device) return std::fprintf(stderr, "error: %s\n", device.status().message().c_str()), 1;
+  runtime::ExecutorOptions executor_options;
+  executor_options.threads = threads;
+  auto executor = runtime::createSingleDeviceExecutor(*plan, **device, executor_options);
+  if (!executor) return std::fprintf(stderr, "error: %s\n", executor.status().message().c_str()), 1;
+  runtime::RankExecutor& exec = **executor;
+  if (Status ready = exec.initializeParameters(); !ready) return std::fprintf(stderr, "error: %s\n", ready.message().c_str()), 1;
+
+  // 2. Random inputs, then warm-up and timed runs.
+  std::mt19937 rng(1);
+  auto inputs = exec.inputs("infer");
+  if (!inputs) return std::fprintf(stderr, "error: %s\n", inputs.status().message().c_str()), 1;
+  for (const auto& input : *inputs) fillRandom(input, rng);
+  std::vector<double> milliseconds;
+  for (int i = 0; i < warmup + iterations; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    if (Status ran = exec.run("infer"); !ran) return std::fprintf(stderr, "error: %s\n", ran.message().c_str()), 1;
+    std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
+    if (i >= warmup) milliseconds.push_back(elapsed.count());
+  }
+  std::sort(milliseconds.begin(), milliseconds.end());
+  std::printf("%s batch %lld threads %d: median %.4f ms per batch over %d runs\n", model.c_str(),
+              static_cast<long long>(plan->global_batch()), threads, milliseconds[milliseconds.size() / 2], iterations);
+  return 0;
+}
+
+}  // namespace
+}  // namespace cleave
+
+int main(int argc, char** argv) { return cleave::runBench(argc, argv); }

@@ -1,0 +1,256 @@
+// The cost model: built-in cluster specs, roofline kernel times and alpha-beta communication times.
+#include "passes/cost_model.h"
+
+#include <algorithm>
+
+#include "ir/plan.h"
+#include "ir/plan_storage.h"
+#include "passes/lower_to_plan.h"
+
+namespace cleave {
+namespace {
+
+// This machine as the runtime's local backend uses it: each rank a CPU core-thread.
+// Figures: OpenBLAS reaches 130-145 GFLOP/s fp32 on two cores (DESIGN.md), so about 65 per core;
+// about 10 GB/s of memory bandwidth; half of the 24 GiB of memory per core; ranks exchange data
+// through shared memory ("loopback"), about 5 GB/s with about 5 us per message. The kernel
+// overhead is the executor's dispatch of one instruction. `cleave calibrate` (issue 8) measures them.
+ClusterSpec cpuLocal() {
+  ClusterSpec cluster;
+  cluster.name = "cpu-local";
+  cluster.device.name = "cpu core";
+  cluster.device.peak_flops = {{DType::kF32, 65e9}, {DType::kF64, 32.5e9}};
+  cluster.device.memory_bandwidth = 10e9;
+  cluster.device.memory_bytes = int64_t{12} << 30;
+  cluster.device.kernel_overhead_s = 2e-6;
+  cluster.hosts = 1;
+  cluster.devices_per_host = 2;
+  cluster.intra_host = LinkSpec{"loopback", 5e9, 5e-6};
+  cluster.inter_host = cluster.intra_host;
+  return cluster;
+}
+
+struct BuiltinCluster {
+  std::string_view name;
+  ClusterSpec (*make)();
+};
+
+constexpr BuiltinCluster kBuiltinClusters[] = {{"cpu-local", cpuLocal}};
+
+double totalBytes(std::span<const TensorType> types) {
+  double bytes = 0;
+  for (const TensorType& type : types) bytes += static_cast<double>(type.bytes());
+  return bytes;
+}
+
+std::optional<CommKind> commKindOfOp(OpId op) {
+  switch (op) {
+    case OpId::all_reduce: return CommKind::kAllReduce;
+    case OpId::all_gather: return CommKind::kAllGather;
+    case OpId::reduce_scatter: return CommKind::kReduceScatter;
+    case OpId::all_to_all: return CommKind::kAllToAll;
+    case OpId::send: return CommKind::kSend;
+    case OpId::recv: return CommKind::kRecv;
+    default: return std::nullopt;
+  }
+}
+
+// The types of a plan instruction's operands or results; an error names the buffer id out of range.
+Expected<std::vector<TensorType>> bufferTypes(const planpb::RankPlan& rank,
+                                              const google::protobuf::RepeatedField<int32_t>& ids) {
+  std::vector<TensorType> types;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= rank.buffers_size())
+      return Status::badInput("rank " + std::to_string(rank.rank()) + ": buffer id " + std::to_string(id) +
+                              " is out of range");
+    CLEAVE_ASSIGN_OR_RETURN(TensorType type, fromProto(rank.buffers(id).type()));
+    types.push_back(std::move(type));
+  }
+  return types;
+}
+
+std::string instructionWhere(const planpb::RankPlan& rank, const planpb::Instruction& instruction) {
+  const std::string& what =
+      instruction.op().empty() ? planpb::InstructionKind_Name(instruction.kind()) : instruction.op();
+  std::string where = "rank " + std::to_string(rank.rank()) + ": instruction '" + what + "'";
+  if (!instruction.source().empty()) where += " (" + instruction.source() + ")";
+  return where + ": ";
+}
+
+}  // namespace
+
+double DeviceSpec::peakFlops(DType dtype) const {
+  auto found = peak_flops.find(dtype);
+  if (found != peak_flops.end()) return found->second;
+  found = peak_flops.find(DType::kF32);
+  return found != peak_flops.end() ? found->second : 0.0;
+}
+
+const LinkSpec& ClusterSpec::linkFor(std::span<const int32_t> ranks) const {
+  for (int32_t rank : ranks)
+    if (hostOf(rank) != hostOf(ranks.front())) return inter_host;
+  return intra_host;
+}
+
+std::vector<std::string> builtinClusterNames() {
+  std::vector<std::string> names;
+  for (const auto& builtin : kBuiltinClusters) names.emplace_back(builtin.name);
+  return names;
+}
+
+Expected<ClusterSpec> builtinCluster(std::string_view name) {
+  for (const auto& builtin : kBuiltinClusters)
+    if (builtin.name == name) return builtin.make();
+  std::string known;
+  for (const auto& builtin : kBuiltinClusters) known += (known.empty() ? "" : ", ") + std::string(builtin.name);
+  return Status::badInput("unknown cluster '" + std::string(name) + "' (built in: " + known + ")");
+}
+
+std::string_view commKindName(CommKind kind) {
+  switch (kind) {
+    case CommKind::kAllReduce: return "all_reduce";
+    case CommKind::kAllGather: return "all_gather";
+    case CommKind::kReduceScatter: return "reduce_scatter";
+    case CommKind::kAllToAll: return "all_to_all";
+    case CommKind::kSend: return "send";
+    case CommKind::kRecv: return "recv";
+  }
+  return "unknown";
+}
+
+std::optional<CommKind> commKindOf(planpb::InstructionKind kind) {
+  switch (kind) {
+    case planpb::ALL_REDUCE: return CommKind::kAllReduce;
+    case planpb::ALL_GATHER: return CommKind::kAllGather;
+    case planpb::REDUCE_SCATTER: return CommKind::kReduceScatter;
+    case planpb::ALL_TO_ALL: return CommKind::kAllToAll;
+    case planpb::SEND: return CommKind::kSend;
+    case planpb::RECV: return CommKind::kRecv;
+    default: return std::nullopt;
+  }
+}
+
+double commTrafficFactor(CommKind kind, int group_size) {
+  if (kind == CommKind::kSend || kind == CommKind::kRecv) return 1.0;
+  if (group_size <= 1) return 0.0;
+  const double n = group_size;
+  return kind == CommKind::kAllReduce ? 2.0 * (n - 1) / n : (n - 1) / n;
+}
+
+int commLatencySteps(CommKind kind, int group_size) {
+  if (kind == CommKind::kSend || kind == CommKind::kRecv) return 1;
+  if (group_size <= 1) return 0;
+  return kind == CommKind::kAllReduce ? 2 * (group_size - 1) : group_size - 1;
+}
+
+double commBytesPerRank(CommKind kind, int group_size, double full_bytes) {
+  return commTrafficFactor(kind, group_size) * full_bytes;
+}
+
+double commTime(CommKind kind, int group_size, double full_bytes, const LinkSpec& link) {
+  double transfer = link.bandwidth > 0 ? commBytesPerRank(kind, group_size, full_bytes) / link.bandwidth : 0.0;
+  return commLatencySteps(kind, group_size) * link.latency + transfer;
+}
+
+int64_t commFullBytes(const planpb::RankPlan& rank, const planpb::Instruction& instruction) {
+  auto sum = [&](const google::protobuf::RepeatedField<int32_t>& ids) {
+    int64_t bytes = 0;
+    for (int32_t id : ids)
+      if (id >= 0 && id < rank.buffers_size()) bytes += std::max<int64_t>(bufferBytes(rank.buffers(id)), 0);
+    return bytes;
+  };
+  return std::max(sum(instruction.operands()), sum(instruction.results()));
+}
+
+double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device) {
+  double peak = device.peakFlops(dtype);
+  double compute = peak > 0 ? cost.flops / peak : 0.0;
+  double memory = device.memory_bandwidth > 0 ? cost.bytes / device.memory_bandwidth : 0.0;
+  return std::max(compute, memory) + device.kernel_overhead_s;
+}
+
+DType arithmeticDType(std::span<const TensorType> operands, std::span<const TensorType> results) {
+  for (const TensorType& type : results)
+    if (isFloat(type.dtype)) return type.dtype;
+  for (const TensorType& type : operands)
+    if (isFloat(type.dtype)) return type.dtype;
+  return DType::kF32;
+}
+
+double CostModel::kernelTime(const OpDef& def, std::span<const TensorType> operands,
+                             std::span<const TensorType> results, const AttrMap& attrs) const {
+  OpCost cost = def.cost(OpContext{def, operands, results, attrs});
+  // A cost rule whose shape rule rejects the instance (a lowering-specific attribute) counts
+  // nothing; the kernel still reads its operands and writes its results.
+  if (cost.flops == 0 && cost.bytes == 0) cost.bytes = totalBytes(operands) + totalBytes(results);
+  return rooflineTime(cost, arithmeticDType(operands, results), cluster_.device);
+}
+
+double CostModel::nodeTime(const Graph& graph, int32_t node_index) const {
+  const Node& node = graph.nodes[node_index];
+  if (isViewOp(node.op) || node.op == OpId::grad_all_reduce) return 0.0;
+  std::vector<TensorType> operands, results;
+  for (ValueId v : node.operands) operands.push_back(graph.values[v].type);
+  for (ValueId v : node.results) results.push_back(graph.values[v].type);
+  const OpDef& def = opDef(node.op);
+  std::optional<CommKind> comm = commKindOfOp(node.op);
+  if (!comm) return kernelTime(def, operands, results, node.attrs);
+  if (*comm == CommKind::kRecv) return 0.0;
+  if (*comm == CommKind::kSend) {
+    const LinkSpec& link = cluster_.hosts > 1 ? cluster_.inter_host : cluster_.intra_host;
+    return commTime(CommKind::kSend, 2, totalBytes(operands), link);
+  }
+  OpContext context{def, operands, results, node.attrs};
+  int group_size = static_cast<int>(context.getInt("group_size"));
+  const LinkSpec& link = group_size <= cluster_.devices_per_host ? cluster_.intra_host : cluster_.inter_host;
+  return commTime(*comm, group_size, std::max(totalBytes(operands), totalBytes(results)), link);
+}
+
+Expected<double> CostModel::instructionTime(const planpb::RankPlan& rank,
+                                            const planpb::Instruction& instruction) const {
+  const std::string where = instructionWhere(rank, instruction);
+  switch (instruction.kind()) {
+    case planpb::KERNEL: {
+      std::optional<OpId> op = lookupOp(instruction.op());
+      if (!op) return Status::badInput(where + "unknown op");
+      auto operands = bufferTypes(rank, instruction.operands());
+      if (!operands) return operands.status().withContext(where);
+      auto results = bufferTypes(rank, instruction.results());
+      if (!results) return results.status().withContext(where);
+      AttrMap attrs;
+      for (const auto& [name, attr] : instruction.attrs()) {
+        auto value = fromProto(attr);
+        if (!value) return value.status().withContext(where + "attribute '" + name + "': ");
+        attrs.emplace(name, std::move(*value));
+      }
+      return kernelTime(opDef(*op), *operands, *results, attrs);
+    }
+    case planpb::COPY: {
+      OpCost cost;
+      cost.bytes = 2.0 * static_cast<double>(commFullBytes(rank, instruction));
+      return rooflineTime(cost, DType::kF32, cluster_.device);
+    }
+    case planpb::SEND:
+    case planpb::RECV: {
+      int32_t pair[] = {rank.rank(), instruction.peer()};
+      return commTime(CommKind::kSend, 2, static_cast<double>(commFullBytes(rank, instruction)),
+                      cluster_.linkFor(pair));
+    }
+    case planpb::BARRIER: {
+      // A barrier is an all-reduce of nothing: only its latency steps.
+      std::vector<int32_t> group(instruction.group().begin(), instruction.group().end());
+      if (group.empty()) return 0.0;
+      return commTime(CommKind::kAllReduce, static_cast<int>(group.size()), 0.0, cluster_.linkFor(group));
+    }
+    default: {
+      std::optional<CommKind> comm = commKindOf(instruction.kind());
+      if (!comm) return Status::badInput(where + "unknown instruction kind " + std::to_string(instruction.kind()));
+      std::vector<int32_t> group(instruction.group().begin(), instruction.group().end());
+      if (group.empty()) return Status::badInput(where + "a collective without a group");
+      return commTime(*comm, static_cast<int>(group.size()), static_cast<double>(commFullBytes(rank, instruction)),
+                      cluster_.linkFor(group));
+    }
+  }
+}
+
+}  // namespace cleave

@@ -1,0 +1,299 @@
+// RankGroup: all ranks of a plan run together, one device, executor and thread per rank, and the
+// moves of global batches in and out of the ranks' inputs and outputs.
+#include "runtime/rank_group.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "ir/plan.pb.h"
+#include "runtime/local_communicator.h"
+
+namespace cleave::runtime {
+namespace {
+
+int totalThreads(int threads) {
+  if (threads > 0) return threads;
+  unsigned hardware = std::thread::hardware_concurrency();
+  return hardware == 0 ? 1 : static_cast<int>(hardware);
+}
+
+int threadsPerRank(int threads, int ranks) { return std::max(1, totalThreads(threads) / std::max(1, ranks)); }
+
+// Bytes of one row (dim-0 slice) of a tensor.
+int64_t rowBytes(const TensorType& type) {
+  return type.shape.empty() || type.shape[0] == 0 ? type.bytes() : type.bytes() / type.shape[0];
+}
+
+// True when `a` and `b` agree in dtype, rank and every dim but the first.
+bool sameRowType(const TensorType& a, const TensorType& b) {
+  return a.dtype == b.dtype && a.rank() == b.rank() &&
+         std::equal(a.shape.begin() + (a.rank() > 0 ? 1 : 0), a.shape.end(), b.shape.begin() + (b.rank() > 0 ? 1 : 0));
+}
+
+}  // namespace
+
+// The rank threads of a group of several ranks: each waits for a job, runs it on its rank, reports.
+struct RankGroup::Worker {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::condition_variable done;
+  const std::function<Status(RankExecutor&)>* job = nullptr;
+  uint64_t generation = 0;  // bumped for every job
+  size_t pending = 0;       // ranks still running the job
+  bool stopping = false;
+  std::vector<Status> results;  // by rank
+  std::vector<std::thread> threads;
+};
+
+Expected<std::unique_ptr<RankGroup>> RankGroup::create(const planpb::Plan& plan, const RankGroupOptions& options) {
+  std::unique_ptr<RankGroup> group(new RankGroup());
+  const int ranks = plan.ranks_size();
+  if (ranks < 1) return Status::badInput("the plan has no ranks");
+  group->communicators_ = createLocalCommunicators(ranks, options.timeout_seconds);
+  ExecutorOptions executor_options;
+  executor_options.threads = threadsPerRank(options.threads, ranks);
+  for (int rank = 0; rank < ranks; ++rank) {
+    int index = -1;
+    for (int i = 0; i < ranks; ++i)
+      if (plan.ranks(i).rank() == rank) index = i;
+    if (index < 0) return Status::badInput("the plan has no program list for rank " + std::to_string(rank));
+    group->devices_.push_back(createCpuDevice());
+    executor_options.communicator = group->communicators_[static_cast<size_t>(rank)].get();
+    CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<RankExecutor> executor,
+                            RankExecutor::create(plan, index, *group->devices_.back(), executor_options));
+    group->executors_.push_back(executor.get());
+    group->owned_executors_.push_back(std::move(executor));
+  }
+  if (ranks > 1) group->startWorkers();
+  return group;
+}
+
+std::unique_ptr<RankGroup> RankGroup::wrap(RankExecutor& executor) {
+  std::unique_ptr<RankGroup> group(new RankGroup());
+  group->executors_.push_back(&executor);
+  return group;
+}
+
+RankGroup::~RankGroup() {
+  if (!worker_) return;
+  {
+    std::lock_guard lock(worker_->mutex);
+    worker_->stopping = true;
+  }
+  worker_->wake.notify_all();
+  for (auto& thread : worker_->threads) thread.join();
+}
+
+void RankGroup::startWorkers() {
+  worker_ = std::make_unique<Worker>();
+  for (size_t rank = 0; rank < executors_.size(); ++rank)
+    worker_->threads.emplace_back([this, rank] { workerLoop(rank); });
+}
+
+void RankGroup::workerLoop(size_t rank) {
+  Worker& worker = *worker_;
+  uint64_t seen = 0;
+  while (true) {
+    const std::function<Status(RankExecutor&)>* job = nullptr;
+    {
+      std::unique_lock lock(worker.mutex);
+      worker.wake.wait(lock, [&] { return worker.stopping || worker.generation != seen; });
+      if (worker.stopping) return;
+      seen = worker.generation;
+      job = worker.job;
+    }
+    Status status = (*job)(*executors_[rank]);
+    if (!status.isOk()) communicators_[rank]->abort(status);
+    std::lock_guard lock(worker.mutex);
+    worker.results[rank] = std::move(status);
+    if (--worker.pending == 0) worker.done.notify_all();
+  }
+}
+
+Status RankGroup::forEachRank(const std::function<Status(RankExecutor&)>& job) {
+  if (!worker_) return job(*executors_[0]);
+  std::unique_lock lock(worker_->mutex);
+  worker_->job = &job;
+  worker_->results.assign(executors_.size(), Status::ok());
+  worker_->pending = executors_.size();
+  ++worker_->generation;
+  worker_->wake.notify_all();
+  worker_->done.wait(lock, [&] { return worker_->pending == 0; });
+  const std::vector<Status>& results = worker_->results;
+  int cause = communicators_[0]->abortedBy();
+  if (cause >= 0 && !results[static_cast<size_t>(cause)].isOk()) return results[static_cast<size_t>(cause)];
+  for (const Status& result : results)
+    if (!result.isOk()) return result;
+  return Status::ok();
+}
+
+Status RankGroup::run(std::string_view program) {
+  return forEachRank([program](RankExecutor& executor) { return executor.run(program); });
+}
+
+Status RankGroup::initializeParameters() {
+  return forEachRank([](RankExecutor& executor) { return executor.initializeParameters(); });
+}
+
+void RankGroup::setThreads(int threads) {
+  if (executors_.size() == 1) {
+    executors_[0]->setThreads(threads);
+    return;
+  }
+  for (RankExecutor* executor : executors_) executor->setThreads(threadsPerRank(threads, size()));
+}
+
+bool RankGroup::hasProgram(std::string_view program) const {
+  for (RankExecutor* executor : executors_)
+    if (!executor->hasProgram(program)) return false;
+  return true;
+}
+
+Expected<std::pair<RankExecutor*, TensorView>> RankGroup::firstOutput(std::string_view program,
+                                                                      std::string_view name) const {
+  for (RankExecutor* executor : executors_) {
+    CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> outputs, executor->outputs(program));
+    for (const auto& output : outputs)
+      if (output.name == name) return std::pair<RankExecutor*, TensorView>{executor, output.view};
+  }
+  Status missing = executors_[0]->output(program, name).status();
+  return executors_.size() == 1 ? missing : missing.withContext("no rank outputs it: ");
+}
+
+std::vector<int64_t> RankGroup::arenaBytes() const {
+  std::vector<int64_t> bytes;
+  for (RankExecutor* executor : executors_) bytes.push_back(executor->arenaBytes());
+  return bytes;
+}
+
+// Steps: collect each input name's parts (rank, view, offset), check they agree, size the global
+// tensor, then use the one part that is the whole tensor or make host storage and plan the copies.
+Expected<std::unique_ptr<GlobalBatch>> GlobalBatch::create(RankGroup& group, std::string_view program) {
+  // 1. The parts of every input, rank by rank.
+  struct Part {
+    RankExecutor* executor;
+    NamedTensor tensor;
+  };
+  std::vector<std::pair<std::string, std::vector<Part>>> by_name;
+  for (int rank = 0; rank < group.size(); ++rank) {
+    RankExecutor& executor = group.executor(rank);
+    CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> inputs, executor.inputs(program));
+    for (const NamedTensor& input : inputs) {
+      auto it =
+          std::find_if(by_name.begin(), by_name.end(), [&](const auto& entry) { return entry.first == input.name; });
+      if (it == by_name.end()) it = by_name.insert(by_name.end(), {input.name, {}});
+      const TensorType& first = it->second.empty() ? input.view.type : it->second[0].tensor.view.type;
+      if (!sameRowType(first, input.view.type))
+        return Status::badInput("input '" + input.name + "' of " + std::string(program) + " is " + first.str() +
+                                " on rank " + std::to_string(it->second[0].executor->rank()) + " but " +
+                                input.view.type.str() + " on rank " + std::to_string(executor.rank()));
+      if (input.batch_offset < 0)
+        return Status::badInput("input '" + input.name + "' of " + std::string(program) + " on rank " +
+                                std::to_string(executor.rank()) + " has a negative batch offset");
+      it->second.push_back(Part{&executor, input});
+    }
+  }
+
+  // 2. One global tensor per name.
+  std::unique_ptr<GlobalBatch> batch(new GlobalBatch());
+  for (const auto& [name, parts] : by_name) {
+    const TensorType& local = parts[0].tensor.view.type;
+    TensorType global = local;
+    if (local.rank() > 0) {
+      global.shape[0] = 0;
+      for (const Part& part : parts)
+        global.shape[0] = std::max(global.shape[0], part.tensor.batch_offset + part.tensor.view.type.shape[0]);
+    }
+    if (parts.size() == 1 && parts[0].tensor.batch_offset == 0 && local == global) {
+      batch->inputs_.push_back(NamedTensor{name, parts[0].tensor.view, parts[0].tensor.value_limit, 0});
+      batch->input_devices_.push_back(&parts[0].executor->device());
+      continue;
+    }
+    auto& storage = batch->storage_.emplace_back(static_cast<size_t>(global.bytes() + 7) / 8);
+    auto* base = reinterpret_cast<uint8_t*>(storage.data());
+    batch->inputs_.push_back(NamedTensor{name, TensorView{base, global}, parts[0].tensor.value_limit, 0});
+    batch->input_devices_.push_back(nullptr);
+    for (const Part& part : parts) {
+      const TensorView& view = part.tensor.view;
+      batch->copies_.push_back(RowCopy{&part.executor->device(), view.data,
+                                       base + (local.rank() > 0 ? part.tensor.batch_offset * rowBytes(global) : 0),
+                                       view.type.bytes()});
+    }
+  }
+  return batch;
+}
+
+Status GlobalBatch::write(size_t index, const void* host_bytes) {
+  const TensorView& view = inputs_[index].view;
+  if (Device* device = input_devices_[index]) return device->copyFromHost(view.data, host_bytes, view.type.bytes());
+  std::memcpy(view.data, host_bytes, static_cast<size_t>(view.type.bytes()));
+  return Status::ok();
+}
+
+Status GlobalBatch::scatter() {
+  for (const RowCopy& copy : copies_) CLEAVE_TRY(copy.device->copyFromHost(copy.target, copy.source, copy.bytes));
+  return Status::ok();
+}
+
+// Steps: collect the ranks' views of the output, size the global tensor, copy each row range from
+// the lowest rank that has it, and check every row came from somewhere.
+Expected<HostTensor> gatherOutput(const RankGroup& group, std::string_view program, std::string_view name) {
+  // 1. The parts.
+  std::vector<std::pair<RankExecutor*, NamedTensor>> parts;
+  for (int rank = 0; rank < group.size(); ++rank) {
+    RankExecutor& executor = group.executor(rank);
+    CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> outputs, executor.outputs(program));
+    for (const NamedTensor& output : outputs)
+      if (output.name == name) parts.emplace_back(&executor, output);
+  }
+  if (parts.empty()) return group.firstOutput(program, name).status();
+
+  // 2. The global type; a scalar comes whole from the lowest rank.
+  const TensorType& local = parts[0].second.view.type;
+  HostTensor result{local, {}};
+  if (local.rank() == 0) {
+    result.bytes.resize(static_cast<size_t>(local.bytes()));
+    CLEAVE_TRY(parts[0].first->device().copyToHost(result.bytes.data(), parts[0].second.view.data, local.bytes()));
+    return result;
+  }
+  result.type.shape[0] = 0;
+  for (const auto& [executor, output] : parts) {
+    if (!sameRowType(local, output.view.type) || output.batch_offset < 0)
+      return Status::internal("output '" + std::string(name) + "' of " + std::string(program) + " is " + local.str() +
+                              " on rank " + std::to_string(parts[0].first->rank()) + " but " + output.view.type.str() +
+                              " at row " + std::to_string(output.batch_offset) + " on rank " +
+                              std::to_string(executor->rank()));
+    result.type.shape[0] = std::max(result.type.shape[0], output.batch_offset + output.view.type.shape[0]);
+  }
+  result.bytes.resize(static_cast<size_t>(result.type.bytes()));
+
+  // 3. Rows not yet copied, range by range, lowest rank first.
+  const int64_t row_bytes = rowBytes(result.type);
+  std::vector<bool> covered(static_cast<size_t>(result.type.shape[0]), false);
+  for (const auto& [executor, output] : parts) {
+    const auto* source = static_cast<const uint8_t*>(output.view.data);
+    int64_t rows = output.view.type.shape[0];
+    for (int64_t row = 0; row < rows;) {
+      if (covered[static_cast<size_t>(output.batch_offset + row)]) {
+        ++row;
+        continue;
+      }
+      int64_t end = row;
+      while (end < rows && !covered[static_cast<size_t>(output.batch_offset + end)])
+        covered[static_cast<size_t>(output.batch_offset + end++)] = true;
+      CLEAVE_TRY(executor->device().copyToHost(result.bytes.data() + (output.batch_offset + row) * row_bytes,
+                                               source + row * row_bytes, (end - row) * row_bytes));
+      row = end;
+    }
+  }
+  auto gap = std::find(covered.begin(), covered.end(), false);
+  if (gap != covered.end())
+    return Status::internal("output '" + std::string(name) + "' of " + std::string(program) + ": no rank outputs row " +
+                            std::to_string(gap - covered.begin()) + " of " + std::to_string(result.type.shape[0]));
+  return result;
+}
+
+}  // namespace cleave::runtime

@@ -1,0 +1,126 @@
+// RankGroup: all ranks of a plan run together, one device, executor and thread per rank, and the
+// moves of global batches in and out of the ranks' inputs and outputs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/status.h"
+#include "runtime/communicator.h"
+#include "runtime/device.h"
+#include "runtime/executor.h"
+
+namespace cleave {
+namespace planpb {
+class Plan;
+}  // namespace planpb
+}  // namespace cleave
+
+namespace cleave::runtime {
+
+// How a group runs its ranks.
+struct RankGroupOptions {
+  int threads = 0;               // kernel threads of all ranks together (0: the hardware's concurrency);
+                                 // each rank gets max(1, threads / ranks)
+  double timeout_seconds = 300;  // the longest a send, receive or collective waits for another rank
+};
+
+// The ranks of one plan. A group made by create() owns a CPU device, an executor and a thread per
+// rank and connects them through a local communicator; a group made by wrap() borrows one executor
+// and runs on the calling thread.
+class RankGroup {
+ public:
+  // Prepares every rank of `plan` (which validatePlan accepted). Errors name the rank.
+  static Expected<std::unique_ptr<RankGroup>> create(const planpb::Plan& plan, const RankGroupOptions& options = {});
+  // A group of one around `executor` (which must outlive the group).
+  static std::unique_ptr<RankGroup> wrap(RankExecutor& executor);
+  ~RankGroup();
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
+
+  // The number of ranks.
+  int size() const { return static_cast<int>(executors_.size()); }
+  // The executor of rank `rank` (0 <= rank < size()).
+  RankExecutor& executor(int rank) const { return *executors_[static_cast<size_t>(rank)]; }
+
+  // Runs job(executor) for every rank at once, each on its rank's thread. When a rank's job fails,
+  // the communicator is aborted so the others stop promptly; the result is the error of the rank
+  // that stopped the communicator (the others' errors only say that it failed), else the lowest
+  // failed rank's, or ok when every job succeeded.
+  Status forEachRank(const std::function<Status(RankExecutor&)>& job);
+  // Runs `program` on every rank at once.
+  Status run(std::string_view program);
+  // Runs every rank's parameter initializers.
+  Status initializeParameters();
+  // Sets the kernel threads of all ranks together (0: the hardware's concurrency): each rank gets
+  // max(1, threads / size()).
+  void setThreads(int threads);
+  // True when every rank has a program named `program`.
+  bool hasProgram(std::string_view program) const;
+  // The lowest rank whose `program` has the output `name`, and that output; kBadInput naming what
+  // the program outputs when no rank has it.
+  Expected<std::pair<RankExecutor*, TensorView>> firstOutput(std::string_view program, std::string_view name) const;
+  // Bytes of each rank's arena, by rank.
+  std::vector<int64_t> arenaBytes() const;
+
+ private:
+  RankGroup() = default;
+  struct Worker;
+  void startWorkers();
+  void workerLoop(size_t rank);
+
+  std::vector<std::unique_ptr<Device>> devices_;  // owned by create()'s groups
+  std::vector<std::unique_ptr<Communicator>> communicators_;
+  std::vector<std::unique_ptr<RankExecutor>> owned_executors_;
+  std::vector<RankExecutor*> executors_;  // by rank
+  std::unique_ptr<Worker> worker_;        // the rank threads of a group of several ranks
+};
+
+// A tensor in host memory that owns its bytes.
+struct HostTensor {
+  TensorType type;
+  std::vector<uint8_t> bytes;
+};
+
+// The global batch of one program's inputs: one tensor per input name, with dim 0 the global
+// batch, that a data source or a file fills, and the copy of each rank's rows
+// [batch_offset, batch_offset + rows) into that rank's input. An input only one rank takes whole is
+// that rank's own buffer (no copy).
+class GlobalBatch {
+ public:
+  // The global tensors of `program`'s inputs over every rank of `group` (which must outlive this);
+  // kBadInput when ranks disagree about an input's dtype or trailing dims.
+  static Expected<std::unique_ptr<GlobalBatch>> create(RankGroup& group, std::string_view program);
+  // The global tensors, by input name in order of first appearance (rank by rank).
+  std::span<const NamedTensor> inputs() const { return inputs_; }
+  // Copies `host_bytes` (the whole global tensor inputs()[index]) into it.
+  Status write(size_t index, const void* host_bytes);
+  // Copies every rank's rows of the global tensors into its inputs.
+  Status scatter();
+
+ private:
+  // One copy of rows into a rank's input.
+  struct RowCopy {
+    Device* device = nullptr;
+    void* target = nullptr;
+    const void* source = nullptr;
+    int64_t bytes = 0;
+  };
+  std::vector<NamedTensor> inputs_;
+  std::vector<Device*> input_devices_;          // parallel to inputs_: the rank's device, or nullptr for host storage
+  std::vector<std::vector<uint64_t>> storage_;  // the global tensors that are not a rank's own buffer
+  std::vector<RowCopy> copies_;
+};
+
+// Output `name` of `program` over the global batch, assembled on the host from the ranks that
+// output it: rows by their batch offset, from the lowest rank that has them (replicas are read
+// once); a scalar from the lowest rank. kBadInput when no rank outputs it, kInternal when the
+// ranks leave rows uncovered.
+Expected<HostTensor> gatherOutput(const RankGroup& group, std::string_view program, std::string_view name);
+
+}  // namespace cleave::runtime

@@ -1,0 +1,256 @@
+// Unit tests of the cost model (roofline, alpha-beta, graph nodes) and the plan schedule simulator.
+#include "passes/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include "passes/plan_timeline.h"
+#include "tests/unit/plan_test_builder.h"
+
+namespace cleave {
+namespace {
+
+using plan_testing::PlanBuilder;
+
+TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
+
+// A cluster with round figures: 1 GFLOP/s, 1 TB/s memory (so kernels are compute-bound), no kernel
+// overhead; 8 devices per host linked at 1 GB/s and 1 us, hosts at 0.1 GB/s and 10 us.
+ClusterSpec roundCluster(int hosts = 1) {
+  ClusterSpec cluster;
+  cluster.name = "round";
+  cluster.device.peak_flops = {{DType::kF32, 1e9}};
+  cluster.device.memory_bandwidth = 1e12;
+  cluster.hosts = hosts;
+  cluster.devices_per_host = 8;
+  cluster.intra_host = {"fast", 1e9, 1e-6};
+  cluster.inter_host = {"slow", 1e8, 1e-5};
+  return cluster;
+}
+
+TEST(CostModel, MatmulFlopsAndBytesComeFromTheOpTable) {
+  // a[64,128] x b[128,256]: 2·64·128·256 FLOPs; (64·128 + 128·256 + 64·256)·4 bytes.
+  const OpDef& matmul = opDef(OpId::matmul);
+  std::vector<TensorType> operands = {f32({64, 128}), f32({128, 256})};
+  std::vector<TensorType> results = {f32({64, 256})};
+  AttrMap attrs;
+  OpCost cost = matmul.cost(OpContext{matmul, operands, results, attrs});
+  EXPECT_DOUBLE_EQ(cost.flops, 4194304.0);
+  EXPECT_DOUBLE_EQ(cost.bytes, 229376.0);
+
+  // Compute-bound on the round cluster: 4194304 FLOPs / 1e9 FLOP/s.
+  CostModel model(roundCluster());
+  EXPECT_DOUBLE_EQ(model.kernelTime(matmul, operands, results, attrs), 4194304.0 / 1e9);
+}
+
+TEST(CostModel, RooflineTakesTheSlowerOfComputeAndMemoryPlusOverhead) {
+  DeviceSpec device;
+  device.peak_flops = {{DType::kF32, 1e9}, {DType::kF64, 5e8}};
+  device.memory_bandwidth = 1e9;
+  device.kernel_overhead_s = 1e-6;
+  EXPECT_DOUBLE_EQ(rooflineTime({1000, 12000}, DType::kF32, device), 12000 / 1e9 + 1e-6);  // memory-bound
+  EXPECT_DOUBLE_EQ(rooflineTime({1e6, 1000}, DType::kF32, device), 1e6 / 1e9 + 1e-6);      // compute-bound
+  EXPECT_DOUBLE_EQ(rooflineTime({1e6, 1000}, DType::kF64, device), 1e6 / 5e8 + 1e-6);      // its own peak
+  EXPECT_DOUBLE_EQ(device.peakFlops(DType::kBF16), 1e9);                                   // falls back to f32
+}
+
+TEST(CostModel, CollectiveTrafficFollowsTheAlgorithm) {
+  // Ring all-reduce: each rank sends 2(n-1)/n of the buffer.
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kAllReduce, 2, 1000), 1000);
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kAllReduce, 4, 1000), 1500);
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kAllReduce, 8, 1000), 1750);
+  // All-gather, reduce-scatter and all-to-all: (n-1)/n of the whole tensor.
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kAllGather, 4, 1000), 750);
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kReduceScatter, 4, 1000), 750);
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kAllToAll, 2, 1000), 500);
+  // Point to point moves everything; a group of one moves nothing.
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kSend, 2, 1000), 1000);
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kRecv, 2, 1000), 1000);
+  EXPECT_DOUBLE_EQ(commBytesPerRank(CommKind::kAllReduce, 1, 1000), 0);
+
+  // Alpha-beta: ring all-reduce over 4 ranks is 2·3 latency steps plus 1.5 × 4 MB at 1 GB/s.
+  LinkSpec link{"test", 1e9, 1e-5};
+  EXPECT_DOUBLE_EQ(commTime(CommKind::kAllReduce, 4, 4e6, link), 6 * 1e-5 + 6e6 / 1e9);
+  EXPECT_DOUBLE_EQ(commTime(CommKind::kAllGather, 4, 4e6, link), 3 * 1e-5 + 3e6 / 1e9);
+  EXPECT_DOUBLE_EQ(commTime(CommKind::kSend, 2, 4e6, link), 1e-5 + 4e6 / 1e9);
+  EXPECT_DOUBLE_EQ(commTime(CommKind::kAllReduce, 1, 4e6, link), 0);
+}
+
+TEST(CostModel, GroupsSpanningHostsUseTheSlowerLink) {
+  ClusterSpec cluster = roundCluster(2);
+  std::vector<int32_t> same_host = {0, 7}, across = {7, 8};
+  EXPECT_EQ(cluster.linkFor(same_host).name, "fast");
+  EXPECT_EQ(cluster.linkFor(across).name, "slow");
+}
+
+TEST(CostModel, BuiltinCpuLocalAndUnknownNames) {
+  auto cluster = builtinCluster("cpu-local");
+  ASSERT_TRUE(cluster.hasValue());
+  EXPECT_DOUBLE_EQ(cluster->device.peakFlops(DType::kF32), 65e9);
+  EXPECT_EQ(cluster->devices_per_host, 2);
+  EXPECT_DOUBLE_EQ(cluster->intra_host.bandwidth, 5e9);
+  EXPECT_DOUBLE_EQ(cluster->intra_host.latency, 5e-6);
+  auto unknown = builtinCluster("dgx-z");
+  ASSERT_FALSE(unknown.hasValue());
+  EXPECT_NE(unknown.status().message().find("cpu-local"), std::string::npos) << unknown.status().message();
+}
+
+TEST(CostModel, GraphNodeTimes) {
+  Graph graph;
+  ValueId x = *graph.addInput("x", f32({64, 128}));
+  ValueId w = *graph.addParam("w", f32({128, 256}), Initializer{});
+  ValueId y = (*graph.addNode(OpId::matmul, {x, w}))[0];
+  ValueId flat = (*graph.addNode(OpId::reshape, {y}, {{"shape", std::vector<int64_t>{64 * 256}}}))[0];
+  (void)*graph.addNode(OpId::all_reduce, {flat}, {{"axis", std::string("dp")}, {"group_size", int64_t{4}}});
+  (void)*graph.addNode(OpId::all_reduce, {flat}, {{"axis", std::string("dp")}, {"group_size", int64_t{16}}});
+  (void)*graph.addNode(OpId::send, {flat}, {{"peer_stage", int64_t{1}}, {"tag", int64_t{0}}});
+
+  CostModel model(roundCluster(2));
+  EXPECT_DOUBLE_EQ(model.nodeTime(graph, 0), 4194304.0 / 1e9);  // matmul: roofline
+  EXPECT_DOUBLE_EQ(model.nodeTime(graph, 1), 0);                // reshape: a view
+  const double bytes = 64 * 256 * 4;
+  // 4 ranks fit in one host; 16 do not.
+  EXPECT_DOUBLE_EQ(model.nodeTime(graph, 2), 6 * 1e-6 + 1.5 * bytes / 1e9);
+  EXPECT_DOUBLE_EQ(model.nodeTime(graph, 3), 30 * 1e-5 + (2.0 * 15 / 16) * bytes / 1e8);
+  // A send between stages crosses hosts when the cluster has several.
+  EXPECT_DOUBLE_EQ(model.nodeTime(graph, 4), 1e-5 + bytes / 1e8);
+}
+
+// Two ranks each compute, then all-reduce their [8,32] result on stream 1.
+// Rank 0's matmul takes 2·8·16·32 = 8192 FLOPs (8.192 us), rank 1's 2·8·64·32 = 32768 (32.768 us).
+PlanBuilder computeThenAllReduce() {
+  PlanBuilder b(2);
+  for (int r = 0; r < 2; ++r) {
+    int64_t k = r == 0 ? 16 : 64;
+    int x = b.buffer(r, "x", {8, k}, planpb::BUFFER_INPUT);
+    int w = b.buffer(r, "w", {k, 32}, planpb::BUFFER_PARAM);
+    int y = b.buffer(r, "y", {8, 32});
+    int reduced = b.buffer(r, "y.reduced", {8, 32});
+    int other = b.buffer(r, "other", {8, 32});
+    int after = b.buffer(r, "after", {8, 32});
+    b.kernel(r, "matmul", {x, w}, {y});
+    b.collective(r, planpb::ALL_REDUCE, {y}, {reduced}, {0, 1});
+    b.kernel(r, "relu", {y}, {other});        // independent of the all-reduce: overlaps it
+    b.kernel(r, "relu", {reduced}, {after});  // waits for it
+  }
+  return b;
+}
+
+TEST(PlanTimeline, AllReduceStartsWhenTheLastRankArrives) {
+  PlanBuilder b = computeThenAllReduce();
+  ClusterSpec cluster = roundCluster();
+  cluster.device.memory_bandwidth = 1e9;  // relu of 1 KB: 2 KB moved, 2 us
+  CostModel model(cluster);
+  auto timeline = simulateProgram(b.plan, "train", model);
+  ASSERT_TRUE(timeline.hasValue()) << timeline.status().message();
+
+  const double rank0_matmul = 8192 / 1e9, rank1_matmul = 32768 / 1e9;
+  const double all_reduce = 2 * 1e-6 + 1024 / 1e9;  // n = 2: 2 latency steps, 2(n-1)/n = 1 × 1 KB
+  const double relu = 2048 / 1e9;
+  auto event = [&](int rank, int instruction) {
+    for (const TimelineEvent& e : timeline->ranks[rank].events)
+      if (e.instruction == instruction) return e;
+    ADD_FAILURE() << "no event for instruction " << instruction;
+    return TimelineEvent{};
+  };
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_DOUBLE_EQ(event(r, 1).start_s, rank1_matmul) << "rank " << r;     // the later arrival
+    EXPECT_NEAR(event(r, 1).duration_s, all_reduce, 1e-15) << "rank " << r;  // end - start rounds
+    EXPECT_EQ(event(r, 1).stream, 1);
+    EXPECT_EQ(event(r, 1).name, "all_reduce 1.0 KB");
+    EXPECT_NEAR(event(r, 3).start_s, rank1_matmul + all_reduce, 1e-15) << "rank " << r;
+  }
+  // The independent relu overlaps the all-reduce on the compute stream.
+  EXPECT_DOUBLE_EQ(event(0, 2).start_s, rank0_matmul);
+  EXPECT_DOUBLE_EQ(event(1, 2).start_s, rank1_matmul);
+  EXPECT_EQ(event(0, 0).name, "matmul y");
+  EXPECT_NEAR(timeline->step_time_s, rank1_matmul + all_reduce + relu, 1e-15);
+  EXPECT_DOUBLE_EQ(timeline->ranks[0].end_s, timeline->step_time_s);
+}
+
+TEST(PlanTimeline, TwoStagePipelineRecvWaitsForTheSend) {
+  // Stage 0 computes h and sends it; stage 1 receives it and computes on it.
+  PlanBuilder b(2);
+  b.rank(1).set_stage(1);
+  int x = b.buffer(0, "x", {8, 16}, planpb::BUFFER_INPUT);
+  int w0 = b.buffer(0, "w0", {16, 32}, planpb::BUFFER_PARAM);
+  int h = b.buffer(0, "h", {8, 32});
+  b.kernel(0, "matmul", {x, w0}, {h});
+  b.send(0, h, 1, 7);
+  int h_in = b.buffer(1, "h", {8, 32});
+  int w1 = b.buffer(1, "w1", {32, 32}, planpb::BUFFER_PARAM);
+  int out = b.buffer(1, "out", {8, 32}, planpb::BUFFER_OUTPUT);
+  b.recv(1, h_in, 0, 7);
+  b.kernel(1, "matmul", {h_in, w1}, {out});
+
+  CostModel model(roundCluster());
+  auto timeline = simulateProgram(b.plan, "train", model);
+  ASSERT_TRUE(timeline.hasValue()) << timeline.status().message();
+  const double stage0 = 8192 / 1e9, transfer = 1e-6 + 1024 / 1e9, stage1 = 2.0 * 8 * 32 * 32 / 1e9;
+  const auto &sender = timeline->ranks[0].events, &receiver = timeline->ranks[1].events;
+  ASSERT_EQ(sender.size(), 2u);
+  ASSERT_EQ(receiver.size(), 2u);
+  EXPECT_EQ(sender[1].name, "send 1.0 KB to rank 1");
+  EXPECT_DOUBLE_EQ(sender[1].start_s, stage0);
+  EXPECT_NEAR(sender[1].duration_s, transfer, 1e-15);
+  EXPECT_EQ(receiver[0].name, "recv 1.0 KB from rank 0");
+  EXPECT_DOUBLE_EQ(receiver[0].start_s, 0);  // posted at once, waits for the data
+  EXPECT_NEAR(receiver[0].start_s + receiver[0].duration_s, stage0 + transfer, 1e-15);
+  EXPECT_NEAR(receiver[1].start_s, stage0 + transfer, 1e-15);
+  EXPECT_NEAR(timeline->step_time_s, stage0 + transfer + stage1, 1e-15);
+}
+
+TEST(PlanTimeline, CrossedReceivesDeadlockAndNameWhereEachRankWaits) {
+  PlanBuilder b(2);
+  for (int r = 0; r < 2; ++r) {
+    int in = b.buffer(r, "in", {4});
+    int out = b.buffer(r, "out", {4});
+    b.recv(r, in, 1 - r, r == 0 ? 1 : 2);  // each waits for the other's send, which comes after
+    b.send(r, out, 1 - r, r == 0 ? 2 : 1);
+  }
+  auto timeline = simulateProgram(b.plan, "train", CostModel(roundCluster()));
+  ASSERT_FALSE(timeline.hasValue());
+  const std::string& message = timeline.status().message();
+  EXPECT_NE(message.find("deadlock"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 0 waits at instruction 0 (recv 16 B from rank 1)"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 1 waits at instruction 0"), std::string::npos) << message;
+}
+
+TEST(PlanTimeline, UnmatchedCommunicationIsAnError) {
+  PlanBuilder recv_only(2);
+  int in = recv_only.buffer(1, "in", {4});
+  recv_only.recv(1, in, 0, 3);
+  auto timeline = simulateProgram(recv_only.plan, "train", CostModel(roundCluster()));
+  ASSERT_FALSE(timeline.hasValue());
+  EXPECT_NE(timeline.status().message().find("rank 1: instruction 0 (recv 16 B from rank 0): no matching send"),
+            std::string::npos)
+      << timeline.status().message();
+
+  PlanBuilder half_collective(2);
+  int g = half_collective.buffer(0, "g", {4});
+  half_collective.collective(0, planpb::ALL_REDUCE, {g}, {g}, {0, 1});
+  timeline = simulateProgram(half_collective.plan, "train", CostModel(roundCluster()));
+  ASSERT_FALSE(timeline.hasValue());
+  EXPECT_NE(timeline.status().message().find("has no counterpart on rank 1"), std::string::npos)
+      << timeline.status().message();
+}
+
+TEST(PlanTimeline, DependenciesFollowStorageThroughAliases) {
+  // y.view aliases y: reading it depends on the kernel that wrote y.
+  PlanBuilder b(1);
+  int x = b.buffer(0, "x", {4}, planpb::BUFFER_INPUT);
+  int y = b.buffer(0, "y", {4});
+  int view = b.buffer(0, "y.view", {2, 2});
+  b.rank(0).mutable_buffers(view)->set_alias_of(y);
+  int z = b.buffer(0, "z", {2, 2});
+  b.kernel(0, "relu", {x}, {y});
+  b.kernel(0, "relu", {x}, {x});
+  b.kernel(0, "relu", {view}, {z});
+  auto dependencies = instructionDependencies(b.rank(0), b.program(0));
+  ASSERT_EQ(dependencies.size(), 3u);
+  EXPECT_TRUE(dependencies[0].empty());
+  EXPECT_TRUE(dependencies[1].empty());
+  EXPECT_EQ(dependencies[2], std::vector<int32_t>{0});
+}
+
+}  // namespace
+}  // namespace cleave

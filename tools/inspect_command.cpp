@@ -1,0 +1,212 @@
+// `cleave inspect PLAN.cplan`: per-rank tables or JSON, a Graphviz drawing and a predicted timeline.
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "ir/plan.h"
+#include "ir/plan.pb.h"
+#include "passes/cost_model.h"
+#include "passes/plan_dot.h"
+#include "passes/plan_report.h"
+#include "passes/plan_timeline.h"
+#include "tools/cli_common.h"
+#include "tools/plan_commands.h"
+
+namespace cleave::cli {
+namespace {
+
+// The cluster inspect predicts times on (`cleave simulate --cluster` picks others).
+constexpr const char* kInspectCluster = "cpu-local";
+
+// Bytes in binary units with two decimals: "512 B", "3.50 KiB", "2.55 MiB", "1.20 GiB".
+std::string binaryBytes(double bytes) {
+  char text[32];
+  if (bytes < 1024)
+    std::snprintf(text, sizeof text, "%.0f B", bytes);
+  else if (bytes < 1024.0 * 1024)
+    std::snprintf(text, sizeof text, "%.2f KiB", bytes / 1024);
+  else if (bytes < 1024.0 * 1024 * 1024)
+    std::snprintf(text, sizeof text, "%.2f MiB", bytes / (1024.0 * 1024));
+  else
+    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  return text;
+}
+
+// Seconds as "12.3 us", "4.56 ms" or "1.23 s".
+std::string duration(double seconds) {
+  char text[32];
+  if (seconds < 1e-3)
+    std::snprintf(text, sizeof text, "%.1f us", seconds * 1e6);
+  else if (seconds < 1)
+    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
+  else
+    std::snprintf(text, sizeof text, "%.2f s", seconds);
+  return text;
+}
+
+// The simulated end of `rank` in the timeline, or nullopt when there is none.
+std::optional<double> rankEnd(const Expected<ProgramTimeline>& timeline, int32_t rank) {
+  if (!timeline) return std::nullopt;
+  for (const RankTimeline& ranked : timeline->ranks)
+    if (ranked.rank == rank) return ranked.end_s;
+  return std::nullopt;
+}
+
+std::string headerText(const planpb::Plan& plan, const std::string& path) {
+  const auto& strategy = plan.strategy();
+  std::string text = path + ": model @" + plan.model_name() + ", " + std::to_string(plan.devices()) +
+                     " device(s), dp " + std::to_string(strategy.dp()) + " x tp " + std::to_string(strategy.tp()) +
+                     " x pp " + std::to_string(strategy.pp()) + ", " + std::to_string(strategy.microbatches()) +
+                     " microbatch(es)";
+  if (!strategy.schedule().empty()) text += " (" + strategy.schedule() + ")";
+  text += ", batch " + std::to_string(plan.global_batch());
+  if (plan.has_training()) text += ", training (" + plan.training().loss() + ", " + plan.training().optimizer() + ")";
+  return text + "\n";
+}
+
+std::string tablesText(const std::vector<RankReport>& reports, const std::string& program,
+                       const Expected<ProgramTimeline>& timeline) {
+  std::ostringstream text;
+  char line[512];
+  text << "\nmemory at the peak of " << program
+       << " (peak: the planned arena; params, grads, optimizer state and activations: bytes live at that moment)\n";
+  std::snprintf(line, sizeof line, "%-5s %-5s %-3s %-3s %-12s %-11s %-11s %-11s %-11s %s\n", "rank", "stage", "dp",
+                "tp", "instructions", "peak", "params", "grads", "optimizer", "activations");
+  text << line;
+  for (const RankReport& r : reports) {
+    std::snprintf(line, sizeof line, "%-5d %-5d %-3d %-3d %-12lld %-11s %-11s %-11s %-11s %s\n", r.rank, r.stage,
+                  r.dp_index, r.tp_index, static_cast<long long>(r.instructions),
+                  binaryBytes(static_cast<double>(r.peak_memory_bytes)).c_str(),
+                  binaryBytes(static_cast<double>(r.param_bytes)).c_str(),
+                  binaryBytes(static_cast<double>(r.grad_bytes)).c_str(),
+                  binaryBytes(static_cast<double>(r.optimizer_state_bytes)).c_str(),
+                  binaryBytes(static_cast<double>(r.activation_bytes)).c_str());
+    text << line;
+  }
+  text << "\nbytes each rank moves in one run of " << program
+       << " (ring all-reduce 2(n-1)/n of the buffer; all-gather, reduce-scatter, all-to-all (n-1)/n; send, recv all)\n";
+  std::snprintf(line, sizeof line, "%-5s %-11s %-11s %-14s %-11s %-11s %-11s %-11s %s\n", "rank", "all_reduce",
+                "all_gather", "reduce_scatter", "all_to_all", "send", "recv", "total", "finishes at");
+  text << line;
+  for (const RankReport& r : reports) {
+    auto kind = [&](CommKind k) { return binaryBytes(r.comm_bytes_by_kind[static_cast<int>(k)]); };
+    std::optional<double> end = rankEnd(timeline, r.rank);
+    std::snprintf(line, sizeof line, "%-5d %-11s %-11s %-14s %-11s %-11s %-11s %-11s %s\n", r.rank,
+                  kind(CommKind::kAllReduce).c_str(), kind(CommKind::kAllGather).c_str(),
+                  kind(CommKind::kReduceScatter).c_str(), kind(CommKind::kAllToAll).c_str(),
+                  kind(CommKind::kSend).c_str(), kind(CommKind::kRecv).c_str(), binaryBytes(r.commBytes()).c_str(),
+                  end ? duration(*end).c_str() : "-");
+    text << line;
+  }
+  return text.str();
+}
+
+nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& rank,
+                                const Expected<ProgramTimeline>& timeline) {
+  nlohmann::ordered_json by_kind;
+  for (int k = 0; k < kNumCommKinds; ++k)
+    by_kind[std::string(commKindName(static_cast<CommKind>(k)))] = std::llround(r.comm_bytes_by_kind[k]);
+  nlohmann::ordered_json programs = nlohmann::ordered_json::array();
+  for (const auto& program : rank.programs())
+    programs.push_back({{"name", program.name()},
+                        {"instructions", program.instructions_size()},
+                        {"peak_memory_bytes", program.peak_bytes()}});
+  std::optional<double> end = rankEnd(timeline, r.rank);
+  return {{"rank", r.rank},
+          {"stage", r.stage},
+          {"dp_index", r.dp_index},
+          {"tp_index", r.tp_index},
+          {"instructions", r.instructions},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"param_bytes", r.param_bytes},
+          {"grad_bytes", r.grad_bytes},
+          {"optimizer_state_bytes", r.optimizer_state_bytes},
+          {"activation_bytes", r.activation_bytes},
+          {"comm_bytes", std::llround(r.commBytes())},
+          {"comm_bytes_by_kind", by_kind},
+          {"predicted_step_time_s", end ? nlohmann::ordered_json(*end) : nlohmann::ordered_json(nullptr)},
+          {"programs", programs}};
+}
+
+}  // namespace
+
+int runInspectPlan(const InspectPlanFlags& flags) {
+  // 1. Read the plan; --rank must name one of its ranks.
+  auto read = readPlanFile(flags.path);
+  if (!read) return reportError(read.status());
+  const planpb::Plan& plan = **read;
+  if (flags.rank >= 0) {
+    bool known = false;
+    for (const auto& rank : plan.ranks()) known = known || rank.rank() == flags.rank;
+    if (!known)
+      return reportError(Status::badInput("--rank " + std::to_string(flags.rank) + ": " + flags.path +
+                                          " has ranks 0.." + std::to_string(plan.ranks_size() - 1)));
+  }
+
+  // 2. Figures per rank, and the predicted run of the main program on the built-in cluster.
+  const std::string program = mainProgramName(plan);
+  auto cluster = builtinCluster(kInspectCluster);
+  if (!cluster) return reportError(cluster.status());
+  const CostModel model(*cluster);
+  Expected<ProgramTimeline> timeline = simulateProgram(plan, program, model);
+  std::vector<RankReport> reports;
+  std::vector<const planpb::RankPlan*> ranks;
+  for (const auto& rank : plan.ranks()) {
+    if (flags.rank >= 0 && rank.rank() != flags.rank) continue;
+    reports.push_back(reportRank(rank, program));
+    ranks.push_back(&rank);
+  }
+
+  // 3. The files asked for: the drawing always, the timeline when the simulation succeeded.
+  if (!flags.dot.empty()) {
+    DotOptions options;
+    options.only_rank = flags.rank;
+    Status written = writeOutput(flags.dot, planDot(plan, program, options));
+    if (!written) return reportError(written);
+  }
+  if (!flags.timeline.empty() && timeline) {
+    Status written = writeOutput(flags.timeline, chromeTraceJson(*timeline, flags.rank));
+    if (!written) return reportError(written);
+  }
+
+  // 4. The tables or the JSON object.
+  std::string output;
+  if (flags.json) {
+    nlohmann::ordered_json json;
+    json["plan"] = flags.path;
+    json["model"] = plan.model_name();
+    json["devices"] = plan.devices();
+    json["global_batch"] = plan.global_batch();
+    json["strategy"] = {{"dp", plan.strategy().dp()},
+                        {"tp", plan.strategy().tp()},
+                        {"pp", plan.strategy().pp()},
+                        {"microbatches", plan.strategy().microbatches()},
+                        {"schedule", plan.strategy().schedule()}};
+    if (plan.has_training())
+      json["training"] = {{"loss", plan.training().loss()}, {"optimizer", plan.training().optimizer()}};
+    json["program"] = program;
+    json["cluster"] = kInspectCluster;
+    json["predicted_step_time_s"] =
+        timeline ? nlohmann::ordered_json(timeline->step_time_s) : nlohmann::ordered_json(nullptr);
+    json["ranks"] = nlohmann::ordered_json::array();
+    for (size_t k = 0; k < reports.size(); ++k) json["ranks"].push_back(rankJson(reports[k], *ranks[k], timeline));
+    output = json.dump(2) + "\n";
+  } else {
+    output = headerText(plan, flags.path);
+    output += "predicted step time of " + program + ": " +
+              (timeline ? duration(timeline->step_time_s) : std::string("- (see the error below)")) +
+              " (cost model: " + kInspectCluster + ")\n";
+    output += tablesText(reports, program, timeline);
+  }
+  Status written = writeOutput("", output);
+  if (!written) return reportError(written);
+
+  // 5. A plan whose ranks cannot run together (unmatched communication, a deadlock) is an error.
+  if (!timeline) return reportError(timeline.status().withContext(flags.path + ": "));
+  return 0;
+}
+
+}  // namespace cleave::cli
