@@ -1,6 +1,7 @@
 // Gradient buckets: merges the backward pass's data-parallel all-reduces, in the order gradients appear.
 #include "passes/gradient_buckets.h"
 
+#include <map>
 #include <set>
 #include <utility>
 
@@ -25,9 +26,18 @@ Status bucketGradientAllReduces(Graph& graph, int64_t bucket_bytes) {
   for (size_t i = 0; i < graph.nodes.size() && backward_start == graph.nodes.size(); ++i)
     for (ValueId r : graph.nodes[i].results)
       if (graph.values[r].name.find(".grad") != std::string::npos) backward_start = i;
+  // 2. The bucketable all-reduces, by the value they reduce (it is final once produced: autodiff
+  //    sums every contribution to a gradient before using it).
+  std::vector<bool> bucketable(graph.nodes.size(), false);
+  std::multimap<ValueId, size_t> reducing;  // operand -> all-reduce node
+  for (size_t i = backward_start; i < graph.nodes.size(); ++i)
+    if (isBucketable(graph.nodes[i])) {
+      bucketable[i] = true;
+      reducing.emplace(graph.nodes[i].operands[0], i);
+    }
 
-  // 2. Walk the nodes; hold bucketable all-reduces in a pending bucket and issue it when it is
-  //    full or when a node is about to read one of its results.
+  // 3. Walk the nodes; an all-reduce joins the pending bucket as soon as its operand exists, and
+  //    the bucket is issued when full or just before a node reads one of its results.
   std::vector<Node> ordered;
   Node bucket;
   int64_t pending_bytes = 0;
@@ -39,31 +49,42 @@ Status bucketGradientAllReduces(Graph& graph, int64_t bucket_bytes) {
     pending_bytes = 0;
     pending_results.clear();
   };
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    Node& node = graph.nodes[i];
-    if (i >= backward_start && isBucketable(node)) {
-      int64_t bytes = graph.values[node.operands[0]].type.bytes();
-      if (!bucket.operands.empty() && pending_bytes + bytes > bucket_bytes) issue();
-      if (bucket.operands.empty()) {
-        bucket.op = OpId::all_reduce;
-        bucket.attrs = node.attrs;
-        bucket.loc = node.loc;
-      }
-      bucket.operands.push_back(node.operands[0]);
-      bucket.results.push_back(node.results[0]);
-      pending_results.insert(node.results[0]);
-      pending_bytes += bytes;
-      continue;
+  auto join = [&](size_t index) {
+    const Node& node = graph.nodes[index];
+    int64_t bytes = graph.values[node.operands[0]].type.bytes();
+    if (!bucket.operands.empty() && pending_bytes + bytes > bucket_bytes) issue();
+    if (bucket.operands.empty()) {
+      bucket.op = OpId::all_reduce;
+      bucket.attrs = node.attrs;
+      bucket.loc = node.loc;
     }
+    bucket.operands.push_back(node.operands[0]);
+    bucket.results.push_back(node.results[0]);
+    pending_results.insert(node.results[0]);
+    pending_bytes += bytes;
+    if (pending_bytes >= bucket_bytes) issue();
+  };
+  auto joinReady = [&](ValueId v) {
+    auto [first, last] = reducing.equal_range(v);
+    for (auto it = first; it != last; ++it) join(it->second);
+  };
+  // Operands that exist before the walk reaches them (inputs, parameters) are ready at the start.
+  for (const auto& [operand, index] : reducing)
+    if (graph.values[operand].producer < 0) join(index);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (bucketable[i]) continue;
+    Node& node = graph.nodes[i];
     for (ValueId v : node.operands)
       if (pending_results.count(v)) {
         issue();
         break;
       }
+    std::vector<ValueId> results = node.results;
     ordered.push_back(std::move(node));
+    for (ValueId r : results) joinReady(r);
   }
   issue();
-  // 3. Producers point at the new positions.
+  // 4. Producers point at the new positions.
   graph.nodes = std::move(ordered);
   for (size_t i = 0; i < graph.nodes.size(); ++i)
     for (size_t r = 0; r < graph.nodes[i].results.size(); ++r) {

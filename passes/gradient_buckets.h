@@ -12,10 +12,11 @@ namespace cleave {
 constexpr int64_t kDefaultBucketBytes = 25 * 1000 * 1000;
 
 // Merges the single-operand sum all-reduces over "dp" that follow the first node computing a
-// gradient (the backward pass) into multi-operand all-reduces of at most `bucket_bytes` each
-// (a single larger tensor gets a bucket of its own). Walking in program order, a bucket is issued
-// as soon as it is full, or just before the first node that reads one of its results, so each
-// all-reduce starts as early as its gradients exist and overlaps the rest of the backward pass.
+// gradient (the backward pass) into multi-operand all-reduces of about `bucket_bytes` each.
+// Walking in program order, an all-reduce joins the pending bucket right after its operand is
+// computed, and the bucket is issued once it holds `bucket_bytes` (or before a node that reads one
+// of its results, or at the end), so communication starts as soon as a bucket's gradients exist and
+// overlaps the rest of the backward pass, as PyTorch DDP's buckets.
 Status bucketGradientAllReduces(Graph& graph, int64_t bucket_bytes = kDefaultBucketBytes);
 
 }  // namespace cleave
