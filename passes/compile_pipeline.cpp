@@ -189,8 +189,6 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   const DeviceMesh mesh{options.dp, options.tp, options.pp};
   if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.microbatches < 1)
     return Status::usage("compile: --dp, --tp, --pp and --microbatches must be at least 1");
-  if (options.pp > 1 && !options.train)
-    return Status::usage("compile: --pp needs --train for now (pipelined inference plans are not built yet)");
   // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
   Graph graph = model;
   Status shaped = fixShapes(graph, options.batch);

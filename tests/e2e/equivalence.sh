@@ -52,5 +52,49 @@ for model in "${models[@]}"; do
     $python "$source_dir/tests/e2e/compare_runs.py" "$tmp/$name/single" "$out" "$tolerance" "$name $label" || failed=1
   done
 done
+# Inference: the outputs of partitioned inference plans equal the one-device outputs.
+infer_strategies=("dp2:--dp 2" "tp2:--tp 2" "pp2:--pp 2 --microbatches 2" "dp2xtp2:--dp 2 --tp 2")
+for model in "${models[@]}"; do
+  IFS=: read -r name file batch <<<"$model"
+  mkdir -p "$tmp/$name/in"
+  $python - "$tmp/$name/in" "$name" "$batch" <<'PY'
+import sys, numpy as np
+out, name, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = np.random.default_rng(3)
+if name == "gpt":
+    np.save(f"{out}/tokens.npy", rng.integers(0, 128, size=(batch, 16), dtype=np.int64))
+elif name == "mlp":
+    np.save(f"{out}/x.npy", rng.random((batch, 784), dtype=np.float32))
+else:
+    np.save(f"{out}/x.npy", rng.random((batch, 1, 28, 28), dtype=np.float32))
+PY
+  "$cleave" compile "$file" --batch "$batch" -o "$tmp/$name/infer.cplan" >/dev/null
+  "$cleave" run "$tmp/$name/infer.cplan" --inputs "$tmp/$name/in" --outputs "$tmp/$name/out-single" >/dev/null
+  for strategy in "${infer_strategies[@]}"; do
+    label=${strategy%%:*}
+    flags=${strategy#*:}
+    [[ -z $filter || $label == $filter ]] || continue
+    out="$tmp/$name/infer-$label"
+    # shellcheck disable=SC2086
+    if ! { "$cleave" compile "$file" --batch "$batch" $flags -o "$out.cplan" &&
+           "$cleave" run "$out.cplan" --inputs "$tmp/$name/in" --outputs "$out"; } >"$out.log" 2>&1; then
+      echo "FAIL $name infer $label: $(cat "$out.log")"
+      failed=1
+      continue
+    fi
+    $python - "$tmp/$name/out-single/logits.npy" "$out/logits.npy" "$name infer $label" "$tolerance" <<'PY' || failed=1
+import sys, numpy as np
+a, b = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2]).astype(np.float64)
+label, tolerance = sys.argv[3], float(sys.argv[4])
+if a.shape != b.shape:
+    sys.exit(print(f"FAIL {label}: logits shape {b.shape} vs {a.shape}") or 1)
+rel = np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-12)
+if rel > tolerance:
+    sys.exit(print(f"FAIL {label}: logits differ by {rel:.2e} of their norm") or 1)
+print(f"ok   {label}: logits within {rel:.1e}")
+PY
+  done
+done
+
 [[ $failed -eq 0 ]] || { echo "equivalence.sh: some strategies differ from one device" >&2; exit 1; }
 echo "equivalence.sh: all checks passed"
