@@ -85,12 +85,7 @@ struct DeviceGraphs {
 Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptions& options, PipelineScheduleKind schedule) {
   if (options.pp == 1) return StageAssignment{1, std::vector<int>(forward.nodes.size(), 0), {}, {}};
   CLEAVE_ASSIGN_OR_RETURN(ClusterSpec cluster, builtinCluster("cpu-local"));
-  CostModel costs(std::move(cluster));
-  StageCostModel model;
-  for (int32_t n = 0; n < static_cast<int32_t>(forward.nodes.size()); ++n)
-    model.node_costs.push_back(3 * costs.nodeTime(forward, n));  // forward + backward (about twice the forward)
-  model.node_param_bytes = parameterBytesByFirstUser(forward);
-  model.node_activation_bytes = nodeResultBytes(forward);
+  StageCostModel model = stageCostModel(forward, CostModel(std::move(cluster)));
   const OptimizerSpec& opt = options.training.optimizer;
   model.param_memory_factor = !options.train ? 1 : opt.kind == OptimizerKind::kAdamW ? 4 : opt.momentum != 0 ? 3 : 2;
   model.schedule = schedule;

@@ -1,6 +1,8 @@
 // Pipeline stages: the stage-balancing dynamic programme and the extraction of one stage's graph.
 #include "passes/pipeline_stages.h"
 
+#include "passes/cost_model.h"
+
 #include <algorithm>
 #include <limits>
 #include <set>
@@ -456,6 +458,15 @@ Expected<PipelineStage> extractStage(const Graph& graph, const StageAssignment& 
                             std::to_string(assignment.num_stages) + " stages");
   CLEAVE_ASSIGN_OR_RETURN(StageLayout layout, layStages(graph, assignment));
   return StageBuilder(graph, layout, stage).run();
+}
+
+StageCostModel stageCostModel(const Graph& forward, const CostModel& costs) {
+  StageCostModel model;
+  for (int32_t n = 0; n < static_cast<int32_t>(forward.nodes.size()); ++n)
+    model.node_costs.push_back(3 * costs.nodeTime(forward, n));
+  model.node_param_bytes = parameterBytesByFirstUser(forward);
+  model.node_activation_bytes = nodeResultBytes(forward);
+  return model;
 }
 
 }  // namespace cleave

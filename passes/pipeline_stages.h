@@ -33,6 +33,13 @@ struct StageAssignment {
   std::vector<int64_t> stage_memory_bytes;  // per stage: parameter memory plus activations in flight
 };
 
+class CostModel;
+
+// The cost model of balancing `forward`'s nodes over stages: each node's time on `costs`'s devices
+// times 3 (its forward pass and a backward pass of about twice the work), and its parameter and
+// activation bytes; memory factor, schedule, microbatches and limit are left for the caller.
+StageCostModel stageCostModel(const Graph& forward, const CostModel& costs);
+
 // Bytes of each parameter, counted at the first node (in program order) that uses it.
 std::vector<int64_t> parameterBytesByFirstUser(const Graph& graph);
 // Bytes of each node's results.

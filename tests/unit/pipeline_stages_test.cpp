@@ -11,6 +11,7 @@
 #include "frontend/model_generators.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
+#include "passes/cost_model.h"
 #include "passes/loss_head.h"
 
 namespace cleave {
@@ -460,6 +461,31 @@ TEST(ExtractStage, Errors) {
   EXPECT_EQ(extractionError(tied, {2, {0, 1, 1}, {}, {}}),
             "pipeline stages: the trainable parameter '%w' is used on stage 0 and stage 1; parameters shared between "
             "stages (tied weights) are not supported");
+}
+
+}  // namespace
+}  // namespace cleave
+
+namespace cleave {
+namespace {
+
+// Issue 5's balance target: a 24-layer gpt over 4 stages, costed by the cost model (cpu-local),
+// has its slowest stage within 5% of a quarter of the total.
+TEST(AssignStages, TwentyFourLayerGptOnFourStagesIsBalancedWithinFivePercent) {
+  auto model = generateGpt(GptSpec{.layers = 24, .hidden = 128, .heads = 4, .seq = 64, .vocab = 512, .batch = 8});
+  ASSERT_TRUE(model) << model.status().message();
+  ASSERT_TRUE(attachLoss(*model, LossKind::kSoftmaxCrossEntropy));
+  auto cluster = builtinCluster("cpu-local");
+  ASSERT_TRUE(cluster);
+  StageCostModel costs = stageCostModel(*model, CostModel(*cluster));
+  auto stages = assignStages(*model, 4, costs);
+  ASSERT_TRUE(stages) << stages.status().message();
+  double total = 0, slowest = 0;
+  for (double c : stages->stage_cost) {
+    total += c;
+    slowest = std::max(slowest, c);
+  }
+  EXPECT_LE(slowest, 1.05 * total / 4) << "slowest stage " << slowest << " of total " << total;
 }
 
 }  // namespace
