@@ -262,6 +262,7 @@ class ProgramLowering {
   void emitCopy(int32_t from, int32_t to, const std::string& source) {
     planpb::Instruction* copy = program_->add_instructions();
     copy->set_kind(planpb::COPY);
+    copy->set_microbatch(-1);
     copy->add_operands(from);
     copy->add_results(to);
     copy->set_source(source);

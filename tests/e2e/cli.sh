@@ -67,9 +67,12 @@ contains err 'required'
 expect 2 "$cleave" compile model.cir -o plan.cplan --schedule zigzag
 expect 2 "$cleave" gen mlp --batch many
 
-# 3. Subcommands not built yet exit 2 and name the issue that builds them.
-expect 2 "$cleave" compile "$source_dir/examples/mlp.cir" -o "$tmp/plan.cplan" --dp 2
-contains err 'not built yet \(see issue 5\)'
+# 3. Subcommands not built yet exit 2 and name the issue that builds them; a batch that does not
+#    split over the devices is bad input (exit 1) naming the input.
+expect 1 "$cleave" compile "$source_dir/examples/mlp.cir" -o "$tmp/plan.cplan" --dp 3
+contains err "input '%x' has batch 128, which does not divide into 3 data-parallel shards"
+expect 1 "$cleave" compile "$source_dir/examples/mlp.cir" -o "$tmp/plan.cplan" --dp 2 --microbatches 3
+contains err 'batch 128 does not divide into 2 data-parallel shards x 3 microbatches'
 expect 2 "$cleave" simulate plan.cplan --cluster dgx-h100
 contains err 'simulate: not built yet \(see issue 8\)'
 expect 2 "$cleave" run plan.cplan --device cuda

@@ -21,6 +21,14 @@ $python -c "import sys; sys.exit(0 if $accuracy >= 0.85 else 1)" || fail "mlp ac
 [[ $(wc -l <"$tmp/mlp.jsonl") -eq 937 ]] || fail "expected one metrics line per step (937)"
 grep -q '"samples_per_s"' "$tmp/mlp.jsonl" || fail "metrics lack samples_per_s"
 
+# 1b. Over four data-parallel devices (local backend) it reaches the same accuracy.
+"$cleave" compile "$source_dir/examples/mlp.cir" --batch 64 --train --optimizer adamw:lr=1e-3 --dp 4 -o "$tmp/mlp-dp4.cplan"
+"$cleave" run "$tmp/mlp-dp4.cplan" --data fashion-mnist --epochs 1 --eval-data fashion-mnist --threads 2 \
+  --progress never >"$tmp/mlp-dp4.out"
+cat "$tmp/mlp-dp4.out"
+accuracy=$(sed -nE 's/^eval accuracy: ([0-9.]+).*/\1/p' "$tmp/mlp-dp4.out")
+$python -c "import sys; sys.exit(0 if $accuracy >= 0.85 else 1)" || fail "mlp --dp 4 accuracy $accuracy < 0.85"
+
 # 2. N steps, save, resume for N more == 2N straight, bitwise (the checkpoint files are identical).
 "$cleave" compile "$source_dir/examples/mlp.cir" --batch 32 --train --optimizer sgd:lr=0.05,momentum=0.9 \
   -o "$tmp/resume.cplan" >/dev/null
