@@ -104,13 +104,7 @@ contains err 'plan\.dot'
 
 # 3. Data parallel: every rank all-reduces the gradients; ring all-reduce moves 2(n-1)/n of them.
 for dp in 2 4; do
-  got=0
-  "$cleave" compile "$source_dir/examples/mlp.cir" --train --batch 32 --dp $dp -o "$tmp/dp.cplan" >"$tmp/out" 2>"$tmp/err" || got=$?
-  if [[ $got -eq 2 ]] && grep -q 'not built yet' "$tmp/err"; then
-    echo "SKIP: compile --dp $dp is not built yet"
-    continue
-  fi
-  [[ $got -eq 0 ]] || fail "compile --dp $dp exited $got"
+  expect 0 "$cleave" compile "$source_dir/examples/mlp.cir" --train --batch 32 --dp $dp -o "$tmp/dp.cplan"
   expect 0 "$cleave" inspect "$tmp/dp.cplan" --json
   cp "$tmp/out" "$tmp/dp.json"
   $python - "$tmp/dp.json" "$dp" <<'PY' || fail "inspect of the dp=$dp mlp plan is wrong"
@@ -128,5 +122,40 @@ for r in s["ranks"]:
     assert r["predicted_step_time_s"] > 0
 PY
   check_files "$tmp/dp.cplan"
+done
+
+# 4. Pipeline: each microbatch's activation goes forward and its gradient back, [B/M, 512] f32 each
+#    way (every cut of the mlp between fc1 and fc3 crosses one hidden layer).
+expect 0 "$cleave" compile "$source_dir/examples/mlp.cir" --train --batch 32 --pp 2 --microbatches 4 -o "$tmp/pp.cplan"
+expect 0 "$cleave" inspect "$tmp/pp.cplan" --json
+cp "$tmp/out" "$tmp/pp.json"
+$python - "$tmp/pp.json" <<'PY' || fail "inspect of the pp=2 mlp plan is wrong"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [r["stage"] for r in s["ranks"]] == [0, 1], s["ranks"]
+per_microbatch = (32 // 4) * 512 * 4
+for r in s["ranks"]:
+    kinds = r["comm_bytes_by_kind"]
+    assert kinds["send"] == kinds["recv"] == 4 * per_microbatch, (r["rank"], kinds)
+    assert kinds["all_reduce"] == 0, kinds
+PY
+check_files "$tmp/pp.cplan"
+
+# 5. Tensor parallel: each split weight holds 1/T of its elements per rank. The mlp (784 -> 512 ->
+#    512 -> 10) splits fc1 by columns (weight and bias), fc2 by rows (its bias stays whole) and fc3
+#    by columns when T divides its 10 outputs; the row split's partial sums are all-reduced.
+for tp in 2 4; do
+  expect 0 "$cleave" compile "$source_dir/examples/mlp.cir" --train --batch 32 --tp $tp -o "$tmp/tp.cplan"
+  expect 0 "$cleave" inspect "$tmp/tp.cplan" --json
+  cp "$tmp/out" "$tmp/tp.json"
+  $python - "$tmp/tp.json" "$tp" <<'PY' || fail "inspect of the tp=$tp mlp plan is wrong"
+import json, sys
+s, t = json.load(open(sys.argv[1])), int(sys.argv[2])
+fc3 = (10 * 512 + 10) // t if 10 % t == 0 else 10 * 512 + 10
+elements = (512 * 784 + 512) // t + 512 * 512 // t + 512 + fc3
+for r in s["ranks"]:
+    assert r["param_bytes"] == 4 * elements, (r["rank"], r["param_bytes"], 4 * elements)
+    assert r["comm_bytes_by_kind"]["all_reduce"] > 0, r
+PY
 done
 echo "inspect: all checks passed"
