@@ -131,10 +131,9 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage));
     if (boundary) *boundary = stage.boundary;
-    auto partitioned = partitionForDevice(stage.graph, mesh, coord);
-    if (!partitioned) return partitioned.status();
-    if (options.microbatches == 1) return std::move(partitioned->graph);
-    return unrollMicrobatches(partitioned->graph, options.microbatches);
+    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord));
+    if (options.microbatches == 1) return partitioned;
+    return unrollMicrobatches(partitioned, options.microbatches);
   };
 
   DeviceGraphs result;
@@ -142,8 +141,6 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     MeshCoord coord = mesh.coordOf(r);
     const std::vector<PipelineStep> steps = stageSchedule(schedule, coord.stage, mesh.pp, options.microbatches);
     RankGraphs rank{coord, {}, {}};
-    // Which inputs and outputs hold batch rows split over dp: every input, logits (never the loss).
-    rank.batch_split = {};
     if (options.train) {
       StageBoundary boundary;
       CLEAVE_ASSIGN_OR_RETURN(Graph train_graph, devicePart(train_forward, coord, &boundary));
@@ -167,7 +164,8 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       rank.programs = {programOf("infer", infer.get(), labels)};
       result.owned.push_back(std::move(infer));
     }
-    // Batch rows: every data input, and every output but a scalar (the loss).
+    // Batch rows, split over dp (the partitioner's layout of data inputs and outputs): every data
+    // input, and every output but a scalar (the loss).
     for (const ProgramGraph& program : rank.programs) {
       for (ValueId v : program.graph->inputs) rank.batch_split.insert(program.graph->values[v].name);
       for (ValueId v : program.graph->outputs)

@@ -7,8 +7,7 @@ namespace {
 
 Status partition(Graph& graph, const PassOptions& options) {
   DeviceMesh mesh{static_cast<int>(options.getInt("dp")), static_cast<int>(options.getInt("tp")), 1};
-  CLEAVE_ASSIGN_OR_RETURN(DeviceGraph device, partitionForDevice(graph, mesh, mesh.coordOf(static_cast<int>(options.getInt("rank")))));
-  graph = std::move(device.graph);
+  CLEAVE_ASSIGN_OR_RETURN(graph, partitionForDevice(graph, mesh, mesh.coordOf(static_cast<int>(options.getInt("rank")))));
   return Status::ok();
 }
 

@@ -63,7 +63,7 @@ class DevicePartitioner {
     local_.name = global.name;
   }
 
-  Expected<DeviceGraph> run() {
+  Expected<Graph> run() {
     markDependencies();
     CLEAVE_TRY(partitionInputs());
     for (const Node& node : global_.nodes) CLEAVE_TRY(partitionNode(node));
@@ -72,7 +72,7 @@ class DevicePartitioner {
     CLEAVE_TRY(partitionOutputs());
     for (const StateUpdate& update : global_.updates)
       local_.updates.push_back({local_of_[update.target], local_of_[update.new_value]});
-    return DeviceGraph{std::move(local_), std::move(batch_split_)};
+    return std::move(local_);
   }
 
  private:
@@ -123,7 +123,6 @@ class DevicePartitioner {
           return Status::badInput("input '%" + value.name + "' has batch " + std::to_string(value.type.shape[0]) +
                                   ", which does not divide into " + std::to_string(mesh_.dp) +
                                   " data-parallel shards (--dp)");
-        batch_split_.insert(value.name);
       }
       CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addInput(value.name, localType(value.type, s)));
       bind(v, local, s);
@@ -454,7 +453,6 @@ class DevicePartitioner {
         if (taken != kNoValue) CLEAVE_TRY(local_.renameValue(taken, local_.uniqueName(name + ".local")));
         CLEAVE_TRY(local_.renameValue(local, name));
       }
-      if (rows_split) batch_split_.insert(name);
       local_.outputs.push_back(local);
     }
     return Status::ok();
@@ -470,12 +468,11 @@ class DevicePartitioner {
   std::vector<bool> batch_dependent_;         // global value depends on an input or a recv
   std::map<std::pair<ValueId, std::string>, ValueId> reshard_cache_;
   std::map<std::pair<ValueId, int8_t>, ValueId> sync_cache_;
-  std::set<std::string> batch_split_;
 };
 
 }  // namespace
 
-Expected<DeviceGraph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord) {
+Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord) {
   return DevicePartitioner(global, mesh, coord).run();
 }
 

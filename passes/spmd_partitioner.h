@@ -3,7 +3,6 @@
 
 #include <array>
 #include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -32,14 +31,6 @@ struct ValueSharding {
   std::string str() const;
 };
 
-// One device's graph and what the runtime needs to feed it.
-struct DeviceGraph {
-  Graph graph;
-  // Inputs and outputs (by name) whose dim 0 is the batch split over dp: this device holds rows
-  // [dp_index * rows, (dp_index + 1) * rows) of the whole batch.
-  std::set<std::string> batch_split;
-};
-
 // Partitions `global` (forward graph, shapes fixed at the global batch) for the device at `coord`
 // of `mesh`, in one pass over the nodes in program order:
 //  - data inputs are split over dp along dim 0 (the batch must divide by dp);
@@ -56,6 +47,6 @@ struct DeviceGraph {
 //  - outputs are whole, except dim 0 of batch outputs, which stays split over dp.
 // Parameters of the result hold their block of the whole tensor (Param::full_shape/shard_offset).
 // Errors: a batch not divisible by dp (kBadInput), a node that cannot be split (kInternal, naming it).
-Expected<DeviceGraph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord);
+Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord);
 
 }  // namespace cleave
