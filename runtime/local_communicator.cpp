@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -80,20 +81,28 @@ void combine(DType dtype, void* accumulator, const void* other, int64_t count, R
   }
 }
 
-// Divides `count` elements of `dtype` by `divisor` (a mean's last step); integers truncate. Bools stay.
-void divideValues(DType dtype, void* data, int64_t count, int64_t divisor) {
-  if (dtype == DType::kBool) return;
-  if (dtype == DType::kF32) {
-    auto* values = static_cast<float*>(data);
-    const float d = static_cast<float>(divisor);
+template <class T>
+void divideTyped(T* values, int64_t count, int64_t divisor) {
+  const auto d = static_cast<T>(divisor);
 #pragma omp simd
-    for (int64_t i = 0; i < count; ++i) values[i] = values[i] / d;
-    return;
+  for (int64_t i = 0; i < count; ++i) values[i] = static_cast<T>(values[i] / d);
+}
+
+// Divides `count` elements of `dtype` by `divisor` (a mean's last step); integers truncate toward
+// zero. Bools stay.
+void divideValues(DType dtype, void* data, int64_t count, int64_t divisor) {
+  switch (dtype) {
+    case DType::kF32: divideTyped(static_cast<float*>(data), count, divisor); return;
+    case DType::kF64: divideTyped(static_cast<double*>(data), count, divisor); return;
+    case DType::kI64: divideTyped(static_cast<int64_t*>(data), count, divisor); return;
+    case DType::kI32: divideTyped(static_cast<int32_t*>(data), count, divisor); return;
+    case DType::kBool: return;
+    default:  // f16, bf16, i8, u8: through doubles
+      for (int64_t i = 0; i < count; ++i) {
+        double value = loadElement(dtype, data, i);
+        storeElement(dtype, data, i, isFloat(dtype) ? value / static_cast<double>(divisor) : std::trunc(value / divisor));
+      }
   }
-  for (int64_t i = 0; i < count; ++i)
-    storeElement(dtype, data, i,
-                 isFloat(dtype) ? loadElement(dtype, data, i) / static_cast<double>(divisor)
-                                : static_cast<double>(static_cast<int64_t>(loadElement(dtype, data, i)) / divisor));
 }
 
 // Calls fn(mine, theirs, count) over the elements [begin, end) of a bucket seen as one flat buffer;

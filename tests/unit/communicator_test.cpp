@@ -242,7 +242,8 @@ TEST(LocalCommunicatorTest, ReduceScatterGivesEachRankItsBlockOfTheSum) {
 
 TEST(LocalCommunicatorTest, AllToAllSplitsAndConcatenatesAlongAnyDims) {
   for (int n = 1; n <= 4; ++n) {
-    for (auto [split_dim, concat_dim] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 0}, {1, 1}, {2, 0}}) {
+    for (auto dims : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 0}, {1, 1}, {2, 0}}) {
+      const int64_t split_dim = dims.first, concat_dim = dims.second;  // lambdas cannot capture bindings (clang 14)
       Shape in_shape = {2, 3, 2};
       in_shape[split_dim] *= n;
       Shape block = in_shape;
