@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <condition_variable>
 #include <deque>
@@ -16,6 +17,7 @@
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "runtime/communicator.h"
+#include "runtime/execution_trace.h"
 #include "runtime/initializers.h"
 #include "runtime/kernel.h"
 #include "runtime/tensor_blocks.h"
@@ -36,6 +38,7 @@ struct PreparedInstruction {
   planpb::InstructionKind kind = planpb::KERNEL;
   int stream = 0;
   std::string where;  // "instruction 12 of train (matmul from model.cir:5:3)", for errors
+  std::string name;   // the op or instruction kind, for traces
   // The arena bytes its operands and results occupy: [first, last) ranges.
   std::vector<std::pair<const uint8_t*, const uint8_t*>> touched;
   // KERNEL
@@ -65,6 +68,15 @@ namespace {
 
 // True for SEND, RECV and the collectives.
 bool isCommunication(planpb::InstructionKind kind) { return kind != planpb::KERNEL && kind != planpb::COPY; }
+
+// Records that `inst` ran on `rank` from `start` to now, when a trace is being taken.
+void traceInstruction(ExecutionTrace* trace, int rank, const PreparedInstruction& inst,
+                      ExecutionTrace::Clock::time_point start) {
+  if (!trace) return;
+  double start_us = trace->since(start);
+  trace->record(TraceEvent{rank, inst.stream, inst.name, inst.where, trace->step(), start_us,
+                           trace->since(ExecutionTrace::Clock::now()) - start_us});
+}
 
 // Runs one SEND, RECV or collective instruction through `communicator`.
 Status runCommunication(const PreparedInstruction& inst, Communicator& communicator) {
@@ -110,7 +122,8 @@ class PreparedProgram {
 // After a failure it skips the rest of the queue until drained.
 class CommunicationQueue {
  public:
-  explicit CommunicationQueue(Communicator& communicator) : communicator_(communicator), thread_([this] { loop(); }) {}
+  CommunicationQueue(Communicator& communicator, int rank)
+      : communicator_(communicator), rank_(rank), thread_([this] { loop(); }) {}
   ~CommunicationQueue() {
     {
       std::lock_guard lock(mutex_);
@@ -141,6 +154,8 @@ class CommunicationQueue {
     error_ = Status::ok();
     return error;
   }
+  // Records the instructions run from now on in `trace` (null: none).
+  void setTrace(ExecutionTrace* trace) { trace_.store(trace); }
   // The ticket of the last queued instruction.
   uint64_t lastTicket() const {
     std::lock_guard lock(mutex_);
@@ -160,7 +175,9 @@ class CommunicationQueue {
         queue_.pop_front();
         skip = !error_.isOk();
       }
+      auto start = ExecutionTrace::Clock::now();
       Status status = skip ? Status::ok() : runCommunication(*inst, communicator_);
+      if (!skip) traceInstruction(trace_.load(), rank_, *inst, start);
       std::lock_guard lock(mutex_);
       if (!status.isOk() && error_.isOk()) error_ = status.withContext(inst->where + ": ");
       ++completed_;
@@ -169,6 +186,8 @@ class CommunicationQueue {
   }
 
   Communicator& communicator_;
+  const int rank_;
+  std::atomic<ExecutionTrace*> trace_{nullptr};
   mutable std::mutex mutex_;
   std::condition_variable queued_;
   std::condition_variable completed_changed_;
@@ -482,6 +501,7 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
       std::string what = proto.kind() == planpb::KERNEL ? proto.op() : instructionKindName(proto.kind());
       inst->where = "instruction " + std::to_string(i) + " of " + program.name() + " (" + what +
                     (proto.source().empty() ? "" : " from " + proto.source()) + ")";
+      inst->name = what;
       Status status;
       switch (proto.kind()) {
         case planpb::KERNEL: status = prepareKernel(proto, buffers, *inst); break;
@@ -494,7 +514,7 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
       }
       if (!status.isOk()) return status.withContext(inst->where + ": ");
       if (inst->stream == 1 && isCommunication(inst->kind) && !queue_)
-        queue_ = std::make_unique<CommunicationQueue>(*communicator_);
+        queue_ = std::make_unique<CommunicationQueue>(*communicator_, rank_);
       prepared->instructions.push_back(std::move(inst));
     }
     programs_.push_back(std::move(prepared));
@@ -571,6 +591,7 @@ Status RankExecutor::runInstructions(const PreparedProgram& program) {
       std::erase_if(pending, [wait_for](const Pending& queued) { return queued.ticket <= wait_for; });
     }
     // 3. Run it here.
+    auto start = ExecutionTrace::Clock::now();
     Status status;
     if (inst->kind == planpb::KERNEL) {
       inst->call->threads = threads_;
@@ -581,8 +602,14 @@ Status RankExecutor::runInstructions(const PreparedProgram& program) {
       status = runCommunication(*inst, *communicator_);
     }
     if (!status.isOk()) return status.withContext(rankPrefix(rank_) + inst->where + ": ");
+    traceInstruction(trace_, rank_, *inst, start);
   }
   return Status::ok();
+}
+
+void RankExecutor::setTrace(ExecutionTrace* trace) {
+  trace_ = trace;
+  if (queue_) queue_->setTrace(trace);
 }
 
 bool RankExecutor::hasProgram(std::string_view program) const { return findProgram(program).hasValue(); }

@@ -59,6 +59,7 @@ struct ExecutorOptions {
 
 class PreparedProgram;
 class CommunicationQueue;
+class ExecutionTrace;
 
 // Runs one rank of a plan: allocates the rank's arena on a device, prepares every instruction of
 // every program once (op, types, attributes, data pointers, kernel), then runs programs by name.
@@ -109,6 +110,9 @@ class RankExecutor {
   void setThreads(int threads);
   // The threads per kernel in use.
   int threads() const { return threads_; }
+  // Records every instruction run from now on (both streams) in `trace`, which must outlive the
+  // runs; null stops recording. Call it between runs.
+  void setTrace(ExecutionTrace* trace);
 
  private:
   RankExecutor(Device& device, int rank);
@@ -126,6 +130,7 @@ class RankExecutor {
   std::vector<ParameterInit> initializers_;  // parallel to parameters_
   std::vector<std::unique_ptr<PreparedProgram>> programs_;
   std::unique_ptr<CommunicationQueue> queue_;  // the communication thread; null when no stream-1 instruction exists
+  ExecutionTrace* trace_ = nullptr;
 };
 
 // Prepares the executor of a single-device plan (one rank) without a communicator; kUsage for a

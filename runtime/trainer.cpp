@@ -16,6 +16,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/data_source.h"
 #include "runtime/element_access.h"
+#include "runtime/execution_trace.h"
 #include "runtime/file_io.h"
 #include "runtime/progress_bar.h"
 
@@ -175,6 +176,17 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
     return Status::ok();
   };
 
+  // A trace covers steps [first_traced, last_traced]: the first step run warms up, unless it is the only one.
+  ExecutionTrace trace;
+  const int64_t first_traced = setup.start.step + (setup.total_steps - setup.start.step > 1 ? 2 : 1);
+  const int64_t last_traced = first_traced + options.trace_steps - 1;
+  auto traceStep = [&](int64_t step) {
+    if (options.trace_path.empty()) return;
+    trace.setStep(step);
+    ExecutionTrace* recording = step >= first_traced && step <= last_traced ? &trace : nullptr;
+    for (int r = 0; r < group.size(); ++r) group.executor(r).setTrace(recording);
+  };
+
   Clock::time_point run_start = Clock::now();
   int64_t samples = 0;
   bool evaluated_last = false;
@@ -184,6 +196,7 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
     Clock::time_point step_start = Clock::now();
     CLEAVE_ASSIGN_OR_RETURN(int64_t rows, source.next());
     CLEAVE_TRY(setup.train_batch->scatter());
+    traceStep(step);
     CLEAVE_TRY(group.run("train"));
     CLEAVE_ASSIGN_OR_RETURN(double loss, readLoss(*setup.loss_device, setup.loss));
     double step_seconds = secondsBetween(step_start, Clock::now());
@@ -227,6 +240,10 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
     if (!options.checkpoint_dir.empty() && (due || step == setup.total_steps)) CLEAVE_TRY(saveAt(step));
   }
   progress.finish();
+  if (!options.trace_path.empty()) {
+    for (int r = 0; r < group.size(); ++r) group.executor(r).setTrace(nullptr);
+    CLEAVE_TRY(trace.write(options.trace_path));
+  }
 
   // 5. A final evaluation unless the last step's epoch end just had one.
   if (setup.eval_source && !evaluated_last) CLEAVE_TRY(runEvaluation(report.steps, 0));

@@ -37,6 +37,8 @@ struct TrainOptions {
   int threads = 0;                     // 0: keep the executor's setting
   ProgressMode progress = ProgressMode::kAuto;
   bool print_summaries = true;         // evaluation results on stderr, one line each
+  std::string trace_path;              // Chrome trace of every rank's instructions in a few steps; empty: none
+  int64_t trace_steps = 3;             // how many steps the trace covers (after the first, a warm-up)
 };
 
 // One evaluation during training.

@@ -15,13 +15,16 @@
 #include "ir/status.h"
 #include "ir/text_format.h"
 #include "tools/cli_common.h"
+#include "tools/cost_commands.h"
 #include "tools/plan_commands.h"
 
 namespace cleave {
 namespace {
 
+using cli::CalibrateFlags;
 using cli::CompileFlags;
 using cli::RunFlags;
+using cli::SimulateFlags;
 using cli::endsWith;
 using cli::reportError;
 using cli::writeOutput;
@@ -30,14 +33,6 @@ constexpr const char* kVersion = "0.1.0";
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = static_cast<int>(ErrorKind::kUsage);
 constexpr int kExitInternal = static_cast<int>(ErrorKind::kInternal);
-
-// The issue that builds the subcommand that is not built yet.
-constexpr int kIssueCostModel = 8;  // simulate
-
-// Says that `what` is not built yet and which issue builds it; exit code 2 (usage).
-int notBuiltYet(const std::string& what, int issue) {
-  return reportError(Status::usage(what + ": not built yet (see issue " + std::to_string(issue) + ")"));
-}
 
 // ---- gen ----
 
@@ -92,6 +87,7 @@ struct InspectFlags {
   int rank = -1;
   std::string dot;
   std::string timeline;
+  std::string cluster;
 };
 
 nlohmann::ordered_json namedTypesJson(const std::vector<NamedType>& values) {
@@ -119,14 +115,15 @@ nlohmann::ordered_json summaryJson(const GraphSummary& s, const std::string& pat
 
 int runInspect(const InspectFlags& flags) {
   if (endsWith(flags.path, ".cplan"))
-    return cli::runInspectPlan({flags.path, flags.json, flags.rank, flags.dot, flags.timeline});
+    return cli::runInspectPlan({flags.path, flags.json, flags.rank, flags.dot, flags.timeline,
+                                flags.cluster.empty() ? "cpu-local" : flags.cluster});
   bool onnx = endsWith(flags.path, ".onnx");
   if (!endsWith(flags.path, ".cir") && !onnx)
     return reportError(
         Status::badInput("cannot inspect '" + flags.path + "': expected a plan (.cplan) or a model (.cir or .onnx)"));
-  if (flags.rank >= 0 || !flags.dot.empty() || !flags.timeline.empty())
-    return reportError(Status::badInput("--rank, --dot and --timeline apply to plans (.cplan); '" + flags.path +
-                                        "' is a model"));
+  if (flags.rank >= 0 || !flags.dot.empty() || !flags.timeline.empty() || !flags.cluster.empty())
+    return reportError(Status::badInput("--rank, --dot, --timeline and --cluster apply to plans (.cplan); '" +
+                                        flags.path + "' is a model"));
   auto graph = onnx ? importOnnxModel(flags.path, {}) : loadGraphFile(flags.path);
   if (!graph) return reportError(graph.status());
   GraphSummary summary = summarizeGraph(*graph);
@@ -143,6 +140,8 @@ void addInspectCommand(CLI::App& app, InspectFlags& flags) {
   inspect->add_option("--rank", flags.rank, "Show one rank's program (plans only)")->check(CLI::NonNegativeNumber);
   inspect->add_option("--dot", flags.dot, "Write the plan as a Graphviz file (plans only)");
   inspect->add_option("--timeline", flags.timeline, "Write the simulated timeline as a Chrome trace (plans only)");
+  inspect->add_option("--cluster", flags.cluster,
+                      "Cluster spec the predicted times use: NAME or FILE.json (plans only; default cpu-local)");
 }
 
 // ---- import ----
@@ -168,13 +167,7 @@ void addImportCommand(CLI::App& app, ImportFlags& flags) {
   command->add_option("--batch", flags.batch, "Size of the symbolic batch dim (default: 1)")->check(CLI::PositiveNumber);
 }
 
-// ---- subcommands whose flags are declared but whose work is not built yet ----
-
-struct SimulateFlags {
-  std::string plan;
-  std::string cluster;
-  bool json = false;
-};
+// ---- compile, simulate, calibrate, run ----
 
 void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   CLI::App* compile = app.add_subcommand("compile", "Compile a model into a per-device plan (.cplan)");
@@ -184,21 +177,39 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   compile->add_option("--dp", flags.dp, "Data-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
   compile->add_option("--tp", flags.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
   compile->add_option("--pp", flags.pp, "Pipeline-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
-  compile->add_option("--strategy", flags.strategy, "Let the cost model choose dp/tp/pp")->check(CLI::IsMember({"auto"}));
+  compile->add_option("--strategy", flags.strategy, "auto: let the cost model choose dp/tp/pp, microbatches and schedule for --devices")
+      ->check(CLI::IsMember({"auto"}));
   compile->add_option("--microbatches", flags.microbatches, "Pipeline microbatches")->check(CLI::PositiveNumber);
   compile->add_option("--schedule", flags.schedule, "Pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
   compile->add_option("--batch", flags.batch, "Global batch size")->check(CLI::PositiveNumber);
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
   compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}))->capture_default_str();
   compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01")->capture_default_str();
-  compile->add_option("--cluster", flags.cluster, "Cluster spec: a built-in NAME or FILE.json");
+  compile->add_option("--cluster", flags.cluster,
+                      "Cluster spec (built-in NAME, NAMExHOSTS or FILE.json): what --strategy auto optimizes for "
+                      "(default cpu-local); also prints the plan's predicted step time on it");
 }
 
 void addSimulateCommand(CLI::App& app, SimulateFlags& flags) {
-  CLI::App* simulate = app.add_subcommand("simulate", "Predict a plan's step time on a cluster (not built yet)");
+  CLI::App* simulate =
+      app.add_subcommand("simulate", "Predict a plan's step time, throughput, MFU and memory on a cluster");
   simulate->add_option("PLAN", flags.plan, "The plan (.cplan)")->required();
-  simulate->add_option("--cluster", flags.cluster, "Cluster spec: a built-in NAME or FILE.json")->required();
+  simulate->add_option("--cluster", flags.cluster,
+                       "Cluster spec: cpu-local, a100x8, h100x8, h200x8, NAMExHOSTS (h100x8x128) or FILE.json")
+      ->required();
   simulate->add_flag("--json", flags.json, "Print JSON instead of text");
+  simulate->add_option("--timeline", flags.timeline, "Write the predicted timeline as a Chrome trace (FILE.json)");
+}
+
+void addCalibrateCommand(CLI::App& app, CalibrateFlags& flags) {
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate", "Measure this machine's GEMM, memory and communicator speeds; write a cluster spec (JSON)");
+  calibrate->add_option("-o,--output", flags.output, "Output cluster spec, e.g. cpu-local.json")->required();
+  calibrate->add_option("--devices", flags.devices, "Devices of the host, one core each (default: all cores)")
+      ->check(CLI::PositiveNumber);
+  calibrate->add_option("--seconds", flags.seconds, "Seconds spent on each measurement")
+      ->check(CLI::Range(0.01, 60.0))
+      ->capture_default_str();
 }
 
 void addRunCommand(CLI::App& app, RunFlags& flags) {
@@ -215,7 +226,7 @@ void addRunCommand(CLI::App& app, RunFlags& flags) {
   run->add_option("--metrics", flags.metrics, "Write one JSON object per step to FILE.jsonl");
   run->add_option("--checkpoint-dir", flags.checkpoint_dir, "Save checkpoints in DIR");
   run->add_flag("--resume", flags.resume, "Resume from the newest checkpoint in --checkpoint-dir");
-  run->add_option("--trace", flags.trace, "Write a Chrome trace to FILE.json");
+  run->add_option("--trace", flags.trace, "Write a Chrome trace (FILE.json) of every rank's instructions in training steps 2-4");
   run->add_option("--seed", flags.seed, "Seed of data order and synthetic data")->capture_default_str();
   run->add_option("--threads", flags.threads, "Threads per kernel (default: all cores)")->check(CLI::NonNegativeNumber);
   run->add_option("--timeout", flags.timeout, "Seconds a rank waits for another before the run fails (exit 3)")
@@ -265,12 +276,14 @@ int runCli(int argc, char** argv) {
   CompileFlags compile_flags;
   InspectFlags inspect_flags;
   SimulateFlags simulate_flags;
+  CalibrateFlags calibrate_flags;
   RunFlags run_flags;
   GenFlags gen_flags;
   addImportCommand(app, import_flags);
   addCompileCommand(app, compile_flags);
   addInspectCommand(app, inspect_flags);
   addSimulateCommand(app, simulate_flags);
+  addCalibrateCommand(app, calibrate_flags);
   addRunCommand(app, run_flags);
   addGenCommands(app, gen_flags);
 
@@ -286,7 +299,8 @@ int runCli(int argc, char** argv) {
   if (app.get_subcommands().empty()) return missingSubcommand(app, "cleave");
   if (app.got_subcommand("import")) return runImport(import_flags);
   if (app.got_subcommand("compile")) return cli::runCompile(compile_flags, std::string("cleave ") + kVersion);
-  if (app.got_subcommand("simulate")) return notBuiltYet("simulate", kIssueCostModel);
+  if (app.got_subcommand("simulate")) return cli::runSimulate(simulate_flags);
+  if (app.got_subcommand("calibrate")) return cli::runCalibrate(calibrate_flags);
   if (app.got_subcommand("run")) return cli::runRun(run_flags);
   if (app.got_subcommand("inspect")) return runInspect(inspect_flags);
   CLI::App* gen = app.get_subcommand("gen");

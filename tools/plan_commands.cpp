@@ -4,15 +4,20 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "frontend/onnx_importer.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "ir/text_format.h"
+#include "passes/cluster_json.h"
 #include "passes/compile_pipeline.h"
+#include "passes/cost_model.h"
 #include "passes/loss_head.h"
 #include "passes/memory_planner.h"
 #include "passes/optimizer.h"
+#include "passes/plan_prediction.h"
+#include "passes/strategy_search.h"
 #include "runtime/checkpoint.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
@@ -63,15 +68,81 @@ RankCounts countRank(const planpb::RankPlan& rank) {
   return counts;
 }
 
+// The search's estimate of one strategy as the plan records it; `note` says why it was not chosen.
+planpb::StrategyCandidate candidateProto(const StrategyEstimate& estimate, const std::string& note) {
+  planpb::StrategyCandidate candidate;
+  candidate.set_dp(estimate.strategy.dp);
+  candidate.set_tp(estimate.strategy.tp);
+  candidate.set_pp(estimate.strategy.pp);
+  candidate.set_microbatches(estimate.strategy.microbatches);
+  candidate.set_schedule(std::string(pipelineScheduleName(estimate.strategy.schedule)));
+  candidate.set_predicted_step_time_s(estimate.step_time_s);
+  candidate.set_memory_bytes(estimate.memory_bytes);
+  candidate.set_note(note);
+  return candidate;
+}
+
+std::string millis(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f ms", seconds * 1e3);
+  return text;
+}
+
+// --strategy auto: the searched strategies, fastest first (the best, then the alternatives), or
+// why there are none. Prints the choice and the runners-up.
+Expected<StrategySearchResult> searchForCompile(const Graph& model, const CompileFlags& flags, const CompileOptions& options,
+                                                const ClusterSpec& cluster) {
+  if (flags.devices == 0) return Status::usage("--strategy auto needs --devices N");
+  if (flags.dp != 1 || flags.tp != 1 || flags.pp != 1 || flags.microbatches != 1)
+    return Status::usage("--strategy auto chooses --dp, --tp, --pp and --microbatches; give only --devices");
+  StrategySearchOptions search;
+  search.devices = flags.devices;
+  search.batch = flags.batch;
+  search.train = flags.train;
+  search.training = options.training;
+  search.bucket_bytes = options.bucket_bytes;
+  CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(model, search, CostModel(cluster)));
+  std::printf("strategy auto on %s: %s, predicted %s per step, %s per device (%lld candidates, %lld estimated, %.2f s)\n",
+              cluster.name.c_str(), result.best.strategy.str().c_str(), millis(result.best.step_time_s).c_str(),
+              mib(result.best.memory_bytes).c_str(), static_cast<long long>(result.candidates),
+              static_cast<long long>(result.estimated), result.seconds);
+  for (const StrategyEstimate& alternative : result.alternatives)
+    std::printf("  rejected: %s, predicted %s per step\n", alternative.strategy.str().c_str(),
+                millis(alternative.step_time_s).c_str());
+  for (const StrategyEstimate& over : result.over_memory)
+    std::printf("  rejected: %s, predicted %s per step, %s\n", over.strategy.str().c_str(),
+                millis(over.step_time_s).c_str(), over.infeasible.c_str());
+  return result;
+}
+
+// Records the search in the plan's strategy: the cluster, the chosen estimate (ranked[chosen]) and
+// the rejected ones: those ranked before it did not compile (`errors`, in order), those after it
+// are slower, and those over memory do not fit.
+void recordSearch(planpb::Plan& plan, const ClusterSpec& cluster, const std::vector<const StrategyEstimate*>& ranked,
+                  size_t chosen, const std::vector<std::string>& errors, const std::vector<StrategyEstimate>& over_memory) {
+  planpb::Strategy& strategy = *plan.mutable_strategy();
+  strategy.set_search_cluster(cluster.name);
+  *strategy.mutable_chosen() = candidateProto(*ranked[chosen], "");
+  for (size_t k = 0; k < ranked.size(); ++k)
+    if (k != chosen)
+      *strategy.add_alternatives() = candidateProto(*ranked[k], k < chosen ? "did not compile: " + errors[k] : "slower");
+  for (const StrategyEstimate& over : over_memory) *strategy.add_alternatives() = candidateProto(over, over.infeasible);
+}
+
 }  // namespace
 
 int runCompile(const CompileFlags& flags, const std::string& producer) {
-  if (!flags.strategy.empty()) return reportError(Status::usage("--strategy auto: not built yet (see issue 8)"));
-  if (!flags.cluster.empty()) return reportError(Status::usage("--cluster: not built yet (see issue 8)"));
+  const bool automatic = flags.strategy == "auto";
   int product = flags.dp * flags.tp * flags.pp;
-  if (flags.devices != 0 && flags.devices != product)
+  if (!automatic && flags.devices != 0 && flags.devices != product)
     return reportError(Status::usage("--devices " + std::to_string(flags.devices) + " differs from dp*tp*pp = " +
                                      std::to_string(product)));
+  std::optional<ClusterSpec> cluster;
+  if (automatic || !flags.cluster.empty()) {
+    auto loaded = loadCluster(flags.cluster.empty() ? "cpu-local" : flags.cluster);
+    if (!loaded) return reportError(loaded.status());
+    cluster = std::move(*loaded);
+  }
   auto model = loadModel(flags.model, flags.batch);
   if (!model) return reportError(model.status());
 
@@ -93,7 +164,33 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
     options.training.loss = *loss;
     options.training.optimizer = *optimizer;
   }
-  auto plan = compileModel(*model, options);
+  Expected<planpb::Plan> plan = Status::internal("compile: no strategy was compiled");
+  if (automatic) {
+    // The search's best strategy, or the next ones when a faster one does not compile.
+    auto searched = searchForCompile(*model, flags, options, *cluster);
+    if (!searched) return reportError(searched.status());
+    std::vector<const StrategyEstimate*> ranked = {&searched->best};
+    for (const StrategyEstimate& alternative : searched->alternatives) ranked.push_back(&alternative);
+    std::vector<std::string> errors;
+    for (size_t k = 0; k < ranked.size(); ++k) {
+      const ParallelStrategy& strategy = ranked[k]->strategy;
+      options.dp = strategy.dp;
+      options.tp = strategy.tp;
+      options.pp = strategy.pp;
+      options.microbatches = strategy.microbatches;
+      options.schedule = std::string(pipelineScheduleName(strategy.schedule));
+      plan = compileModel(*model, options);
+      if (plan) {
+        recordSearch(*plan, *cluster, ranked, k, errors, searched->over_memory);
+        break;
+      }
+      errors.push_back(plan.status().message());
+      std::fprintf(stderr, "cleave: note: %s did not compile (%s); trying the next strategy\n", strategy.str().c_str(),
+                   plan.status().message().c_str());
+    }
+  } else {
+    plan = compileModel(*model, options);
+  }
   if (!plan) return reportError(plan.status());
   Status written = writePlanFile(*plan, flags.output);
   if (!written) return reportError(written);
@@ -104,6 +201,12 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
             << plan->devices() << " device(s), batch " << plan->global_batch() << ", " << countRank(rank).instructions
             << " instructions, arena " << mib(memory.arena_bytes) << " (parameters " << mib(memory.param_bytes)
             << ", optimizer state " << mib(memory.optimizer_state_bytes) << ")\n";
+  if (cluster) {
+    auto prediction = predictPlan(*plan, CostModel(*cluster));
+    if (!prediction) return reportError(prediction.status().withContext(flags.output + ": "));
+    std::cout << "predicted step time on " << cluster->name << ": " << millis(prediction->step_time_s) << " ("
+              << prediction->program << ", cleave simulate shows more)\n";
+  }
   return 0;
 }
 
@@ -111,7 +214,6 @@ int runRun(const RunFlags& flags) {
   if (flags.device != "cpu") return reportError(Status::usage("--device cuda: not built yet (see issue 7)"));
   if (flags.backend != "local")
     return reportError(Status::usage("--backend " + flags.backend + ": not built yet (see issues 6 and 7)"));
-  if (!flags.trace.empty()) return reportError(Status::usage("--trace: not built yet (see issue 5)"));
   auto plan = readPlanFile(flags.plan);
   if (!plan) return reportError(plan.status());
   // Every rank of the plan: a CPU device, an executor and a thread each, one local communicator.
@@ -124,6 +226,8 @@ int runRun(const RunFlags& flags) {
 
   // Inference: .npy in, .npy out.
   if (!flags.inputs.empty()) {
+    if (!flags.trace.empty())
+      return reportError(Status::usage("--trace records training steps; inference runs take no trace yet"));
     if (!group.hasProgram("infer"))
       return reportError(Status::badInput(flags.plan + " is a training plan; --inputs needs an inference plan "
                                                        "(cleave compile without --train)"));
@@ -149,6 +253,7 @@ int runRun(const RunFlags& flags) {
   options.resume = flags.resume;
   options.seed = static_cast<uint64_t>(flags.seed);
   options.threads = flags.threads;
+  options.trace_path = flags.trace;
   options.progress = flags.progress == "always" ? runtime::ProgressMode::kAlways
                      : flags.progress == "never" ? runtime::ProgressMode::kNever
                                                  : runtime::ProgressMode::kAuto;

@@ -29,6 +29,19 @@ cat "$tmp/mlp-dp4.out"
 accuracy=$(sed -nE 's/^eval accuracy: ([0-9.]+).*/\1/p' "$tmp/mlp-dp4.out")
 $python -c "import sys; sys.exit(0 if $accuracy >= 0.85 else 1)" || fail "mlp --dp 4 accuracy $accuracy < 0.85"
 
+# 1c. --trace: a Chrome trace of every rank's instructions in steps 2-4, both streams.
+"$cleave" compile "$source_dir/examples/mlp.cir" --batch 32 --train --dp 2 --tp 2 -o "$tmp/trace.cplan" >/dev/null
+"$cleave" run "$tmp/trace.cplan" --data synthetic --steps 5 --trace "$tmp/trace.json" --progress never >/dev/null
+$python - "$tmp/trace.json" <<'PY' || fail "the trace is wrong"
+import json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+assert {e["pid"] for e in events} == {0, 1, 2, 3}, "one process per rank"
+assert {e["tid"] for e in events} == {0, 1}, "compute and communication streams"
+assert {e["args"]["step"] for e in events} == {2, 3, 4}, "steps 2-4"
+assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
+assert any(e["name"] == "all_reduce" for e in events) and any(e["name"] == "matmul" for e in events)
+PY
+
 # 2. N steps, save, resume for N more == 2N straight, bitwise (the checkpoint files are identical).
 "$cleave" compile "$source_dir/examples/mlp.cir" --batch 32 --train --optimizer sgd:lr=0.05,momentum=0.9 \
   -o "$tmp/resume.cplan" >/dev/null
