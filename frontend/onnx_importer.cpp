@@ -4,6 +4,7 @@
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
 
 #include <algorithm>
 #include <cctype>
@@ -172,6 +173,17 @@ const std::set<std::string>& supportedOpTypes() {
   return kTypes;
 }
 
+// The ONNX op types the importer writes as compositions of cleave ops (OnnxImporter::importComposite).
+const std::set<std::string>& compositeOpTypes() {
+  static const std::set<std::string> kTypes = {
+      "Abs", "Reciprocal", "Sign", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "IsNaN", "IsInf", "CastLike",
+      "Size", "EyeLike", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "HardSigmoid", "HardSwish",
+      "Softplus", "Softsign", "Shrink", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
+      "ReduceLogSumExp", "GlobalMaxPool", "InstanceNormalization", "MeanVarianceNormalization", "DepthToSpace",
+      "SpaceToDepth", "Tile", "Pad", "ConvTranspose"};
+  return kTypes;
+}
+
 // Builds the Graph node by node; one instance per import.
 class OnnxImporter {
  public:
@@ -203,6 +215,11 @@ class OnnxImporter {
   // Emits `op` on the given ONNX input names: folded when every input is a constant, else a node.
   Status emit(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
               int result_count = 1);
+  // emit with the results bound to the ONNX names `outputs` (intermediate steps of a decomposition).
+  Status emitTo(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
+                const std::vector<std::string>& outputs);
+  // ONNX ops that are compositions of cleave ops (compositeOpTypes()): Abs, Max, ReduceL2, Pad, ...
+  Status importComposite(const onnx::NodeProto& node);
   // Emits `op` on internal operand values and returns its results (for multi-node lowerings).
   Expected<std::vector<ValueId>> emitValues(const onnx::NodeProto& node, OpId op, std::vector<ValueId> operands,
                                             AttrMap attrs, const std::string& result_hint);
@@ -318,6 +335,13 @@ Expected<double> OnnxImporter::constantScalar(const onnx::NodeProto& node, int i
 
 Status OnnxImporter::emit(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
                           int result_count) {
+  return emitTo(node, op, inputs, std::move(attrs),
+                std::vector<std::string>(node.output().begin(), node.output().begin() + result_count));
+}
+
+Status OnnxImporter::emitTo(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
+                            const std::vector<std::string>& outputs) {
+  const int result_count = static_cast<int>(outputs.size());
   // 1. Fold when every input is a known constant and the constant evaluator handles the op.
   bool all_constant = true;
   std::vector<const TensorData*> constant_operands;
@@ -338,7 +362,7 @@ Status OnnxImporter::emit(const onnx::NodeProto& node, OpId op, const std::vecto
       auto results = evaluateConstantNode(op, attrs, constant_operands, *types);
       if (!results) return results.status().withContext(where(node) + ": ");
       for (int i = 0; i < result_count; ++i)
-        bindConstant(node.output(i), std::make_shared<TensorData>(std::move((*results)[i])));
+        bindConstant(outputs[i], std::make_shared<TensorData>(std::move((*results)[i])));
       return Status::ok();
     }
   }
@@ -349,10 +373,10 @@ Status OnnxImporter::emit(const onnx::NodeProto& node, OpId op, const std::vecto
     operands.push_back(v);
   }
   std::vector<std::string> names;
-  for (int i = 0; i < result_count; ++i) names.push_back(sanitizeName(node.output(i)));
+  for (int i = 0; i < result_count; ++i) names.push_back(sanitizeName(outputs[i]));
   auto results = graph_.addNode(op, std::move(operands), std::move(attrs), locOf(node), names);
   if (!results) return results.status();
-  for (int i = 0; i < result_count; ++i) values_[node.output(i)] = (*results)[i];
+  for (int i = 0; i < result_count; ++i) values_[outputs[i]] = (*results)[i];
   return Status::ok();
 }
 
@@ -434,6 +458,421 @@ Status OnnxImporter::importOutputs(const onnx::GraphProto& onnx_graph) {
   return Status::ok();
 }
 
+Status OnnxImporter::importComposite(const onnx::NodeProto& node) {
+  const std::string& type = node.op_type();
+  auto fail = [&](const std::string& message) { return nodeError(node, message); };
+  int step = 0;
+  auto nextName = [&]() { return node.output(0) + "/" + std::to_string(step++); };
+  // Adds `op` as an intermediate step and returns its result's name; finish() writes the node's output.
+  auto apply = [&](OpId op, const std::vector<std::string>& inputs, AttrMap attrs = {}) -> Expected<std::string> {
+    std::string name = nextName();
+    CLEAVE_TRY(emitTo(node, op, inputs, std::move(attrs), {name}));
+    return name;
+  };
+  auto finish = [&](OpId op, const std::vector<std::string>& inputs, AttrMap attrs = {}) {
+    return emitTo(node, op, inputs, std::move(attrs), {node.output(0)});
+  };
+  // A constant of `dtype` and `shape` filled with `value`.
+  auto filled = [&](double value, DType dtype, const Shape& shape = {}) -> Expected<std::string> {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    auto data = numbersTensor(std::vector<double>(static_cast<size_t>(count), value), dtype, shape);
+    if (!data) return data.status().withContext(where(node) + ": ");
+    std::string name = nextName();
+    bindConstant(name, *data);
+    return name;
+  };
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x_type, typeOf(node, node.input(0)));
+  const std::string x = node.input(0);
+  const DType dtype = x_type.dtype;
+  const int64_t rank = x_type.rank();
+  // where(x < 0, negative, x): the shape of LeakyRelu, PRelu, Elu, Celu and Abs.
+  auto negativeElse = [&](const std::string& negative) -> Status {
+    CLEAVE_ASSIGN_OR_RETURN(std::string zero, filled(0, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string is_negative, apply(OpId::less, {x, zero}));
+    return finish(OpId::where, {is_negative, negative, x});
+  };
+  auto absolute = [&]() -> Expected<std::string> {
+    CLEAVE_ASSIGN_OR_RETURN(std::string zero, filled(0, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string is_negative, apply(OpId::less, {x, zero}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string negated, apply(OpId::neg, {x}));
+    return apply(OpId::where, {is_negative, negated, x});
+  };
+  // alpha * (exp(x / divisor) - 1), the negative side of Elu, Selu and Celu.
+  auto expm1Scaled = [&](double alpha, double divisor) -> Expected<std::string> {
+    std::string scaled_in = x;
+    if (divisor != 1) {
+      CLEAVE_ASSIGN_OR_RETURN(std::string d, filled(divisor, dtype));
+      CLEAVE_ASSIGN_OR_RETURN(scaled_in, apply(OpId::div, {x, d}));
+    }
+    CLEAVE_ASSIGN_OR_RETURN(std::string e, apply(OpId::exp, {scaled_in}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string one, filled(1, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string em1, apply(OpId::sub, {e, one}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string a, filled(alpha, dtype));
+    return apply(OpId::mul, {em1, a});
+  };
+  std::vector<int64_t> spatial_axes;
+  for (int64_t d = 2; d < rank; ++d) spatial_axes.push_back(d);
+
+  // 1. Elementwise.
+  if (type == "Abs") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string result, absolute());
+    return finish(OpId::identity, {result});
+  }
+  if (type == "Reciprocal") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string one, filled(1, dtype));
+    return finish(OpId::div, {one, x});
+  }
+  if (type == "Sign") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string zero, filled(0, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string one, filled(1, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string minus_one, filled(-1, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string positive, apply(OpId::greater, {x, zero}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string negative, apply(OpId::less, {x, zero}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string non_positive, apply(OpId::where, {negative, minus_one, zero}));
+    return finish(OpId::where, {positive, one, non_positive});
+  }
+  if (type == "Max" || type == "Min" || type == "Sum" || type == "Mean") {
+    std::string result = x;
+    for (int i = 1; i < node.input_size(); ++i) {
+      if (type == "Max" || type == "Min") {
+        CLEAVE_ASSIGN_OR_RETURN(std::string keep, apply(type == "Max" ? OpId::greater_equal : OpId::less_equal,
+                                                        {result, node.input(i)}));
+        CLEAVE_ASSIGN_OR_RETURN(result, apply(OpId::where, {keep, result, node.input(i)}));
+      } else {
+        CLEAVE_ASSIGN_OR_RETURN(result, apply(OpId::add, {result, node.input(i)}));
+      }
+    }
+    if (type != "Mean") return finish(OpId::identity, {result});
+    CLEAVE_ASSIGN_OR_RETURN(std::string count, filled(node.input_size(), dtype));
+    return finish(OpId::div, {result, count});
+  }
+  if (type == "And" || type == "Or" || type == "Xor") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string flag, filled(type == "Or" ? 1 : 0, DType::kBool));
+    if (type == "And") return finish(OpId::where, {x, node.input(1), flag});
+    if (type == "Or") return finish(OpId::where, {x, flag, node.input(1)});
+    CLEAVE_ASSIGN_OR_RETURN(std::string same, apply(OpId::equal, {x, node.input(1)}));
+    return finish(OpId::equal, {same, flag});
+  }
+  if (type == "IsNaN") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string no, filled(0, DType::kBool));
+    CLEAVE_ASSIGN_OR_RETURN(std::string self_equal, apply(OpId::equal, {x, x}));
+    return finish(OpId::equal, {self_equal, no});
+  }
+  if (type == "IsInf") {
+    bool positive = intAttr(node, "detect_positive", 1) != 0, negative = intAttr(node, "detect_negative", 1) != 0;
+    CLEAVE_ASSIGN_OR_RETURN(std::string plus_inf, filled(INFINITY, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string minus_inf, filled(-INFINITY, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string is_plus, apply(OpId::equal, {x, plus_inf}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string is_minus, apply(OpId::equal, {x, minus_inf}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string yes, filled(1, DType::kBool));
+    CLEAVE_ASSIGN_OR_RETURN(std::string no, filled(0, DType::kBool));
+    if (positive && negative) return finish(OpId::where, {is_plus, yes, is_minus});
+    return finish(OpId::where, {positive ? is_plus : is_minus, yes, no});
+  }
+  if (type == "CastLike") {
+    CLEAVE_ASSIGN_OR_RETURN(TensorType like, typeOf(node, node.input(1)));
+    return finish(OpId::cast, {x}, {{"to", std::string(dtypeName(like.dtype))}});
+  }
+  if (type == "LeakyRelu" || type == "PRelu") {
+    std::string slope = type == "PRelu" ? node.input(1) : "";
+    if (type == "LeakyRelu") {
+      CLEAVE_ASSIGN_OR_RETURN(slope, filled(floatAttr(node, "alpha", 0.01), dtype));
+    }
+    CLEAVE_ASSIGN_OR_RETURN(std::string scaled, apply(OpId::mul, {x, slope}));
+    return negativeElse(scaled);
+  }
+  if (type == "Elu" || type == "Celu") {
+    double alpha = floatAttr(node, "alpha", 1.0);
+    CLEAVE_ASSIGN_OR_RETURN(std::string negative, expm1Scaled(alpha, type == "Celu" ? alpha : 1.0));
+    return negativeElse(negative);
+  }
+  if (type == "Selu") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string negative, expm1Scaled(floatAttr(node, "alpha", 1.67326319217681884765625), 1.0));
+    CLEAVE_ASSIGN_OR_RETURN(std::string zero, filled(0, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string positive, apply(OpId::greater, {x, zero}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string unscaled, apply(OpId::where, {positive, x, negative}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string gamma, filled(floatAttr(node, "gamma", 1.05070102214813232421875), dtype));
+    return finish(OpId::mul, {unscaled, gamma});
+  }
+  if (type == "ThresholdedRelu") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string alpha, filled(floatAttr(node, "alpha", 1.0), dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string zero, filled(0, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string above, apply(OpId::greater, {x, alpha}));
+    return finish(OpId::where, {above, x, zero});
+  }
+  if (type == "HardSigmoid" || type == "HardSwish") {
+    // clip(alpha * x + beta, 0, 1); HardSwish multiplies it by x, with alpha 1/6 and beta 1/2.
+    bool swish = type == "HardSwish";
+    CLEAVE_ASSIGN_OR_RETURN(std::string alpha, filled(swish ? 1.0 / 6 : floatAttr(node, "alpha", 0.2), dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string beta, filled(swish ? 0.5 : floatAttr(node, "beta", 0.5), dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string scaled, apply(OpId::mul, {x, alpha}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string shifted, apply(OpId::add, {scaled, beta}));
+    AttrMap unit{{"min", 0.0}, {"max", 1.0}};
+    if (!swish) return finish(OpId::clip, {shifted}, unit);
+    CLEAVE_ASSIGN_OR_RETURN(std::string gate, apply(OpId::clip, {shifted}, unit));
+    return finish(OpId::mul, {x, gate});
+  }
+  if (type == "Softplus") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string e, apply(OpId::exp, {x}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string one, filled(1, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string sum, apply(OpId::add, {e, one}));
+    return finish(OpId::log, {sum});
+  }
+  if (type == "Softsign") {
+    CLEAVE_ASSIGN_OR_RETURN(std::string magnitude, absolute());
+    CLEAVE_ASSIGN_OR_RETURN(std::string one, filled(1, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string denominator, apply(OpId::add, {magnitude, one}));
+    return finish(OpId::div, {x, denominator});
+  }
+  if (type == "Shrink") {
+    double lambd = floatAttr(node, "lambd", 0.5), bias_value = floatAttr(node, "bias", 0.0);
+    CLEAVE_ASSIGN_OR_RETURN(std::string low, filled(-lambd, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string high, filled(lambd, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string bias, filled(bias_value, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string zero, filled(0, dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string below, apply(OpId::less, {x, low}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string above, apply(OpId::greater, {x, high}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string raised, apply(OpId::add, {x, bias}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string lowered, apply(OpId::sub, {x, bias}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string upper, apply(OpId::where, {above, lowered, zero}));
+    return finish(OpId::where, {below, raised, upper});
+  }
+
+  // 2. Values computed from static shapes alone.
+  if (type == "Size") {
+    bindConstant(node.output(0), intsTensor({x_type.numel()}, /*scalar=*/true));
+    return Status::ok();
+  }
+  if (type == "EyeLike") {
+    if (rank != 2) return fail("the input must be 2-D, not " + x_type.str());
+    DType eye_dtype = dtype;
+    if (const auto* to = findAttr(node, "dtype")) {
+      auto converted = dtypeFromOnnx(static_cast<int32_t>(to->i()));
+      if (!converted) return fail("dtype " + std::to_string(to->i()) + " is not supported");
+      eye_dtype = *converted;
+    }
+    int64_t k = intAttr(node, "k", 0);
+    std::vector<double> values(static_cast<size_t>(x_type.numel()), 0.0);
+    for (int64_t i = 0; i < x_type.shape[0]; ++i)
+      if (i + k >= 0 && i + k < x_type.shape[1]) values[static_cast<size_t>(i * x_type.shape[1] + i + k)] = 1;
+    auto eye = numbersTensor(values, eye_dtype, x_type.shape);
+    if (!eye) return eye.status().withContext(where(node) + ": ");
+    bindConstant(node.output(0), *eye);
+    return Status::ok();
+  }
+
+  // 3. Reductions and normalisations.
+  if (type.starts_with("Reduce")) {
+    AttrMap reduce{{"keepdims", intAttr(node, "keepdims", 1)}};
+    if (auto axes = intsAttr(node, "axes")) reduce["axes"] = *axes;
+    if (type == "ReduceMin") {
+      CLEAVE_ASSIGN_OR_RETURN(std::string negated, apply(OpId::neg, {x}));
+      CLEAVE_ASSIGN_OR_RETURN(std::string largest, apply(OpId::reduce_max, {negated}, reduce));
+      return finish(OpId::neg, {largest});
+    }
+    if (type == "ReduceL1") {
+      CLEAVE_ASSIGN_OR_RETURN(std::string magnitude, absolute());
+      return finish(OpId::reduce_sum, {magnitude}, reduce);
+    }
+    if (type == "ReduceL2" || type == "ReduceSumSquare") {
+      CLEAVE_ASSIGN_OR_RETURN(std::string squared, apply(OpId::mul, {x, x}));
+      if (type == "ReduceSumSquare") return finish(OpId::reduce_sum, {squared}, reduce);
+      CLEAVE_ASSIGN_OR_RETURN(std::string sum, apply(OpId::reduce_sum, {squared}, reduce));
+      return finish(OpId::sqrt, {sum});
+    }
+    if (type == "ReduceLogSum") {
+      CLEAVE_ASSIGN_OR_RETURN(std::string sum, apply(OpId::reduce_sum, {x}, reduce));
+      return finish(OpId::log, {sum});
+    }
+    // ReduceLogSumExp, shifted by the maximum: log(sum(exp(x - max))) + max.
+    AttrMap kept = reduce;
+    kept["keepdims"] = int64_t{1};
+    CLEAVE_ASSIGN_OR_RETURN(std::string kept_max, apply(OpId::reduce_max, {x}, kept));
+    CLEAVE_ASSIGN_OR_RETURN(std::string shifted, apply(OpId::sub, {x, kept_max}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string e, apply(OpId::exp, {shifted}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string sum, apply(OpId::reduce_sum, {e}, reduce));
+    CLEAVE_ASSIGN_OR_RETURN(std::string log_sum, apply(OpId::log, {sum}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string max, apply(OpId::reduce_max, {x}, reduce));
+    return finish(OpId::add, {log_sum, max});
+  }
+  if (type == "GlobalMaxPool") {
+    return finish(OpId::reduce_max, {x}, {{"axes", spatial_axes}, {"keepdims", int64_t{1}}});
+  }
+  if (type == "InstanceNormalization" || type == "MeanVarianceNormalization") {
+    // (x - mean) / sqrt(var + epsilon) over the spatial axes, then a per-channel scale and bias;
+    // MeanVarianceNormalization: (x - mean) / (sqrt(var) + 1e-9) over its axes (default 0, 2, 3).
+    bool instance = type == "InstanceNormalization";
+    std::vector<int64_t> axes = instance ? spatial_axes : intsAttr(node, "axes").value_or(std::vector<int64_t>{0, 2, 3});
+    AttrMap reduce{{"axes", axes}, {"keepdims", int64_t{1}}};
+    CLEAVE_ASSIGN_OR_RETURN(std::string mean, apply(OpId::reduce_mean, {x}, reduce));
+    CLEAVE_ASSIGN_OR_RETURN(std::string centered, apply(OpId::sub, {x, mean}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string squared, apply(OpId::mul, {centered, centered}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string variance, apply(OpId::reduce_mean, {squared}, reduce));
+    if (!instance) {
+      CLEAVE_ASSIGN_OR_RETURN(std::string deviation, apply(OpId::sqrt, {variance}));
+      CLEAVE_ASSIGN_OR_RETURN(std::string tiny, filled(1e-9, dtype));
+      CLEAVE_ASSIGN_OR_RETURN(std::string denominator, apply(OpId::add, {deviation, tiny}));
+      return finish(OpId::div, {centered, denominator});
+    }
+    CLEAVE_ASSIGN_OR_RETURN(std::string epsilon, filled(floatAttr(node, "epsilon", 1e-5), dtype));
+    CLEAVE_ASSIGN_OR_RETURN(std::string shifted, apply(OpId::add, {variance, epsilon}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string deviation, apply(OpId::sqrt, {shifted}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string normalized, apply(OpId::div, {centered, deviation}));
+    std::string scale = node.input(1), bias = node.input(2);
+    if (rank > 2) {  // [C] -> [C, 1, ...] to broadcast over the spatial dims
+      std::vector<int64_t> trailing;
+      for (int64_t d = 1; d < rank - 1; ++d) trailing.push_back(d);
+      CLEAVE_ASSIGN_OR_RETURN(scale, apply(OpId::unsqueeze, {scale}, {{"axes", trailing}}));
+      CLEAVE_ASSIGN_OR_RETURN(bias, apply(OpId::unsqueeze, {bias}, {{"axes", trailing}}));
+    }
+    CLEAVE_ASSIGN_OR_RETURN(std::string scaled, apply(OpId::mul, {normalized, scale}));
+    return finish(OpId::add, {scaled, bias});
+  }
+
+  // 4. Data movement on static shapes.
+  if (type == "DepthToSpace" || type == "SpaceToDepth") {
+    if (rank != 4) return fail("the input must be 4-D, not " + x_type.str());
+    int64_t block = intAttr(node, "blocksize", 0);
+    if (block < 1) return fail("blocksize must be at least 1");
+    const int64_t n = x_type.shape[0], c = x_type.shape[1], h = x_type.shape[2], w = x_type.shape[3];
+    std::vector<int64_t> split_shape, perm, result_shape;
+    if (type == "SpaceToDepth") {
+      if (h % block || w % block) return fail("H and W of " + x_type.str() + " must be multiples of " + std::to_string(block));
+      split_shape = {n, c, h / block, block, w / block, block};
+      perm = {0, 3, 5, 1, 2, 4};
+      result_shape = {n, c * block * block, h / block, w / block};
+    } else {
+      if (c % (block * block)) return fail("C of " + x_type.str() + " must be a multiple of " + std::to_string(block * block));
+      bool crd = stringAttr(node, "mode", "DCR") == "CRD";
+      split_shape = crd ? std::vector<int64_t>{n, c / (block * block), block, block, h, w}
+                        : std::vector<int64_t>{n, block, block, c / (block * block), h, w};
+      perm = crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2};
+      result_shape = {n, c / (block * block), h * block, w * block};
+    }
+    CLEAVE_ASSIGN_OR_RETURN(std::string split, apply(OpId::reshape, {x}, {{"shape", split_shape}}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string moved, apply(OpId::transpose, {split}, {{"perm", perm}}));
+    return finish(OpId::reshape, {moved}, {{"shape", result_shape}});
+  }
+  if (type == "Tile") {
+    CLEAVE_ASSIGN_OR_RETURN(auto repeats, constantInts(node, 1));
+    if (static_cast<int64_t>(repeats.size()) != rank) return fail("repeats must have one value per dim of " + x_type.str());
+    std::string result = x;
+    for (int64_t axis = 0; axis < rank; ++axis) {
+      if (repeats[axis] == 1) continue;
+      if (repeats[axis] == 0) {
+        CLEAVE_ASSIGN_OR_RETURN(result, apply(OpId::slice, {result}, {{"starts", std::vector<int64_t>{0}},
+                                                                       {"ends", std::vector<int64_t>{0}},
+                                                                       {"axes", std::vector<int64_t>{axis}}}));
+        continue;
+      }
+      if (repeats[axis] < 0) return fail("repeats must be non-negative");
+      CLEAVE_ASSIGN_OR_RETURN(result, apply(OpId::concat, std::vector<std::string>(repeats[axis], result), {{"axis", axis}}));
+    }
+    return finish(OpId::identity, {result});
+  }
+  if (type == "Pad") {
+    // Per axis: crop negative pads with a slice, then concat the padding on each side: a constant
+    // block, the edge row expanded, or the rows mirrored by a reversed slice.
+    std::string mode = stringAttr(node, "mode", "constant");
+    if (mode != "constant" && mode != "edge" && mode != "reflect") return fail("mode '" + mode + "' is not known");
+    CLEAVE_ASSIGN_OR_RETURN(auto pads, constantInts(node, 1));
+    if (static_cast<int64_t>(pads.size()) != 2 * rank) return fail("pads must have 2 values per dim of " + x_type.str());
+    double value = 0;
+    if (hasInput(node, 2)) {
+      CLEAVE_ASSIGN_OR_RETURN(value, constantScalar(node, 2));
+    }
+    Shape shape = x_type.shape;
+    std::string result = x;
+    auto sliceAxis = [&](const std::string& input, int64_t axis, int64_t start, int64_t end, int64_t stride) {
+      return apply(OpId::slice, {input}, {{"starts", std::vector<int64_t>{start}}, {"ends", std::vector<int64_t>{end}},
+                                          {"axes", std::vector<int64_t>{axis}}, {"steps", std::vector<int64_t>{stride}}});
+    };
+    for (int64_t axis = 0; axis < rank; ++axis) {
+      int64_t before = pads[axis], after = pads[axis + rank], dim = shape[axis];
+      if (before < 0 || after < 0) {
+        int64_t start = std::max<int64_t>(0, -before), end = dim - std::max<int64_t>(0, -after);
+        if (end < start) return fail("pads crop more than dim " + std::to_string(axis) + " of " + x_type.str() + " holds");
+        CLEAVE_ASSIGN_OR_RETURN(result, sliceAxis(result, axis, start, end, 1));
+        dim = shape[axis] = end - start;
+        before = std::max<int64_t>(before, 0);
+        after = std::max<int64_t>(after, 0);
+      }
+      if (before == 0 && after == 0) continue;
+      if (mode != "constant" && dim == 0) return fail("mode '" + mode + "' cannot pad an empty dim");
+      if (mode == "reflect" && (before >= dim || after >= dim))
+        return fail("reflect pads must be smaller than dim " + std::to_string(axis) + " (" + std::to_string(dim) + ")");
+      std::vector<std::string> parts;
+      for (int side = 0; side < 2; ++side) {
+        int64_t count = side == 0 ? before : after;
+        if (count == 0) continue;
+        Shape block_shape = shape;
+        block_shape[axis] = count;
+        std::string part;
+        if (mode == "constant") {
+          CLEAVE_ASSIGN_OR_RETURN(part, filled(value, dtype, block_shape));
+        } else if (mode == "edge") {
+          CLEAVE_ASSIGN_OR_RETURN(std::string edge, side == 0 ? sliceAxis(result, axis, 0, 1, 1)
+                                                                : sliceAxis(result, axis, dim - 1, dim, 1));
+          CLEAVE_ASSIGN_OR_RETURN(part, apply(OpId::expand, {edge}, {{"shape", block_shape}}));
+        } else {  // reflect: rows before..1 in front, rows dim-2..dim-1-after behind (reversed slices)
+          int64_t end = dim - 2 - count;
+          CLEAVE_ASSIGN_OR_RETURN(part, side == 0 ? sliceAxis(result, axis, count, 0, -1)
+                                                  : sliceAxis(result, axis, dim - 2, end < 0 ? -dim - 1 : end, -1));
+        }
+        parts.push_back(part);
+        if (side == 0) parts.push_back(result);
+      }
+      if (before == 0) parts.insert(parts.begin(), result);
+      CLEAVE_ASSIGN_OR_RETURN(result, apply(OpId::concat, parts, {{"axis", axis}}));
+      shape[axis] += before + after;
+    }
+    return finish(OpId::identity, {result});
+  }
+  if (type == "ConvTranspose") {
+    // The transpose of a convolution is its input gradient: conv2d_grad_input with x as dy and the
+    // output shape from ONNX's rule, padding resolved as for Conv (or from output_shape).
+    CLEAVE_ASSIGN_OR_RETURN(TensorType weight, typeOf(node, node.input(1)));
+    if (rank != 4 || weight.rank() != 4) return fail("only 2-D transposed convolutions are supported");
+    int64_t groups = intAttr(node, "group", 1);
+    auto pairAttr = [&](const char* name, int64_t fallback) {
+      return intsAttr(node, name).value_or(std::vector<int64_t>{fallback, fallback});
+    };
+    std::vector<int64_t> strides = pairAttr("strides", 1), dilations = pairAttr("dilations", 1);
+    std::vector<int64_t> output_padding = pairAttr("output_padding", 0);
+    std::vector<int64_t> pads = intsAttr(node, "pads").value_or(std::vector<int64_t>{0, 0, 0, 0});
+    auto output_shape = intsAttr(node, "output_shape");
+    std::string auto_pad = stringAttr(node, "auto_pad", "NOTSET");
+    if (strides.size() != 2 || dilations.size() != 2 || output_padding.size() != 2 || pads.size() != 4)
+      return fail("strides, dilations and output_padding need 2 values, pads 4");
+    std::vector<int64_t> out(2);
+    for (int i = 0; i < 2; ++i) {
+      int64_t in = x_type.shape[2 + i], extent = (weight.shape[2 + i] - 1) * dilations[i] + 1;
+      int64_t full = strides[i] * (in - 1) + output_padding[i] + extent;
+      bool resolve = output_shape || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+      if (resolve) {
+        int64_t target = output_shape ? (*output_shape)[output_shape->size() - 2 + i] : in * strides[i];
+        // A target beyond the full extent adds rows at the end that no window reaches (as output_padding).
+        int64_t total = std::max<int64_t>(full - target, 0);
+        bool upper = auto_pad == "SAME_UPPER";
+        pads[i] = upper ? total / 2 : total - total / 2;
+        pads[2 + i] = total - pads[i];
+        full = std::max(full, target);
+      } else if (auto_pad == "VALID") {
+        pads[i] = pads[2 + i] = 0;
+      }
+      out[i] = full - pads[i] - pads[2 + i];
+    }
+    AttrMap attrs{{"input_shape", std::vector<int64_t>{x_type.shape[0], weight.shape[1] * groups, out[0], out[1]}},
+                  {"strides", strides}, {"pads", pads}, {"dilations", dilations}, {"groups", groups}};
+    if (!hasInput(node, 2)) return finish(OpId::conv2d_grad_input, {x, node.input(1)}, attrs);
+    CLEAVE_ASSIGN_OR_RETURN(std::string convolved, apply(OpId::conv2d_grad_input, {x, node.input(1)}, attrs));
+    CLEAVE_ASSIGN_OR_RETURN(std::string bias, apply(OpId::unsqueeze, {node.input(2)}, {{"axes", std::vector<int64_t>{1, 2}}}));
+    return finish(OpId::add, {convolved, bias});
+  }
+  return fail("op type is not supported");
+}
+
 Status OnnxImporter::layerNormStatistics(const onnx::NodeProto& node, int64_t axis, double epsilon) {
   CLEAVE_ASSIGN_OR_RETURN(TensorType x_type, typeOf(node, node.input(0)));
   int64_t first = normalizeAxis(axis, x_type.rank());
@@ -441,29 +880,26 @@ Status OnnxImporter::layerNormStatistics(const onnx::NodeProto& node, int64_t ax
   std::vector<int64_t> axes;
   for (int64_t d = first; d < x_type.rank(); ++d) axes.push_back(d);
   AttrMap reduce{{"axes", axes}, {"keepdims", int64_t{1}}};
-  const std::string base = node.output(0);
-  // mean = reduce_mean(x); var = reduce_mean((x - mean)^2); inv_std = 1 / sqrt(var + epsilon).
-  CLEAVE_ASSIGN_OR_RETURN(ValueId x, valueOf(node, node.input(0)));
-  auto outputName = [&](int index, const std::string& fallback) {
-    return node.output_size() > index && !node.output(index).empty() ? node.output(index) : base + fallback;
+  // mean = reduce_mean(x); var = reduce_mean((x - mean)^2); inv_std = 1 / sqrt(var + epsilon). The
+  // steps are named <Y>/<step>; Mean and InvStdDev keep their ONNX names (or steps, when unused).
+  const std::string& x = node.input(0);
+  const std::string step = node.output(0) + "/";
+  auto output = [&](int index, const std::string& fallback) {
+    return node.output_size() > index && !node.output(index).empty() ? node.output(index) : step + fallback;
   };
-  CLEAVE_ASSIGN_OR_RETURN(auto mean, emitValues(node, OpId::reduce_mean, {x}, reduce, outputName(1, ".mean")));
-  CLEAVE_ASSIGN_OR_RETURN(auto centered, emitValues(node, OpId::sub, {x, mean[0]}, {}, base + ".centered"));
-  CLEAVE_ASSIGN_OR_RETURN(auto squared, emitValues(node, OpId::mul, {centered[0], centered[0]}, {}, base + ".squared"));
-  CLEAVE_ASSIGN_OR_RETURN(auto variance, emitValues(node, OpId::reduce_mean, squared, reduce, base + ".variance"));
+  const std::string mean = output(1, "mean"), inv_std = output(2, "inv_std");
   auto epsilon_data = numbersTensor({epsilon}, x_type.dtype, {});
   auto one_data = numbersTensor({1.0}, x_type.dtype, {});
   if (!epsilon_data || !one_data) return nodeError(node, "no scalar constants of " + x_type.str());
-  bindConstant(base + "/epsilon", *epsilon_data);
-  bindConstant(base + "/one", *one_data);
-  CLEAVE_ASSIGN_OR_RETURN(ValueId eps, valueOf(node, base + "/epsilon"));
-  CLEAVE_ASSIGN_OR_RETURN(ValueId one, valueOf(node, base + "/one"));
-  CLEAVE_ASSIGN_OR_RETURN(auto shifted, emitValues(node, OpId::add, {variance[0], eps}, {}, base + ".shifted"));
-  CLEAVE_ASSIGN_OR_RETURN(auto std_dev, emitValues(node, OpId::sqrt, shifted, {}, base + ".std"));
-  CLEAVE_ASSIGN_OR_RETURN(auto inv_std, emitValues(node, OpId::div, {one, std_dev[0]}, {}, outputName(2, ".inv_std")));
-  if (node.output_size() > 1 && !node.output(1).empty()) values_[node.output(1)] = mean[0];
-  if (node.output_size() > 2 && !node.output(2).empty()) values_[node.output(2)] = inv_std[0];
-  return Status::ok();
+  bindConstant(step + "epsilon", *epsilon_data);
+  bindConstant(step + "one", *one_data);
+  CLEAVE_TRY(emitTo(node, OpId::reduce_mean, {x}, reduce, {mean}));
+  CLEAVE_TRY(emitTo(node, OpId::sub, {x, mean}, {}, {step + "centered"}));
+  CLEAVE_TRY(emitTo(node, OpId::mul, {step + "centered", step + "centered"}, {}, {step + "squared"}));
+  CLEAVE_TRY(emitTo(node, OpId::reduce_mean, {step + "squared"}, reduce, {step + "variance"}));
+  CLEAVE_TRY(emitTo(node, OpId::add, {step + "variance", step + "epsilon"}, {}, {step + "shifted"}));
+  CLEAVE_TRY(emitTo(node, OpId::sqrt, {step + "shifted"}, {}, {step + "std"}));
+  return emitTo(node, OpId::div, {step + "one", step + "std"}, {}, {inv_std});
 }
 
 // Attributes shared by Conv, MaxPool and AveragePool over a 2-D window `kernel` (dilated by
@@ -505,6 +941,7 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
       {"Where", OpId::where}, {"Equal", OpId::equal}, {"Less", OpId::less}, {"LessOrEqual", OpId::less_equal},
       {"Greater", OpId::greater}, {"GreaterOrEqual", OpId::greater_equal}, {"Identity", OpId::identity},
       {"GlobalAveragePool", OpId::global_avg_pool}};
+  if (compositeOpTypes().count(type)) return importComposite(node);
   if (type == "Identity" && parameters_.count(node.input(0))) {
     // PyTorch's exporter merges initializers of equal value (LayerNorm's ones in every layer) into
     // one and gives each other name an Identity of it: each such name is a parameter of its own,
@@ -520,10 +957,7 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
       CLEAVE_ASSIGN_OR_RETURN(TensorType exponent, typeOf(node, inputs[1]));
       if (exponent.dtype != base.dtype) {
         std::string converted = node.output(0) + "/exponent";
-        onnx::NodeProto cast_node = node;
-        cast_node.clear_output();
-        cast_node.add_output(converted);
-        CLEAVE_TRY(emit(cast_node, OpId::cast, {inputs[1]}, {{"to", std::string(dtypeName(base.dtype))}}));
+        CLEAVE_TRY(emitTo(node, OpId::cast, {inputs[1]}, {{"to", std::string(dtypeName(base.dtype))}}, {converted}));
         inputs[1] = converted;
       }
     }
@@ -816,7 +1250,8 @@ Expected<Graph> OnnxImporter::run(const onnx::GraphProto& onnx_graph) {
 // The op type of `node` when the importer does not map it (domain-qualified outside ai.onnx), else nullopt.
 std::optional<std::string> unsupportedOpType(const onnx::NodeProto& node) {
   bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-  if (default_domain && supportedOpTypes().count(node.op_type())) return std::nullopt;
+  if (default_domain && (supportedOpTypes().count(node.op_type()) || compositeOpTypes().count(node.op_type())))
+    return std::nullopt;
   return default_domain ? node.op_type() : node.domain() + "::" + node.op_type();
 }
 
@@ -897,21 +1332,30 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
   // 1. Parse the ModelProto.
   CLEAVE_ASSIGN_OR_RETURN(onnx::ModelProto model, parseModel(path));
 
-  // 2. The default-domain opset must be one cleave maps.
+  // 2. The default-domain opset must be one cleave maps, or an older one to upgrade.
   int64_t opset = defaultOpset(model);
   if (opset < 0) return Status::badInput(path + ": the model imports no default-domain (ai.onnx) opset");
-  if (opset < kMinOnnxOpset || opset > kMaxOnnxOpset)
+  if (opset > kMaxOnnxOpset)
     return Status::badInput(path + ": ONNX opset " + std::to_string(opset) + " is not supported (cleave imports opsets " +
-                            std::to_string(kMinOnnxOpset) + " to " + std::to_string(kMaxOnnxOpset) + ")");
+                            std::to_string(kMinOnnxOpset) + " to " + std::to_string(kMaxOnnxOpset) +
+                            ", and older ones through libonnx's version converter)");
 
-  // 3. libonnx's checker and shape inference; they report errors by throwing.
+  // 3. libonnx's checker, its version converter for opsets below kMinOnnxOpset, and its shape
+  //    inference; they report errors by throwing.
+  const char* stage = "invalid ONNX model";
   try {
     onnx::checker::check_model(path);  // the path form also checks external-data files
+    if (opset < kMinOnnxOpset) {
+      stage = "libonnx's version converter cannot upgrade it from its opset";
+      model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOnnxOpset));
+      opset = kMinOnnxOpset;
+    }
+    stage = "invalid ONNX model";
     onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {
     std::string reason = e.what();
     std::replace(reason.begin(), reason.end(), '\n', ' ');  // diagnostics are one line
-    return Status::badInput(path + ": invalid ONNX model: " + reason);
+    return Status::badInput(path + ": " + stage + ": " + reason);
   }
 
   // 4. One error for every unsupported op, before any conversion.

@@ -21,18 +21,19 @@ struct OnnxImportOptions {
   std::map<std::string, TensorData> input_values;
 };
 
-// Imports the ONNX model at `path` (opsets 11 to 17): runs libonnx's checker and shape inference,
-// turns float initializers into trainable parameters with their data (external data included; an
-// Identity of one, which is how PyTorch's exporter writes initializers it merged for having equal
-// values, becomes a parameter of its own),
-// other initializers and Constant nodes into constants, graph inputs into inputs, nodes into cleave
-// ops, and folds every node whose operands are all constants (so Shape -> Gather -> Concat ->
-// Reshape subgraphs become static shapes). Symbolic dim 0 of an input becomes options.batch (or 1);
-// other symbolic dims are an error. An unsupported model gets one kBadInput error listing every
-// unsupported op type with its node names and the opset.
+// Imports the ONNX model at `path` (opsets 11 to 17; older ones are upgraded to 11 by libonnx's
+// version converter): runs libonnx's checker and shape inference, turns float initializers into
+// trainable parameters with their data (external data included; an Identity of one, which is how
+// PyTorch's exporter writes initializers it merged for having equal values, becomes a parameter of
+// its own), other initializers and Constant nodes into constants, graph inputs into inputs, nodes
+// into cleave ops, and folds every node whose operands are all constants (so Shape -> Gather ->
+// Concat -> Reshape subgraphs become static shapes). Symbolic dim 0 of an input becomes
+// options.batch (or 1); other symbolic dims are an error. An unsupported model gets one kBadInput
+// error listing every unsupported op type with its node names and the opset.
 Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions& options);
 
-// The default-domain opsets the importer reads.
+// The default-domain opsets the importer maps; a model at an older opset is first upgraded to
+// kMinOnnxOpset by libonnx's version converter.
 inline constexpr int64_t kMinOnnxOpset = 11;
 inline constexpr int64_t kMaxOnnxOpset = 17;
 
@@ -42,9 +43,10 @@ struct OnnxModelSupport {
   std::vector<std::string> unsupported_ops;   // op types (domain-qualified outside ai.onnx), sorted, once each
   // Graph inputs and outputs that are not tensors of a cleave dtype, e.g. "input 'x' (sequence)".
   std::vector<std::string> unsupported_values;
-  // True when the opset is in [kMinOnnxOpset, kMaxOnnxOpset] and every op type and value type is mapped.
+  // True when the opset is at most kMaxOnnxOpset (older ones are upgraded) and every op type and
+  // value type is mapped.
   bool supported() const {
-    return opset >= kMinOnnxOpset && opset <= kMaxOnnxOpset && unsupported_ops.empty() && unsupported_values.empty();
+    return opset >= 1 && opset <= kMaxOnnxOpset && unsupported_ops.empty() && unsupported_values.empty();
   }
 };
 

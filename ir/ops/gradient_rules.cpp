@@ -376,6 +376,19 @@ Status conv2dGradient(GradientContext& g) {
   return g.status;
 }
 
+// conv2d_grad_input is also the transposed convolution (the ONNX importer's ConvTranspose): for
+// y = Cᵀ(w)·u, du is the convolution of dy by w, and dw the weight gradient of that convolution
+// with u in the role of its output gradient.
+Status conv2dGradInputGradient(GradientContext& g) {
+  ValueId u = g.operand(0), w = g.operand(1);
+  AttrMap conv_attrs = copyAttrs(g, {"strides", "pads", "dilations", "groups"});
+  AttrMap weight_attrs = conv_attrs;
+  weight_attrs.emplace("weight_shape", shapeOf(g, w));
+  g.operand_grads[0] = g.emit(OpId::conv2d, {dy(g), w}, std::move(conv_attrs));
+  g.operand_grads[1] = g.emit(OpId::conv2d_grad_weight, {u, dy(g)}, std::move(weight_attrs));
+  return g.status;
+}
+
 Status maxPool2dGradient(GradientContext& g) {
   g.operand_grads[0] =
       g.emit(OpId::max_pool2d_grad, {dy(g), g.operand(0)}, copyAttrs(g, {"kernel", "strides", "pads", "ceil_mode"}));
@@ -574,6 +587,7 @@ void addGradientRules(std::vector<OpDef>& defs_by_id) {
   set(OpId::layer_norm, layerNormGradient);
   set(OpId::batch_norm, batchNormGradient);
   set(OpId::conv2d, conv2dGradient);
+  set(OpId::conv2d_grad_input, conv2dGradInputGradient);
   set(OpId::max_pool2d, maxPool2dGradient);
   set(OpId::avg_pool2d, avgPool2dGradient);
   set(OpId::global_avg_pool, globalAvgPoolGradient);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end training of imported ONNX models: an MLP and a CNN on fixed Fashion-MNIST batches, and a
+# End-to-end training of imported ONNX models: an MLP, a CNN and a CNN of composed ops (ConvTranspose,
+# reflection Pad, InstanceNormalization, HardSwish) on fixed Fashion-MNIST batches, and a
 # GPT-style decoder (whose layer norms PyTorch's exporter merged into one initializer) on token
 # batches, each 10 SGD steps, match PyTorch's losses (tests/fixtures/*/train/losses.json) within 2e-3
 # relative.
@@ -41,6 +42,7 @@ PY
 
 train mlp "$fixtures/fashion_batches"
 train train_cnn "$fixtures/fashion_batches"
+train train_composites "$fixtures/fashion_batches"
 train gpt17 "$fixtures/gpt17/train"
 
 echo "onnx_train.sh: all checks passed"

@@ -270,6 +270,11 @@ std::vector<GradientCase> gradientCases() {
          return c.node(OpId::conv2d, {c.param("x", {1, 4, 6, 6}), c.param("w", {4, 2, 2, 2})},
                        {{"groups", int64_t{2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{0, 1, 1, 0}}});
        }},
+      {"conv2d_grad_input_as_transposed_conv", OpId::conv2d_grad_input,
+       [](C& c) {
+         return c.node(OpId::conv2d_grad_input, {c.param("u", {1, 3, 3, 3}), c.param("w", {3, 2, 3, 3})},
+                       {{"input_shape", Ints{1, 2, 6, 6}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
+       }},
       {"max_pool2d", OpId::max_pool2d,
        [](C& c) {
          return c.node(OpId::max_pool2d, {c.param("x", {1, 2, 5, 5})},
