@@ -22,25 +22,15 @@
 #include "runtime/inference.h"
 #include "runtime/npy.h"
 #include "runtime/trainer.h"
+#include "tests/unit/temp_dir.h"
 
 namespace cleave::runtime {
 namespace {
 
-class TempDir {
+// Temporary directories named after this test file.
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "cleave-executor-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : test::TempDir("cleave-executor") {}
 };
 
 // Builds a one-rank plan: buffers get their own 64-byte aligned bytes (aliases share their root's).

@@ -18,26 +18,16 @@
 #include "runtime/npy.h"
 #include "runtime/random.h"
 #include "runtime/safetensors.h"
+#include "tests/unit/temp_dir.h"
 
 namespace cleave::runtime {
 namespace {
 
 // A fresh folder under the system's temporary folder, removed when the test ends.
-class TempDir {
+// Temporary directories named after this test file.
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "cleave-runtime-io-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : test::TempDir("cleave-runtime-io") {}
 };
 
 void writeBytes(const std::string& path, const std::string& bytes) {
