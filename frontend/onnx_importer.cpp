@@ -1,12 +1,10 @@
 // ONNX import: reads an .onnx model through libonnx and builds the equivalent cleave Graph.
 #include "frontend/onnx_importer.h"
 
-#include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
-#include <onnx/shape_inference/implementation.h>
-#include <onnx/version_converter/convert.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <cerrno>
@@ -21,6 +19,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "frontend/onnx_library_checks.h"
 #include "ir/constant_eval.h"
 
 namespace cleave {
@@ -72,24 +71,30 @@ Status readExternalData(const onnx::TensorProto& tensor, const std::string& mode
   int64_t offset = 0, length = -1;
   for (const auto& entry : tensor.external_data()) {
     if (entry.key() == "location") location = entry.value();
-    if (entry.key() == "offset") offset = std::stoll(entry.value());
-    if (entry.key() == "length") length = std::stoll(entry.value());
+    if (entry.key() != "offset" && entry.key() != "length") continue;
+    int64_t& number = entry.key() == "offset" ? offset : length;
+    const std::string& text = entry.value();
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+    if (error != std::errc() || end != text.data() + text.size() || number < 0)
+      return Status::badInput(model_path + ": initializer '" + tensor.name() + "': external data " + entry.key() +
+                              " '" + text + "' is not a byte count");
   }
   auto file = std::filesystem::path(model_path).parent_path() / location;
-  std::ifstream in(file, std::ios::binary);
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
   if (location.empty() || !in)
     return Status::badInput(model_path + ": initializer '" + tensor.name() + "': cannot open external data '" +
                             file.string() + "'");
-  if (length < 0) {
-    in.seekg(0, std::ios::end);
-    length = static_cast<int64_t>(in.tellg()) - offset;
-  }
-  out.resize(static_cast<size_t>(std::max<int64_t>(length, 0)));
+  const int64_t file_bytes = static_cast<int64_t>(in.tellg());
+  if (length < 0) length = std::max<int64_t>(file_bytes - offset, 0);
+  if (offset > file_bytes || length > file_bytes - offset)
+    return Status::badInput(model_path + ": initializer '" + tensor.name() + "': external data '" + file.string() +
+                            "' is shorter than offset " + std::to_string(offset) + " + length " + std::to_string(length));
+  out.resize(static_cast<size_t>(length));
   in.seekg(offset);
   in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
   if (!in)
-    return Status::badInput(model_path + ": initializer '" + tensor.name() + "': external data '" + file.string() +
-                            "' is shorter than offset " + std::to_string(offset) + " + length " + std::to_string(length));
+    return Status::badInput(model_path + ": initializer '" + tensor.name() + "': cannot read external data '" +
+                            file.string() + "'");
   return Status::ok();
 }
 
@@ -159,6 +164,24 @@ Expected<TensorPtr> numbersTensor(const std::vector<double>& values, DType dtype
   data->bytes.resize(values.size() * sizeof(double));
   std::memcpy(data->bytes.data(), values.data(), data->bytes.size());
   return castConstant(std::move(data), dtype);
+}
+
+// The most elements a constant the importer computes (folds or fills) may have: a corrupt model
+// must not make it allocate without bound. Real models fold shapes and masks, far below this.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 26;
+
+// Checks that a constant of `shape` may be computed: no negative dim, at most kMaxFoldedElements.
+Status checkFoldedShape(const Shape& shape) {
+  int64_t elements = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0) return Status::badInput("a constant of shape " + shapeStr(shape) + " has a negative dim");
+    if (__builtin_mul_overflow(elements, dim, &elements) || elements > kMaxFoldedElements)
+      elements = kMaxFoldedElements + 1;
+  }
+  if (elements > kMaxFoldedElements)
+    return Status::badInput("a constant of shape " + shapeStr(shape) + " is too large to compute (over " +
+                            std::to_string(kMaxFoldedElements) + " elements)");
+  return Status::ok();
 }
 
 // The ONNX op types this importer maps, for the up-front unsupported-op check.
@@ -358,7 +381,9 @@ Status OnnxImporter::emitTo(const onnx::NodeProto& node, OpId op, const std::vec
   if (all_constant) {
     auto types = inferResultTypes(opDef(op), operand_types, attrs);
     if (!types) return types.status().withContext(where(node) + ": ");
-    if (isConstantEvaluable(op, operand_types, *types)) {
+    bool small = std::all_of(types->begin(), types->end(),
+                             [](const TensorType& type) { return checkFoldedShape(type.shape).isOk(); });
+    if (small && isConstantEvaluable(op, operand_types, *types)) {
       auto results = evaluateConstantNode(op, attrs, constant_operands, *types);
       if (!results) return results.status().withContext(where(node) + ": ");
       for (int i = 0; i < result_count; ++i)
@@ -400,7 +425,8 @@ Status OnnxImporter::importInitializers(const onnx::GraphProto& onnx_graph) {
 }
 
 Status OnnxImporter::importInputs(const onnx::GraphProto& onnx_graph) {
-  for (const auto& [name, value] : options_.input_values) {
+  for (const auto& entry : options_.input_values) {
+    const std::string& name = entry.first;  // clang 14 cannot capture a structured binding
     bool found = std::any_of(onnx_graph.input().begin(), onnx_graph.input().end(),
                              [&](const onnx::ValueInfoProto& input) { return input.name() == name; });
     if (!found) return Status::badInput(path_ + ": a value is given for input '" + name + "', which the model lacks");
@@ -474,6 +500,7 @@ Status OnnxImporter::importComposite(const onnx::NodeProto& node) {
   };
   // A constant of `dtype` and `shape` filled with `value`.
   auto filled = [&](double value, DType dtype, const Shape& shape = {}) -> Expected<std::string> {
+    CLEAVE_TRY(checkFoldedShape(shape).withContext(where(node) + ": "));
     int64_t count = 1;
     for (int64_t d : shape) count *= d;
     auto data = numbersTensor(std::vector<double>(static_cast<size_t>(count), value), dtype, shape);
@@ -653,6 +680,7 @@ Status OnnxImporter::importComposite(const onnx::NodeProto& node) {
       eye_dtype = *converted;
     }
     int64_t k = intAttr(node, "k", 0);
+    CLEAVE_TRY(checkFoldedShape(x_type.shape).withContext(where(node) + ": "));
     std::vector<double> values(static_cast<size_t>(x_type.numel()), 0.0);
     for (int64_t i = 0; i < x_type.shape[0]; ++i)
       if (i + k >= 0 && i + k < x_type.shape[1]) values[static_cast<size_t>(i * x_type.shape[1] + i + k)] = 1;
@@ -778,6 +806,9 @@ Status OnnxImporter::importComposite(const onnx::NodeProto& node) {
     if (mode != "constant" && mode != "edge" && mode != "reflect") return fail("mode '" + mode + "' is not known");
     CLEAVE_ASSIGN_OR_RETURN(auto pads, constantInts(node, 1));
     if (static_cast<int64_t>(pads.size()) != 2 * rank) return fail("pads must have 2 values per dim of " + x_type.str());
+    constexpr int64_t kPadLimit = int64_t{1} << 62;  // keeps the sums below from overflowing
+    for (int64_t pad : pads)
+      if (pad < -kPadLimit || pad > kPadLimit) return fail("pad " + std::to_string(pad) + " is out of range");
     double value = 0;
     if (hasInput(node, 2)) {
       CLEAVE_ASSIGN_OR_RETURN(value, constantScalar(node, 2));
@@ -1203,6 +1234,7 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
       fill = zero;
     }
     if (fill->type.numel() != 1) return fail("value must hold one element");
+    CLEAVE_TRY(checkFoldedShape(shape).withContext(where(node) + ": "));
     auto data = std::make_shared<TensorData>();
     data->type = {fill->type.dtype, shape};
     for (int64_t i = 0; i < data->type.numel(); ++i) data->bytes.insert(data->bytes.end(), fill->bytes.begin(), fill->bytes.end());
@@ -1216,7 +1248,11 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
     CLEAVE_ASSIGN_OR_RETURN(double limit, constantScalar(node, 1));
     CLEAVE_ASSIGN_OR_RETURN(double delta, constantScalar(node, 2));
     if (delta == 0) return fail("delta must be non-zero");
-    auto count = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0));
+    double elements = std::max(std::ceil((limit - start) / delta), 0.0);
+    if (!(elements <= static_cast<double>(kMaxFoldedElements)))  // also NaN
+      return fail("start, limit and delta give " + std::to_string(elements) + " elements, over " +
+                  std::to_string(kMaxFoldedElements));
+    auto count = static_cast<int64_t>(elements);
     std::vector<double> values(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = start + static_cast<double>(i) * delta;
     auto range = numbersTensor(values, start_data->type.dtype, {count});
@@ -1287,6 +1323,20 @@ Expected<onnx::ModelProto> parseModel(const std::string& path) {
   return model;
 }
 
+// Every graph output must be computed by a node or be an input or initializer. libonnx's checker
+// lets an undefined output through, and its version converter then crashes on it.
+Status checkOutputsDefined(const onnx::GraphProto& graph, const std::string& path) {
+  std::set<std::string> defined;
+  for (const auto& input : graph.input()) defined.insert(input.name());
+  for (const auto& initializer : graph.initializer()) defined.insert(initializer.name());
+  for (const auto& node : graph.node()) defined.insert(node.output().begin(), node.output().end());
+  for (const auto& output : graph.output())
+    if (!defined.count(output.name()))
+      return Status::badInput(path + ": graph output '" + output.name() +
+                              "' is not computed by any node, nor an input or initializer");
+  return Status::ok();
+}
+
 // The default-domain opset `model` imports; -1 when it imports none.
 int64_t defaultOpset(const onnx::ModelProto& model) {
   int64_t opset = -1;
@@ -1340,23 +1390,12 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
                             std::to_string(kMinOnnxOpset) + " to " + std::to_string(kMaxOnnxOpset) +
                             ", and older ones through libonnx's version converter)");
 
+  CLEAVE_TRY(checkOutputsDefined(model.graph(), path));
+
   // 3. libonnx's checker, its version converter for opsets below kMinOnnxOpset, and its shape
-  //    inference; they report errors by throwing.
-  const char* stage = "invalid ONNX model";
-  try {
-    onnx::checker::check_model(path);  // the path form also checks external-data files
-    if (opset < kMinOnnxOpset) {
-      stage = "libonnx's version converter cannot upgrade it from its opset";
-      model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOnnxOpset));
-      opset = kMinOnnxOpset;
-    }
-    stage = "invalid ONNX model";
-    onnx::shape_inference::InferShapes(model);
-  } catch (const std::exception& e) {
-    std::string reason = e.what();
-    std::replace(reason.begin(), reason.end(), '\n', ' ');  // diagnostics are one line
-    return Status::badInput(path + ": " + stage + ": " + reason);
-  }
+  //    inference (in a child process: libonnx crashes on some malformed models).
+  CLEAVE_ASSIGN_OR_RETURN(model, checkConvertAndInferShapes(model, path, opset, kMinOnnxOpset));
+  opset = std::max(opset, kMinOnnxOpset);
 
   // 4. One error for every unsupported op, before any conversion.
   std::string unsupported = unsupportedOpsReport(model.graph());

@@ -1,12 +1,14 @@
 // The compile pipeline `cleave compile` runs: model graph -> shapes fixed -> (training) -> plan.
 #include "passes/compile_pipeline.h"
 
+#include <cstdio>
 #include <memory>
 
 #include "ir/plan.pb.h"
 #include "passes/cost_model.h"
 #include "passes/gradient_buckets.h"
 #include "passes/lower_to_plan.h"
+#include "passes/memory_planner.h"
 #include "passes/optimizer.h"
 #include "passes/microbatching.h"
 #include "passes/pass_manager.h"
@@ -90,6 +92,7 @@ Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptio
   model.param_memory_factor = !options.train ? 1 : opt.kind == OptimizerKind::kAdamW ? 4 : opt.momentum != 0 ? 3 : 2;
   model.schedule = schedule;
   model.num_microbatches = options.microbatches;
+  model.memory_limit_bytes = options.memory_limit_bytes;
   return assignStages(forward, options.pp, model);
 }
 
@@ -132,7 +135,9 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage));
     if (boundary) *boundary = stage.boundary;
     CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord));
-    if (options.microbatches == 1) return partitioned;
+    // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
+    // pass reads: it runs for every pipeline, even with one microbatch.
+    if (options.microbatches == 1 && mesh.pp == 1) return partitioned;
     return unrollMicrobatches(partitioned, options.microbatches);
   };
 
@@ -148,6 +153,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       TrainingStepHooks hooks;
       hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
       hooks.after_backward = [&](Graph& g) { return bucketGradientAllReduces(g, options.bucket_bytes); };
+      hooks.parameters_optional = mesh.pp > 1;  // a stage may hold no parameters (a loss, a relu)
       CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
       CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,
                               orderNodesBySchedule(*train, coord.stage, options.microbatches, steps));
@@ -174,6 +180,35 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     result.ranks.push_back(std::move(rank));
   }
   return result;
+}
+
+std::string mebibytes(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+// Every rank's planned arena must fit the device memory limit; the error names the fullest rank,
+// what its arena holds, and the limit.
+Status checkMemoryLimit(const planpb::Plan& plan, int64_t limit_bytes) {
+  if (limit_bytes <= 0) return Status::ok();
+  const planpb::RankPlan* fullest = nullptr;
+  int over = 0;
+  for (const auto& rank : plan.ranks()) {
+    if (rank.arena_bytes() <= limit_bytes) continue;
+    ++over;
+    if (!fullest || rank.arena_bytes() > fullest->arena_bytes()) fullest = &rank;
+  }
+  if (!fullest) return Status::ok();
+  MemoryReport memory = memoryReport(*fullest);
+  std::string ranks = plan.ranks_size() == 1 ? "the plan" : "rank " + std::to_string(fullest->rank());
+  if (over > 1) ranks += " (the fullest of " + std::to_string(over) + " ranks over the limit)";
+  return Status::badInput(
+      ranks + " needs " + std::to_string(memory.arena_bytes) + " bytes (" + mebibytes(memory.arena_bytes) +
+      ": parameters " + mebibytes(memory.param_bytes) + ", optimizer state " + mebibytes(memory.optimizer_state_bytes) +
+      ", gradients and activations " + mebibytes(memory.activation_region_bytes) + "), over the memory limit of " +
+      std::to_string(limit_bytes) + " bytes (" + mebibytes(limit_bytes) +
+      ") per device; split it over more devices (--tp, --pp) or use a smaller --batch");
 }
 
 }  // namespace
@@ -235,6 +270,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
         if (entry.name == program.name()) setValueLimits(*entry.graph, program);
   }
   if (options.train) describeTraining(options, logits_name, plan);
+  CLEAVE_TRY(checkMemoryLimit(plan, options.memory_limit_bytes).withContext(options.model_file + ": "));
   return plan;
 }
 

@@ -24,10 +24,13 @@ struct CompileOptions {
   std::string schedule = "1f1b";
   bool train = false;
   TrainingOptions training;     // used when `train`
+  int64_t memory_limit_bytes = 0;  // per device: pipeline stages are balanced under it and every
+                                   // rank's planned arena must fit in it; 0: no limit
 };
 
 // Compiles `model` into a memory-planned, validated plan: programs "train" and "eval" for a
-// training plan, "infer" otherwise. Integer inputs get their value range (labels: the class count;
+// training plan, "infer" otherwise. A rank whose arena exceeds options.memory_limit_bytes is a
+// kBadInput error giving both sizes. Integer inputs get their value range (labels: the class count;
 // indices feeding gather: the gathered dim) so synthetic data can be made for them.
 Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& options);
 

@@ -14,7 +14,7 @@ namespace {
 // Figures: OpenBLAS reaches 130-145 GFLOP/s fp32 on two cores (DESIGN.md), so about 65 per core;
 // about 10 GB/s of memory bandwidth; half of the 24 GiB of memory per core; ranks exchange data
 // through shared memory ("loopback"), about 5 GB/s with about 5 us per message. The kernel
-// overhead is the executor's dispatch of one instruction. `cleave calibrate` (issue 8) measures them.
+// overhead is the executor's dispatch of one instruction. `cleave calibrate` measures them.
 ClusterSpec cpuLocal() {
   ClusterSpec cluster;
   cluster.name = "cpu-local";
@@ -30,12 +30,60 @@ ClusterSpec cpuLocal() {
   return cluster;
 }
 
+// One host of 8 GPUs joined by NVLink (each link figure: bytes/s in each direction, half the
+// datasheets' bidirectional total), one InfiniBand adapter per GPU to other hosts.
+// Peaks are dense (no sparsity); f64 is the tensor-core figure. Latencies and the kernel launch
+// overhead are estimates, not datasheet figures. Sources: docs/cost-model.md.
+ClusterSpec gpuHost(std::string name, std::string device_name, double bf16_flops, double f32_flops,
+                    double f64_flops, double memory_bandwidth, int64_t memory_bytes, LinkSpec nvlink,
+                    LinkSpec infiniband) {
+  ClusterSpec cluster;
+  cluster.name = std::move(name);
+  cluster.device.name = std::move(device_name);
+  cluster.device.peak_flops = {
+      {DType::kBF16, bf16_flops}, {DType::kF16, bf16_flops}, {DType::kF32, f32_flops}, {DType::kF64, f64_flops}};
+  cluster.device.memory_bandwidth = memory_bandwidth;
+  cluster.device.memory_bytes = memory_bytes;
+  cluster.device.kernel_overhead_s = 5e-6;
+  cluster.hosts = 1;
+  cluster.devices_per_host = 8;
+  cluster.intra_host = std::move(nvlink);
+  cluster.inter_host = std::move(infiniband);
+  return cluster;
+}
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// DGX A100: A100 SXM4 80GB (312 TFLOP/s bf16, 19.5 fp32 and fp64 tensor core, 2,039 GB/s),
+// NVLink 3 (600 GB/s), 200 Gb/s HDR InfiniBand per GPU.
+ClusterSpec a100x8() {
+  return gpuHost("a100x8", "NVIDIA A100 SXM4 80GB", 312e12, 19.5e12, 19.5e12, 2.039e12, 80 * kGiB,
+                 LinkSpec{"NVLink 3", 300e9, 2e-6}, LinkSpec{"InfiniBand HDR 200 Gb/s", 25e9, 5e-6});
+}
+
+// DGX H100: H100 SXM5 80GB (989 TFLOP/s bf16 dense, 67 fp32 and fp64 tensor core, 3.35 TB/s),
+// NVLink 4 (900 GB/s), 400 Gb/s NDR InfiniBand per GPU.
+ClusterSpec h100x8() {
+  return gpuHost("h100x8", "NVIDIA H100 SXM5 80GB", 989e12, 67e12, 67e12, 3.35e12, 80 * kGiB,
+                 LinkSpec{"NVLink 4", 450e9, 2e-6}, LinkSpec{"InfiniBand NDR 400 Gb/s", 50e9, 5e-6});
+}
+
+// DGX H200: H200 SXM 141GB (the H100's compute, 4.8 TB/s), NVLink 4, 400 Gb/s NDR InfiniBand per GPU.
+ClusterSpec h200x8() {
+  return gpuHost("h200x8", "NVIDIA H200 SXM 141GB", 989e12, 67e12, 67e12, 4.8e12, int64_t{141'000'000'000},
+                 LinkSpec{"NVLink 4", 450e9, 2e-6}, LinkSpec{"InfiniBand NDR 400 Gb/s", 50e9, 5e-6});
+}
+
 struct BuiltinCluster {
   std::string_view name;
   ClusterSpec (*make)();
 };
 
-constexpr BuiltinCluster kBuiltinClusters[] = {{"cpu-local", cpuLocal}};
+constexpr BuiltinCluster kBuiltinClusters[] = {
+    {"cpu-local", cpuLocal}, {"a100x8", a100x8}, {"h100x8", h100x8}, {"h200x8", h200x8}};
+
+// The largest host count a multi-host name may ask for.
+constexpr int64_t kMaxHosts = 1 << 20;
 
 double totalBytes(std::span<const TensorType> types) {
   double bytes = 0;
@@ -86,6 +134,11 @@ double DeviceSpec::peakFlops(DType dtype) const {
   return found != peak_flops.end() ? found->second : 0.0;
 }
 
+double DeviceSpec::efficiency(OpId op) const {
+  auto found = kernel_efficiency.find(op);
+  return found != kernel_efficiency.end() ? found->second : 1.0;
+}
+
 const LinkSpec& ClusterSpec::linkFor(std::span<const int32_t> ranks) const {
   for (int32_t rank : ranks)
     if (hostOf(rank) != hostOf(ranks.front())) return inter_host;
@@ -101,9 +154,29 @@ std::vector<std::string> builtinClusterNames() {
 Expected<ClusterSpec> builtinCluster(std::string_view name) {
   for (const auto& builtin : kBuiltinClusters)
     if (builtin.name == name) return builtin.make();
+  // NAMExH: H hosts of the one-host built-in NAME ("h100x8x128": 128 hosts of 8 H100s).
+  size_t cut = name.rfind('x');
+  if (cut != std::string_view::npos && cut + 1 < name.size()) {
+    std::string_view base = name.substr(0, cut), count = name.substr(cut + 1);
+    bool digits = count.size() <= 7 && count.find_first_not_of("0123456789") == std::string_view::npos;
+    if (digits) {
+      for (const auto& builtin : kBuiltinClusters) {
+        if (builtin.name != base) continue;
+        int64_t hosts = std::stoll(std::string(count));
+        if (hosts < 1 || hosts > kMaxHosts)
+          return Status::badInput("cluster '" + std::string(name) + "': the host count must be in [1, " +
+                                  std::to_string(kMaxHosts) + "]");
+        ClusterSpec cluster = builtin.make();
+        cluster.name = std::string(name);
+        cluster.hosts = static_cast<int>(hosts);
+        return cluster;
+      }
+    }
+  }
   std::string known;
   for (const auto& builtin : kBuiltinClusters) known += (known.empty() ? "" : ", ") + std::string(builtin.name);
-  return Status::badInput("unknown cluster '" + std::string(name) + "' (built in: " + known + ")");
+  return Status::badInput("unknown cluster '" + std::string(name) + "' (built in: " + known +
+                          "; NAMExH for H hosts, e.g. h100x8x128; or a FILE.json)");
 }
 
 std::string_view commKindName(CommKind kind) {
@@ -162,11 +235,11 @@ int64_t commFullBytes(const planpb::RankPlan& rank, const planpb::Instruction& i
   return std::max(sum(instruction.operands()), sum(instruction.results()));
 }
 
-double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device) {
+double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device, double efficiency) {
   double peak = device.peakFlops(dtype);
   double compute = peak > 0 ? cost.flops / peak : 0.0;
   double memory = device.memory_bandwidth > 0 ? cost.bytes / device.memory_bandwidth : 0.0;
-  return std::max(compute, memory) + device.kernel_overhead_s;
+  return std::max(compute, memory) / (efficiency > 0 ? efficiency : 1.0) + device.kernel_overhead_s;
 }
 
 DType arithmeticDType(std::span<const TensorType> operands, std::span<const TensorType> results) {
@@ -177,13 +250,19 @@ DType arithmeticDType(std::span<const TensorType> operands, std::span<const Tens
   return DType::kF32;
 }
 
-double CostModel::kernelTime(const OpDef& def, std::span<const TensorType> operands,
-                             std::span<const TensorType> results, const AttrMap& attrs) const {
+OpCost CostModel::kernelCost(const OpDef& def, std::span<const TensorType> operands,
+                             std::span<const TensorType> results, const AttrMap& attrs) {
   OpCost cost = def.cost(OpContext{def, operands, results, attrs});
   // A cost rule whose shape rule rejects the instance (a lowering-specific attribute) counts
   // nothing; the kernel still reads its operands and writes its results.
   if (cost.flops == 0 && cost.bytes == 0) cost.bytes = totalBytes(operands) + totalBytes(results);
-  return rooflineTime(cost, arithmeticDType(operands, results), cluster_.device);
+  return cost;
+}
+
+double CostModel::kernelTime(const OpDef& def, std::span<const TensorType> operands,
+                             std::span<const TensorType> results, const AttrMap& attrs) const {
+  return rooflineTime(kernelCost(def, operands, results, attrs), arithmeticDType(operands, results), cluster_.device,
+                      cluster_.device.efficiency(def.id));
 }
 
 double CostModel::nodeTime(const Graph& graph, int32_t node_index) const {

@@ -24,9 +24,14 @@ struct DeviceSpec {
   double memory_bandwidth = 0;         // bytes/s between the device's memory and its cores
   int64_t memory_bytes = 0;            // capacity
   double kernel_overhead_s = 0;        // fixed time every kernel takes (launch, dispatch)
+  // Per op, the speed its kernels reach relative to the roofline (time = roofline time / efficiency,
+  // plus the overhead); `cleave calibrate` measures it. An op not listed reaches the roofline (1).
+  std::map<OpId, double> kernel_efficiency;
 
   // The peak FLOP/s for arithmetic in `dtype`.
   double peakFlops(DType dtype) const;
+  // The kernel efficiency of `op` (1 when not listed).
+  double efficiency(OpId op) const;
 };
 
 // A link between two devices, in the alpha-beta model: a message of B bytes takes latency + B / bandwidth.
@@ -53,9 +58,10 @@ struct ClusterSpec {
   const LinkSpec& linkFor(std::span<const int32_t> ranks) const;
 };
 
-// The built-in clusters' names ("cpu-local", ...).
+// The built-in clusters' names: "cpu-local", "a100x8", "h100x8", "h200x8".
 std::vector<std::string> builtinClusterNames();
-// The built-in cluster `name`; an error (kBadInput) lists the known names.
+// The built-in cluster `name`, or NAMExH: H hosts of the built-in NAME ("h100x8x128"); an error
+// (kBadInput) lists the known names.
 Expected<ClusterSpec> builtinCluster(std::string_view name);
 
 // What a communication instruction does, as the cost model and inspect count it.
@@ -82,8 +88,9 @@ double commTime(CommKind kind, int group_size, double full_bytes, const LinkSpec
 // total bytes (so all-gather counts its result and reduce-scatter its operand).
 int64_t commFullBytes(const planpb::RankPlan& rank, const planpb::Instruction& instruction);
 
-// Roofline time of work `cost` on `device`: max(flops / peak(dtype), bytes / bandwidth) + overhead.
-double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device);
+// Roofline time of work `cost` on `device`: max(flops / peak(dtype), bytes / bandwidth) / efficiency
+// + overhead.
+double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device, double efficiency = 1);
 
 // The dtype whose peak a kernel runs at: its first float result, else its first float operand, else f32.
 DType arithmeticDType(std::span<const TensorType> operands, std::span<const TensorType> results);
@@ -94,7 +101,11 @@ class CostModel {
   explicit CostModel(ClusterSpec cluster) : cluster_(std::move(cluster)) {}
   const ClusterSpec& cluster() const { return cluster_; }
 
-  // Roofline time of one instance of op `def` (its cost rule's FLOPs and bytes).
+  // FLOPs and bytes of one instance of op `def`: its cost rule's, or, when the rule counts nothing
+  // (a lowering-specific attribute its shape rule rejects), the bytes of its operands and results.
+  static OpCost kernelCost(const OpDef& def, std::span<const TensorType> operands, std::span<const TensorType> results,
+                           const AttrMap& attrs);
+  // Roofline time of one instance of op `def` (kernelCost's FLOPs and bytes, the device's efficiency for it).
   double kernelTime(const OpDef& def, std::span<const TensorType> operands, std::span<const TensorType> results,
                     const AttrMap& attrs) const;
 

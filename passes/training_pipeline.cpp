@@ -66,14 +66,18 @@ Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const Tr
     if (outputs.empty()) return Status::internal("training step: the graph has no loss output");
     CLEAVE_TRY(appendBackward(graph, outputs[0]));
   }
+  bool any_gradient = false;
   for (const Param& param : graph.params) {
     ValueId grad = graph.findValue(gradientName(graph.values[param.value].name));
-    if (param.trainable && grad != kNoValue) graph.outputs.push_back(grad);
+    if (param.trainable && grad != kNoValue) {
+      graph.outputs.push_back(grad);
+      any_gradient = true;
+    }
   }
   CLEAVE_TRY(simplify(graph));
   if (hooks.after_backward) CLEAVE_TRY(hooks.after_backward(graph));
   // 2. Optimizer step; then the outputs are those given (the updates keep the rest alive).
-  CLEAVE_TRY(appendOptimizer(graph, options.optimizer));
+  if (any_gradient || !hooks.parameters_optional) CLEAVE_TRY(appendOptimizer(graph, options.optimizer));
   graph.outputs.resize(outputs.size());
   return runPass(graph, "dce");
 }

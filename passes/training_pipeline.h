@@ -36,6 +36,8 @@ Expected<Graph> buildLossGraph(const Graph& model, const TrainingOptions& option
 struct TrainingStepHooks {
   std::function<Status(Graph&)> backward;        // appends the backward pass; empty: of output 0 (the loss)
   std::function<Status(Graph&)> after_backward;  // e.g. gradient bucketing; may be empty
+  bool parameters_optional = false;              // a graph without parameter gradients gets no optimizer
+                                                 // (a pipeline stage); else that is an error
 };
 
 // Turns a forward graph (output 0 the scalar loss, or a pipeline stage's graph with its own

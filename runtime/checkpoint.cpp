@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
+#include "ir/plan.pb.h"
 #include "runtime/file_io.h"
 #include "runtime/safetensors.h"
 #include "runtime/tensor_blocks.h"
@@ -160,7 +162,185 @@ Expected<const void*> hostBytes(const WholeTensor::Part& part, std::vector<std::
   return static_cast<const void*>(host_copies.back().data());
 }
 
+// ---- sharded checkpoints (groups that span processes) ----
+
+constexpr const char* kShardFormat = "cleave-checkpoint-shard-1";
+constexpr const char* kManifestFormat = "cleave-sharded-checkpoint-1";
+constexpr const char* kManifestFile = "manifest.json";
+
+std::string shardFileName(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
+
+// A hash of one rank's persistent tensors as that rank holds them (name, dtype, block shape, whole
+// shape, offset, kind), in name order: a shard loads only into the rank that wrote it, of the same plan.
+std::string shardFingerprint(const RankExecutor& executor) {
+  std::vector<const ParameterTensor*> sorted;
+  for (const ParameterTensor& param : executor.parameters()) sorted.push_back(&param);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ParameterTensor* a, const ParameterTensor* b) { return a->name < b->name; });
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const ParameterTensor* param : sorted) {
+    std::string line = param->name + " " + param->view.type.str() + " of " + shapeStr(param->full_shape) + " at " +
+                       shapeStr(param->shard_offset) + (param->optimizer_state ? " state" : " weight") + "\n";
+    for (unsigned char c : line) {
+      hash ^= c;
+      hash *= 0x100000001b3ull;
+    }
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+// The step of a folder named checkpoint-<step>; nullopt for any other name.
+std::optional<int64_t> shardedCheckpointStep(const std::string& name) {
+  return checkpointStep(name + kSuffix);
+}
+
+// Deletes sharded checkpoint folders older than the newest `keep`, never the one just written.
+void pruneOldShardedCheckpoints(const std::string& dir, const std::string& current, int keep) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_directory(ec))
+      if (auto step = shardedCheckpointStep(name)) found.emplace_back(*step, name);
+  }
+  std::sort(found.begin(), found.end(), std::greater<>());
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < found.size(); ++i)
+    if (found[i].second != current) std::filesystem::remove_all(pathIn(dir, found[i].second), ec);
+}
+
+// Steps: write this rank's shard, wait until every rank has written its own, then (rank 0) the
+// manifest, `latest`, and pruning.
+Expected<std::string> saveShardedCheckpoint(const std::string& dir, const RankGroup& group, const CheckpointState& state,
+                                            int keep) {
+  // 1. This rank's blocks, as it holds them.
+  const std::string folder = shardedCheckpointPath(dir, state.step);
+  CLEAVE_TRY(ensureDirectory(folder));
+  RankExecutor& executor = group.executor(0);
+  const int ranks = group.processPlan()->ranks_size();
+  std::vector<std::vector<uint8_t>> host_copies;
+  std::vector<SafetensorsEntry> entries;
+  for (const ParameterTensor& param : executor.parameters()) {
+    WholeTensor::Part part{&executor, param.view, param.shard_offset, true};
+    CLEAVE_ASSIGN_OR_RETURN(const void* data, hostBytes(part, host_copies));
+    entries.push_back(SafetensorsEntry{param.name, param.view.type, data});
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::map<std::string, std::string> metadata = {
+      {"format", kShardFormat},         {"rank", std::to_string(executor.rank())},
+      {"ranks", std::to_string(ranks)}, {"step", std::to_string(state.step)},
+      {"fingerprint", shardFingerprint(executor)},
+  };
+  CLEAVE_TRY(writeSafetensors(pathIn(folder, shardFileName(executor.rank())), entries, metadata));
+
+  // 2. Every shard is on disk once every rank has passed the barrier.
+  std::vector<int> everyone(static_cast<size_t>(ranks));
+  for (int rank = 0; rank < ranks; ++rank) everyone[static_cast<size_t>(rank)] = rank;
+  CLEAVE_TRY(group.processCommunicator().barrier(everyone).withContext("checkpoint of step " +
+                                                                         std::to_string(state.step) + ": "));
+  if (executor.rank() != 0) return folder;
+
+  // 3. The manifest, then `latest` naming it, then old checkpoints go.
+  nlohmann::json manifest = {{"format", kManifestFormat},
+                             {"step", state.step},
+                             {"epoch", state.position.epoch},
+                             {"batch", state.position.batch},
+                             {"seed", std::to_string(state.seed)},
+                             {"ranks", ranks},
+                             {"shards", nlohmann::json::array()}};
+  for (int rank = 0; rank < ranks; ++rank) manifest["shards"].push_back(shardFileName(rank));
+  CLEAVE_TRY(writeFileAtomically(pathIn(folder, kManifestFile),
+                                 [&](FileWriter& out) { return out.write(manifest.dump(2) + "\n"); }));
+  std::string folder_name = std::filesystem::path(folder).filename().string();
+  CLEAVE_TRY(writeFileAtomically(pathIn(dir, kLatestFile), [&](FileWriter& out) {
+    return out.write(folder_name + "/" + kManifestFile + "\n");
+  }));
+  pruneOldShardedCheckpoints(dir, folder_name, keep);
+  return folder;
+}
+
+// Steps: read `latest` and the manifest it names, check it fits this plan, read this rank's shard,
+// check it against this rank's tensors, and only then copy them in.
+Expected<CheckpointState> loadShardedCheckpoint(const std::string& dir, const RankGroup& group) {
+  // 1. The manifest.
+  std::string latest_path = pathIn(dir, kLatestFile);
+  CLEAVE_ASSIGN_OR_RETURN(std::string latest, readWholeFile(latest_path));
+  while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ' || latest.back() == '\r')) latest.pop_back();
+  const std::string suffix = std::string("/") + kManifestFile;
+  if (latest.size() <= suffix.size() || latest.compare(latest.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+      !shardedCheckpointStep(latest.substr(0, latest.size() - suffix.size())))
+    return Status::badInput("'" + latest_path + "' names '" + latest +
+                            "', not a multi-process checkpoint (checkpoint-<step>/" + kManifestFile +
+                            "); a multi-process run resumes only the sharded checkpoints of multi-process runs");
+  std::string manifest_path = pathIn(dir, latest);
+  CLEAVE_ASSIGN_OR_RETURN(std::string manifest_text, readWholeFile(manifest_path));
+  nlohmann::json manifest = nlohmann::json::parse(manifest_text, nullptr, /*allow_exceptions=*/false);
+  auto integer = [&](const char* key) -> Expected<int64_t> {
+    if (!manifest.is_object() || !manifest.contains(key) || !manifest[key].is_number_integer())
+      return Status::badInput("'" + manifest_path + "' is not a cleave checkpoint manifest: '" + key +
+                              "' is missing or not an integer");
+    return manifest[key].get<int64_t>();
+  };
+  if (!manifest.is_object() || manifest.value("format", "") != kManifestFormat)
+    return Status::badInput("'" + manifest_path + "' is not a cleave checkpoint manifest (format is not " +
+                            kManifestFormat + ")");
+  CheckpointState state;
+  CLEAVE_ASSIGN_OR_RETURN(state.step, integer("step"));
+  CLEAVE_ASSIGN_OR_RETURN(state.position.epoch, integer("epoch"));
+  CLEAVE_ASSIGN_OR_RETURN(state.position.batch, integer("batch"));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t ranks, integer("ranks"));
+  std::string seed = manifest.value("seed", "");
+  auto [seed_end, seed_error] = std::from_chars(seed.data(), seed.data() + seed.size(), state.seed);
+  if (seed_error != std::errc() || seed_end != seed.data() + seed.size())
+    return Status::badInput("'" + manifest_path + "' is not a cleave checkpoint manifest: 'seed' is not a number");
+  const int plan_ranks = group.processPlan()->ranks_size();
+  if (ranks != plan_ranks)
+    return Status::badInput("checkpoint '" + manifest_path + "' was saved by " + std::to_string(ranks) +
+                            " ranks; this plan has " + std::to_string(plan_ranks));
+
+  // 2. This rank's shard must hold exactly this rank's tensors.
+  RankExecutor& executor = group.executor(0);
+  std::string shard_path = pathIn(std::filesystem::path(manifest_path).parent_path().string(),
+                                  shardFileName(executor.rank()));
+  CLEAVE_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(shard_path));
+  auto format = file.metadata.find("format");
+  if (format == file.metadata.end() || format->second != kShardFormat)
+    return Status::badInput("'" + shard_path + "' is not a cleave checkpoint shard (metadata 'format' is not " +
+                            kShardFormat + ")");
+  CLEAVE_ASSIGN_OR_RETURN(int64_t shard_step, metadataInt(file.metadata, "step", shard_path));
+  if (shard_step != state.step)
+    return Status::badInput("'" + shard_path + "' holds step " + std::to_string(shard_step) + ", its manifest step " +
+                            std::to_string(state.step));
+  auto fingerprint = file.metadata.find("fingerprint");
+  std::string want = shardFingerprint(executor);
+  if (fingerprint == file.metadata.end() || fingerprint->second != want)
+    return Status::badInput("checkpoint shard '" + shard_path + "' was saved from a different plan (fingerprint " +
+                            (fingerprint == file.metadata.end() ? std::string("missing") : fingerprint->second) +
+                            ", rank " + std::to_string(executor.rank()) + "'s is " + want + ")");
+  for (const ParameterTensor& param : executor.parameters()) {
+    const SafetensorsTensor* saved = file.find(param.name);
+    if (!saved || saved->type != param.view.type)
+      return Status::badInput("checkpoint shard '" + shard_path + "' has no tensor '" + param.name + "' of type " +
+                              param.view.type.str());
+  }
+  if (file.tensors.size() != executor.parameters().size())
+    return Status::badInput("checkpoint shard '" + shard_path + "' holds " + std::to_string(file.tensors.size()) +
+                            " tensors; rank " + std::to_string(executor.rank()) + " has " +
+                            std::to_string(executor.parameters().size()));
+
+  // 3. Copy in.
+  for (const ParameterTensor& param : executor.parameters())
+    CLEAVE_TRY(executor.device().copyFromHost(param.view.data, file.find(param.name)->data.data(),
+                                              param.view.type.bytes()));
+  return state;
+}
+
 }  // namespace
+
+std::string shardedCheckpointPath(const std::string& dir, int64_t step) {
+  return pathIn(dir, kPrefix + std::to_string(step));
+}
 
 Expected<std::string> planFingerprint(const RankGroup& group) {
   CLEAVE_ASSIGN_OR_RETURN(std::vector<WholeTensor> tensors, wholeTensors(group));
@@ -172,6 +352,7 @@ Expected<std::string> planFingerprint(const RankGroup& group) {
 Expected<std::string> saveCheckpoint(const std::string& dir, const RankGroup& group, const CheckpointState& state,
                                      int keep) {
   CLEAVE_TRY(ensureDirectory(dir));
+  if (group.spansProcesses()) return saveShardedCheckpoint(dir, group, state, keep);
   // 1. The whole tensors, by name: a tensor one block holds whole is written from that block.
   CLEAVE_ASSIGN_OR_RETURN(std::vector<WholeTensor> tensors, wholeTensors(group));
   std::vector<std::vector<uint8_t>> host_copies;
@@ -228,10 +409,15 @@ bool hasCheckpoint(const std::string& dir) {
 // Steps: read `latest`, read the file it names, check format and every tensor against the plan,
 // then the fingerprint, and only then copy each rank's blocks in (a failed load changes nothing).
 Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankGroup& group) {
+  if (group.spansProcesses()) return loadShardedCheckpoint(dir, group);
   // 1. The file `latest` names.
   std::string latest_path = pathIn(dir, kLatestFile);
   CLEAVE_ASSIGN_OR_RETURN(std::string latest, readWholeFile(latest_path));
   while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ' || latest.back() == '\r')) latest.pop_back();
+  if (latest.find(std::string("/") + kManifestFile) != std::string::npos)
+    return Status::badInput("'" + latest_path + "' names '" + latest +
+                            "', a multi-process checkpoint (a shard per rank); resume it with mpirun and "
+                            "--backend mpi, on the plan that saved it");
   if (!checkpointStep(latest))
     return Status::badInput("'" + latest_path + "' does not name a checkpoint file (it holds '" + latest + "')");
   std::string path = pathIn(dir, latest);

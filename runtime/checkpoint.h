@@ -46,6 +46,18 @@ bool hasCheckpoint(const std::string& dir);
 // (kBadInput naming the mismatch; nothing is loaded then). Returns the saved state.
 Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankGroup& group);
 
+// A group that spans processes (RankGroup::createForProcess, an MPI run) checkpoints in shards:
+// DIR/checkpoint-<step>/rank-<r>.safetensors holds rank r's own blocks, written by its process, and
+// DIR/checkpoint-<step>/manifest.json, written by rank 0 once every rank's shard is on disk (a
+// barrier), records the state and the shards; then DIR/latest names the manifest. Every file is
+// written atomically (temporary file, fsync, rename), the manifest and `latest` last, so a crash
+// leaves `latest` at the previous complete checkpoint. saveCheckpoint and loadLatestCheckpoint take
+// this form for such groups; it resumes the same plan on as many processes, each rank checking its
+// shard against its own tensors (names, dtypes, blocks). DIR must be one folder every process sees.
+
+// The folder of the sharded checkpoint of step `step` in `dir`: DIR/checkpoint-<step>.
+std::string shardedCheckpointPath(const std::string& dir, int64_t step);
+
 // The same three on one executor (a single-device plan).
 Expected<std::string> planFingerprint(RankExecutor& executor);
 Expected<std::string> saveCheckpoint(const std::string& dir, RankExecutor& executor, const CheckpointState& state,

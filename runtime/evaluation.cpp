@@ -1,6 +1,7 @@
 // Evaluation: runs a plan's "eval" program over a whole split and scores its predictions.
 #include "runtime/evaluation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -82,6 +83,108 @@ Status checkTypes(const TensorType& logits_type, const TensorType& labels_type, 
   return Status::ok();
 }
 
+// The averages of `totals` over `samples` real rows.
+EvalResult averages(const Totals& totals, int64_t samples, bool classification) {
+  EvalResult result;
+  result.samples = samples;
+  if (classification && totals.positions > 0)
+    result.accuracy = static_cast<double>(totals.correct) / static_cast<double>(totals.positions);
+  if (totals.loss_terms > 0) result.loss = totals.loss_sum / static_cast<double>(totals.loss_terms);
+  return result;
+}
+
+// Rows [begin, end) of the global batch whose logits this process scores.
+struct OwnedRows {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t offset = 0;  // the global row where the rank's logits start
+};
+
+// The rows of this process's rank's `logits` output that no lower rank of the plan outputs (replicas
+// are scored once, by the lowest rank holding them); none when the rank does not output them.
+Expected<OwnedRows> ownedRows(const RankGroup& group, const planpb::Plan& plan, const std::string& logits) {
+  const int own_rank = group.executor(0).rank();
+  OwnedRows owned;
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<NamedTensor> own_outputs, describeRankTensors(plan, own_rank, "eval", true));
+  for (const NamedTensor& output : own_outputs)
+    if (output.name == logits && output.view.type.rank() > 0)
+      owned = OwnedRows{output.batch_offset, output.batch_offset + output.view.type.shape[0], output.batch_offset};
+  for (int rank = 0; rank < own_rank && owned.begin < owned.end; ++rank) {
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<NamedTensor> outputs, describeRankTensors(plan, rank, "eval", true));
+    for (const NamedTensor& output : outputs) {
+      if (output.name != logits || output.view.type.rank() == 0) continue;
+      int64_t begin = output.batch_offset, end = begin + output.view.type.shape[0];
+      if (begin <= owned.begin && end > owned.begin) owned.begin = std::min(end, owned.end);
+      if (begin < owned.end && end >= owned.end) owned.end = std::max(begin, owned.begin);
+    }
+  }
+  return owned;
+}
+
+// evaluate() in one process of a multi-process run: every process runs every batch; each scores the
+// rows of the logits it owns against the global labels, and the totals are summed over all ranks
+// (rank 0 reports them). The accuracy equals the one-process run's; the mean loss may differ in its
+// last bits, the sum running in another order.
+Expected<EvalResult> evaluateAcrossProcesses(RankGroup& group, const planpb::Plan& plan, GlobalBatch& batch,
+                                             DataSource& source, const NamedTensor& labels_input,
+                                             bool classification) {
+  // 1. What this process scores.
+  const planpb::Training& training = plan.training();
+  RankExecutor& executor = group.executor(0);
+  CLEAVE_ASSIGN_OR_RETURN(OwnedRows owned, ownedRows(group, plan, training.logits_output()));
+  std::optional<TensorView> logits;
+  if (owned.begin < owned.end) {
+    CLEAVE_ASSIGN_OR_RETURN(logits, executor.output("eval", training.logits_output()));
+  }
+
+  // 2. Every batch of the split, from its start.
+  CLEAVE_TRY(source.seek(DataPosition{}));
+  Totals totals;
+  int64_t samples = 0;
+  const TensorType& labels_type = labels_input.view.type;
+  for (int64_t b = 0; b < source.batchesPerEpoch(); ++b) {
+    CLEAVE_ASSIGN_OR_RETURN(int64_t rows, source.next());
+    CLEAVE_TRY(batch.scatter());
+    CLEAVE_TRY(group.run("eval"));
+    samples += rows;
+    const int64_t scored_end = std::min(owned.end, rows);
+    if (!logits || owned.begin >= scored_end) continue;
+    std::vector<uint8_t> host(static_cast<size_t>(logits->type.bytes()));
+    CLEAVE_TRY(executor.device().copyToHost(host.data(), logits->data, logits->type.bytes()));
+    std::vector<double> all_logits = asDoubles(logits->type, host.data());
+    std::vector<double> labels = asDoubles(labels_type, labels_input.view.data);
+    // Rows [owned.begin, scored_end) of the global batch; the rank's logits start at its batch offset.
+    const int64_t local_rows = logits->type.shape[0];
+    const int64_t logits_per_row = logits->type.numel() / std::max<int64_t>(local_rows, 1);
+    const int64_t labels_per_row = labels_type.numel() / std::max<int64_t>(labels_type.shape[0], 1);
+    const int64_t first_local_row = owned.begin - owned.offset;
+    std::vector<double> row_logits(all_logits.begin() + first_local_row * logits_per_row,
+                                   all_logits.begin() + (first_local_row + (scored_end - owned.begin)) * logits_per_row);
+    std::vector<double> row_labels(labels.begin() + owned.begin * labels_per_row,
+                                   labels.begin() + scored_end * labels_per_row);
+    const int64_t count = scored_end - owned.begin;
+    if (classification) {
+      CLEAVE_TRY(scoreClassification(row_logits, row_labels, count, count, logits->type.shape.back(), totals));
+    } else {
+      scoreSquaredError(row_logits, row_labels, count, count, totals);
+    }
+  }
+
+  // 3. Sums over every rank.
+  const int ranks = plan.ranks_size();
+  std::vector<int> everyone(static_cast<size_t>(ranks));
+  for (int rank = 0; rank < ranks; ++rank) everyone[static_cast<size_t>(rank)] = rank;
+  double sums[4] = {static_cast<double>(totals.positions), static_cast<double>(totals.correct), totals.loss_sum,
+                    static_cast<double>(totals.loss_terms)};
+  TensorView view{sums, TensorType{DType::kF64, {4}}};
+  CLEAVE_TRY(group.processCommunicator().allReduce(everyone, {&view, 1}, {&view, 1}, ReduceOp::kSum));
+  totals.positions = static_cast<int64_t>(sums[0]);
+  totals.correct = static_cast<int64_t>(sums[1]);
+  totals.loss_sum = sums[2];
+  totals.loss_terms = static_cast<int64_t>(sums[3]);
+  return averages(totals, samples, classification);
+}
+
 }  // namespace
 
 // Steps: find the labels input, run every batch on every rank, assemble its logits, score its real
@@ -92,13 +195,15 @@ Expected<EvalResult> evaluate(RankGroup& group, const planpb::Plan& plan, Global
   if (!plan.has_training() || training.logits_output().empty() || training.labels_input().empty())
     return Status::usage("evaluation needs a training plan (compile with --train): the plan names no logits "
                          "output or labels input");
-  CLEAVE_TRY(group.firstOutput("eval", training.logits_output()).status());
+  if (!group.spansProcesses()) CLEAVE_TRY(group.firstOutput("eval", training.logits_output()).status());
   const NamedTensor* labels_input = nullptr;
   for (const NamedTensor& input : batch.inputs())
     if (input.name == training.labels_input()) labels_input = &input;
   if (!labels_input) return Status::badInput("program 'eval' has no input '" + training.labels_input() + "'");
   const TensorType& labels_type = labels_input->view.type;
   bool classification = training.loss() == "softmax_cross_entropy";
+  if (group.spansProcesses())
+    return evaluateAcrossProcesses(group, plan, batch, source, *labels_input, classification);
 
   // 2. Every batch of the split, from its start.
   CLEAVE_TRY(source.seek(DataPosition{}));
@@ -122,12 +227,7 @@ Expected<EvalResult> evaluate(RankGroup& group, const planpb::Plan& plan, Global
   }
 
   // 3. Averages.
-  EvalResult result;
-  result.samples = totals.samples;
-  if (classification && totals.positions > 0)
-    result.accuracy = static_cast<double>(totals.correct) / static_cast<double>(totals.positions);
-  if (totals.loss_terms > 0) result.loss = totals.loss_sum / static_cast<double>(totals.loss_terms);
-  return result;
+  return averages(totals, totals.samples, classification);
 }
 
 Expected<EvalResult> evaluate(RankExecutor& executor, const planpb::Plan& plan, DataSource& source) {

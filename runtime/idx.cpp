@@ -56,13 +56,21 @@ Expected<IdxArray> parseIdx(gzFile file) {
     if (!readExactly(file, b, 4)) return Status::badInput("truncated header (dimension " + std::to_string(i) + ")");
     int64_t dim = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | int64_t{b[3]};
     array.dims.push_back(dim);
-    elements *= dim;
-    if (elements > kMaxElements) return Status::badInput("dimensions " + shapeStr(array.dims) + " are too large");
+    if (__builtin_mul_overflow(elements, dim, &elements) || elements > kMaxElements)
+      return Status::badInput("dimensions " + shapeStr(array.dims) + " are too large");
   }
 
-  // 3. Data: exactly the elements the dims say, nothing after.
-  array.data.resize(static_cast<size_t>(elements));
-  if (!readExactly(file, array.data.data(), elements))
+  // 3. Data: exactly the elements the dims say, nothing after. Read in chunks, so that a corrupt
+  //    header announcing gigabytes costs no more memory than the data the file really holds.
+  constexpr int64_t kChunkBytes = int64_t{16} << 20;
+  bool complete = true;
+  for (int64_t done = 0; done < elements && complete;) {
+    int64_t chunk = std::min(kChunkBytes, elements - done);
+    array.data.resize(static_cast<size_t>(done + chunk));
+    complete = readExactly(file, array.data.data() + done, chunk);
+    done += chunk;
+  }
+  if (!complete)
     return Status::badInput("truncated data: dimensions " + shapeStr(array.dims) + " need " +
                             std::to_string(elements) + " bytes");
   uint8_t extra;

@@ -12,115 +12,13 @@
 #include <sstream>
 #include <tuple>
 
-#include "runtime/element_access.h"
+#include "runtime/collective_algorithms.h"
 #include "runtime/tensor_blocks.h"
 
 namespace cleave::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// ---- element-wise reductions over runs of elements ----
-
-template <class T>
-void combineValues(T* accumulator, const T* other, int64_t count, ReduceOp op) {
-  if (op == ReduceOp::kMax) {
-#pragma omp simd
-    for (int64_t i = 0; i < count; ++i)  // a NaN in either operand wins, as torch.max
-      accumulator[i] = (other[i] > accumulator[i] || other[i] != other[i]) ? other[i] : accumulator[i];
-  } else {
-#pragma omp simd
-    for (int64_t i = 0; i < count; ++i) accumulator[i] = static_cast<T>(other[i] + accumulator[i]);
-  }
-}
-
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void combineHalves(uint16_t* accumulator, const uint16_t* other, int64_t count, ReduceOp op) {
-  for (int64_t i = 0; i < count; ++i) {
-    float a = ToFloat(accumulator[i]), b = ToFloat(other[i]);
-    float result = op == ReduceOp::kMax ? ((b > a || b != b) ? b : a) : b + a;
-    accumulator[i] = FromFloat(result);
-  }
-}
-
-// accumulator[i] = other[i] (op) accumulator[i] for `count` elements of `dtype`; bool sums and maxima are "or".
-void combine(DType dtype, void* accumulator, const void* other, int64_t count, ReduceOp op) {
-  switch (dtype) {
-    case DType::kF32:
-      combineValues(static_cast<float*>(accumulator), static_cast<const float*>(other), count, op);
-      return;
-    case DType::kF64:
-      combineValues(static_cast<double*>(accumulator), static_cast<const double*>(other), count, op);
-      return;
-    case DType::kI64:
-      combineValues(static_cast<int64_t*>(accumulator), static_cast<const int64_t*>(other), count, op);
-      return;
-    case DType::kI32:
-      combineValues(static_cast<int32_t*>(accumulator), static_cast<const int32_t*>(other), count, op);
-      return;
-    case DType::kI8:
-      combineValues(static_cast<int8_t*>(accumulator), static_cast<const int8_t*>(other), count, op);
-      return;
-    case DType::kU8:
-      combineValues(static_cast<uint8_t*>(accumulator), static_cast<const uint8_t*>(other), count, op);
-      return;
-    case DType::kF16:
-      combineHalves<halfToFloat, floatToHalf>(static_cast<uint16_t*>(accumulator), static_cast<const uint16_t*>(other),
-                                              count, op);
-      return;
-    case DType::kBF16:
-      combineHalves<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(accumulator),
-                                                      static_cast<const uint16_t*>(other), count, op);
-      return;
-    case DType::kBool: {
-      auto* a = static_cast<uint8_t*>(accumulator);
-      const auto* b = static_cast<const uint8_t*>(other);
-      for (int64_t i = 0; i < count; ++i) a[i] = (a[i] | b[i]) != 0 ? 1 : 0;
-      return;
-    }
-  }
-}
-
-template <class T>
-void divideTyped(T* values, int64_t count, int64_t divisor) {
-  const auto d = static_cast<T>(divisor);
-#pragma omp simd
-  for (int64_t i = 0; i < count; ++i) values[i] = static_cast<T>(values[i] / d);
-}
-
-// Divides `count` elements of `dtype` by `divisor` (a mean's last step); integers truncate toward
-// zero. Bools stay.
-void divideValues(DType dtype, void* data, int64_t count, int64_t divisor) {
-  switch (dtype) {
-    case DType::kF32: divideTyped(static_cast<float*>(data), count, divisor); return;
-    case DType::kF64: divideTyped(static_cast<double*>(data), count, divisor); return;
-    case DType::kI64: divideTyped(static_cast<int64_t*>(data), count, divisor); return;
-    case DType::kI32: divideTyped(static_cast<int32_t*>(data), count, divisor); return;
-    case DType::kBool: return;
-    default:  // f16, bf16, i8, u8: through doubles
-      for (int64_t i = 0; i < count; ++i) {
-        double value = loadElement(dtype, data, i);
-        storeElement(dtype, data, i, isFloat(dtype) ? value / static_cast<double>(divisor) : std::trunc(value / divisor));
-      }
-  }
-}
-
-// Calls fn(mine, theirs, count) over the elements [begin, end) of a bucket seen as one flat buffer;
-// `mine` and `theirs` list tensors of equal element counts.
-template <class Fn>
-void forEachFlatRange(const std::vector<TensorView>& mine, const std::vector<TensorView>& theirs, int64_t begin,
-                      int64_t end, Fn&& fn) {
-  int64_t offset = 0;
-  for (size_t i = 0; i < mine.size() && offset < end; ++i) {
-    int64_t count = mine[i].type.numel();
-    int64_t element_bytes = dtypeSize(mine[i].type.dtype);
-    int64_t low = std::max(begin, offset), high = std::min(end, offset + count);
-    if (low < high)
-      fn(static_cast<uint8_t*>(mine[i].data) + (low - offset) * element_bytes,
-         static_cast<const uint8_t*>(theirs[i].data) + (low - offset) * element_bytes, high - low);
-    offset += count;
-  }
-}
 
 bool overlaps(const TensorView& a, const TensorView& b) {
   auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
@@ -171,6 +69,8 @@ struct LocalWorld {
   std::map<std::tuple<int, int, int>, std::deque<std::vector<uint8_t>>> mailboxes;
 };
 
+class SharedMemoryRing;
+
 class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator(std::shared_ptr<LocalWorld> world, int rank) : world_(std::move(world)), rank_(rank) {}
@@ -213,6 +113,7 @@ class LocalCommunicator final : public Communicator {
   Status stoppedError(const std::string& what) const;
   Status mismatch(const Joined& joined, const std::string& detail);
 
+  friend class SharedMemoryRing;
   std::shared_ptr<LocalWorld> world_;
   int rank_;
   std::map<std::vector<int>, int64_t> next_call_;  // per group: the number of its next collective
@@ -327,13 +228,34 @@ void LocalCommunicator::abort(const Status& error) {
   world_->changed.notify_all();
 }
 
-// Ring all-reduce. With n ranks and the flat buffer cut into n chunks, at step T (0 .. 2n-3) rank p
-// works on chunk c = (p - 1 - T) mod n, reading it from its predecessor p-1: during the first n-1
-// steps (reduce-scatter) it combines the predecessor's partial result into its own, so chunk c is
-// summed in ring order starting at rank c; during the last n-1 steps (all-gather) it copies the
-// finished chunk. A rank starts step T once its predecessor has finished step T-1 (the chunk is
-// ready) and its successor has finished step T+1-n (the successor no longer reads the chunk about
-// to be overwritten), and leaves once its successor has finished reading from it.
+// The ring of an all-reduce through shared memory: a rank reads its predecessor's chunk in place.
+// It starts step T once its predecessor has finished step T-1 (the chunk is ready) and its successor
+// has finished step T+1-n (the successor no longer reads the chunk about to be overwritten).
+class SharedMemoryRing final : public RingTransport {
+ public:
+  SharedMemoryRing(LocalCommunicator& communicator, const LocalCommunicator::Joined& joined, size_t predecessor,
+                   size_t successor)
+      : communicator_(communicator), joined_(joined), predecessor_(predecessor), successor_(successor) {}
+  Expected<std::vector<ElementRun>> exchange(int64_t step, int64_t, int64_t, int64_t receive_begin,
+                                             int64_t receive_end) override {
+    const auto n = static_cast<int64_t>(joined_.group.size());
+    {
+      std::unique_lock lock(communicator_.world_->mutex);
+      CLEAVE_TRY(communicator_.waitFor(lock, joined_, predecessor_, step));
+      CLEAVE_TRY(communicator_.waitFor(lock, joined_, successor_, step + 2 - n));
+    }
+    return flatRuns(joined_.rendezvous->members[predecessor_].outputs, receive_begin, receive_end);
+  }
+  void stepDone(int64_t step) override { communicator_.setProgress(joined_, step + 1); }
+
+ private:
+  LocalCommunicator& communicator_;
+  const LocalCommunicator::Joined& joined_;
+  size_t predecessor_, successor_;
+};
+
+// Ring all-reduce (collective_algorithms.h) over the members' outputs, read in place; a rank leaves
+// once its successor has finished reading from it.
 Status LocalCommunicator::allReduce(std::span<const int> group, std::span<const TensorView> inputs,
                                     std::span<const TensorView> outputs, ReduceOp op) {
   // 1. Check the bucket and copy each input into its output, where the ring works.
@@ -381,27 +303,8 @@ Status LocalCommunicator::allReduce(std::span<const int> group, std::span<const 
                                 " bring buckets of different tensors");
 
   // 3. The 2(n-1) ring steps.
-  const int64_t element_bytes = dtypeSize(dtype);
-  for (int64_t step = 0; step < 2 * (n - 1); ++step) {
-    {
-      std::unique_lock lock(world_->mutex);
-      CLEAVE_TRY(waitFor(lock, joined, predecessor, step));
-      CLEAVE_TRY(waitFor(lock, joined, successor, step + 2 - n));
-    }
-    const int64_t chunk = ((p - 1 - step) % n + n) % n;
-    const int64_t begin = total * chunk / n, end = total * (chunk + 1) / n;
-    if (step < n - 1) {
-      forEachFlatRange(mine, theirs, begin, end, [&](void* own, const void* other, int64_t count) {
-        combine(dtype, own, other, count, op);
-        if (op == ReduceOp::kMean && step == n - 2) divideValues(dtype, own, count, n);
-      });
-    } else {
-      forEachFlatRange(mine, theirs, begin, end, [&](void* own, const void* other, int64_t count) {
-        std::memcpy(own, other, static_cast<size_t>(count * element_bytes));
-      });
-    }
-    setProgress(joined, step + 1);
-  }
+  SharedMemoryRing ring(*this, joined, predecessor, successor);
+  CLEAVE_TRY(ringAllReduce(mine, total, p, n, op, ring));
 
   // 4. Leave once the successor has read everything it needs from this rank.
   {
@@ -493,10 +396,10 @@ Status LocalCommunicator::reduceScatter(std::span<const int> group, const Tensor
     const auto* source = static_cast<const uint8_t*>(members[q].inputs[0].data);
     auto* target = static_cast<uint8_t*>(output.data);
     forEachBoxRun(in, block_start, out, zero, out, [&](int64_t from, int64_t to, int64_t count) {
-      combine(dtype, target + to * element_bytes, source + from * element_bytes, count, op);
+      combineElements(dtype, target + to * element_bytes, source + from * element_bytes, count, op);
     });
   }
-  if (op == ReduceOp::kMean) divideValues(dtype, output.data, output.type.numel(), n);
+  if (op == ReduceOp::kMean) divideElements(dtype, output.data, output.type.numel(), n);
   setProgress(joined, 1);
   CLEAVE_TRY(waitForAll(joined, 1));
   leave(joined);

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "runtime/local_communicator.h"
 
@@ -68,6 +69,30 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::create(const planpb::Plan& plan,
     group->owned_executors_.push_back(std::move(executor));
   }
   if (ranks > 1) group->startWorkers();
+  return group;
+}
+
+Expected<std::unique_ptr<RankGroup>> RankGroup::createForProcess(const planpb::Plan& plan, Communicator& communicator,
+                                                                 const RankGroupOptions& options) {
+  const int rank = communicator.rank();
+  if (communicator.worldSize() != plan.ranks_size())
+    return Status::badInput("the plan has " + std::to_string(plan.ranks_size()) + " ranks but the job has " +
+                            std::to_string(communicator.worldSize()) + " processes");
+  int index = -1;
+  for (int i = 0; i < plan.ranks_size(); ++i)
+    if (plan.ranks(i).rank() == rank) index = i;
+  if (index < 0) return Status::badInput("the plan has no program list for rank " + std::to_string(rank));
+  std::unique_ptr<RankGroup> group(new RankGroup());
+  group->process_plan_ = &plan;
+  group->process_communicator_ = &communicator;
+  group->devices_.push_back(createCpuDevice());
+  ExecutorOptions executor_options;
+  executor_options.threads = totalThreads(options.threads);
+  executor_options.communicator = &communicator;
+  CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<RankExecutor> executor,
+                          RankExecutor::create(plan, index, *group->devices_.back(), executor_options));
+  group->executors_.push_back(executor.get());
+  group->owned_executors_.push_back(std::move(executor));
   return group;
 }
 
@@ -163,6 +188,11 @@ Expected<std::pair<RankExecutor*, TensorView>> RankGroup::firstOutput(std::strin
   return executors_.size() == 1 ? missing : missing.withContext("no rank outputs it: ");
 }
 
+void RankGroup::abort(const Status& error) {
+  if (process_communicator_) process_communicator_->abort(error);
+  if (!communicators_.empty()) communicators_[0]->abort(error);
+}
+
 std::vector<int64_t> RankGroup::arenaBytes() const {
   std::vector<int64_t> bytes;
   for (RankExecutor* executor : executors_) bytes.push_back(executor->arenaBytes());
@@ -172,28 +202,44 @@ std::vector<int64_t> RankGroup::arenaBytes() const {
 // Steps: collect each input name's parts (rank, view, offset), check they agree, size the global
 // tensor, then use the one part that is the whole tensor or make host storage and plan the copies.
 Expected<std::unique_ptr<GlobalBatch>> GlobalBatch::create(RankGroup& group, std::string_view program) {
-  // 1. The parts of every input, rank by rank.
+  // 1. The parts of every input, rank by rank; in a group that spans processes, the other processes'
+  //    ranks' parts as the plan describes them (no executor: nothing is copied to them here).
   struct Part {
+    int rank;
     RankExecutor* executor;
     NamedTensor tensor;
   };
   std::vector<std::pair<std::string, std::vector<Part>>> by_name;
-  for (int rank = 0; rank < group.size(); ++rank) {
-    RankExecutor& executor = group.executor(rank);
-    CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> inputs, executor.inputs(program));
-    for (const NamedTensor& input : inputs) {
-      auto it =
-          std::find_if(by_name.begin(), by_name.end(), [&](const auto& entry) { return entry.first == input.name; });
-      if (it == by_name.end()) it = by_name.insert(by_name.end(), {input.name, {}});
-      const TensorType& first = it->second.empty() ? input.view.type : it->second[0].tensor.view.type;
-      if (!sameRowType(first, input.view.type))
-        return Status::badInput("input '" + input.name + "' of " + std::string(program) + " is " + first.str() +
-                                " on rank " + std::to_string(it->second[0].executor->rank()) + " but " +
-                                input.view.type.str() + " on rank " + std::to_string(executor.rank()));
-      if (input.batch_offset < 0)
-        return Status::badInput("input '" + input.name + "' of " + std::string(program) + " on rank " +
-                                std::to_string(executor.rank()) + " has a negative batch offset");
-      it->second.push_back(Part{&executor, input});
+  auto addPart = [&](int rank, RankExecutor* executor, const NamedTensor& input) -> Status {
+    auto it = std::find_if(by_name.begin(), by_name.end(), [&](const auto& entry) { return entry.first == input.name; });
+    if (it == by_name.end()) it = by_name.insert(by_name.end(), {input.name, {}});
+    const TensorType& first = it->second.empty() ? input.view.type : it->second[0].tensor.view.type;
+    if (!sameRowType(first, input.view.type))
+      return Status::badInput("input '" + input.name + "' of " + std::string(program) + " is " + first.str() +
+                              " on rank " + std::to_string(it->second[0].rank) + " but " + input.view.type.str() +
+                              " on rank " + std::to_string(rank));
+    if (input.batch_offset < 0)
+      return Status::badInput("input '" + input.name + "' of " + std::string(program) + " on rank " +
+                              std::to_string(rank) + " has a negative batch offset");
+    it->second.push_back(Part{rank, executor, input});
+    return Status::ok();
+  };
+  if (const planpb::Plan* plan = group.processPlan()) {
+    RankExecutor& own = group.executor(0);
+    for (int rank = 0; rank < plan->ranks_size(); ++rank) {
+      if (rank == own.rank()) {
+        CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> inputs, own.inputs(program));
+        for (const NamedTensor& input : inputs) CLEAVE_TRY(addPart(rank, &own, input));
+        continue;
+      }
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<NamedTensor> inputs, describeRankTensors(*plan, rank, program, false));
+      for (const NamedTensor& input : inputs) CLEAVE_TRY(addPart(rank, nullptr, input));
+    }
+  } else {
+    for (int rank = 0; rank < group.size(); ++rank) {
+      RankExecutor& executor = group.executor(rank);
+      CLEAVE_ASSIGN_OR_RETURN(std::span<const NamedTensor> inputs, executor.inputs(program));
+      for (const NamedTensor& input : inputs) CLEAVE_TRY(addPart(executor.rank(), &executor, input));
     }
   }
 
@@ -207,7 +253,7 @@ Expected<std::unique_ptr<GlobalBatch>> GlobalBatch::create(RankGroup& group, std
       for (const Part& part : parts)
         global.shape[0] = std::max(global.shape[0], part.tensor.batch_offset + part.tensor.view.type.shape[0]);
     }
-    if (parts.size() == 1 && parts[0].tensor.batch_offset == 0 && local == global) {
+    if (parts.size() == 1 && parts[0].executor && parts[0].tensor.batch_offset == 0 && local == global) {
       batch->inputs_.push_back(NamedTensor{name, parts[0].tensor.view, parts[0].tensor.value_limit, 0});
       batch->input_devices_.push_back(&parts[0].executor->device());
       continue;
@@ -217,6 +263,7 @@ Expected<std::unique_ptr<GlobalBatch>> GlobalBatch::create(RankGroup& group, std
     batch->inputs_.push_back(NamedTensor{name, TensorView{base, global}, parts[0].tensor.value_limit, 0});
     batch->input_devices_.push_back(nullptr);
     for (const Part& part : parts) {
+      if (!part.executor) continue;  // another process's rank
       const TensorView& view = part.tensor.view;
       batch->copies_.push_back(RowCopy{&part.executor->device(), view.data,
                                        base + (local.rank() > 0 ? part.tensor.batch_offset * rowBytes(global) : 0),
@@ -236,6 +283,29 @@ Status GlobalBatch::write(size_t index, const void* host_bytes) {
 Status GlobalBatch::scatter() {
   for (const RowCopy& copy : copies_) CLEAVE_TRY(copy.device->copyFromHost(copy.target, copy.source, copy.bytes));
   return Status::ok();
+}
+
+Expected<std::vector<NamedTensor>> describeRankTensors(const planpb::Plan& plan, int rank, std::string_view program,
+                                                       bool outputs) {
+  for (const planpb::RankPlan& rank_plan : plan.ranks()) {
+    if (rank_plan.rank() != rank) continue;
+    std::vector<NamedTensor> tensors;
+    for (const planpb::Program& proto : rank_plan.programs()) {
+      if (proto.name() != program) continue;
+      for (const planpb::NamedBuffer& entry : outputs ? proto.outputs() : proto.inputs()) {
+        auto buffer = std::find_if(rank_plan.buffers().begin(), rank_plan.buffers().end(),
+                                   [&](const planpb::Buffer& candidate) { return candidate.id() == entry.buffer(); });
+        if (buffer == rank_plan.buffers().end())
+          return Status::badInput("rank " + std::to_string(rank) + ": " + (outputs ? "output" : "input") + " '" +
+                                  entry.name() + "' of " + std::string(program) + " names buffer " +
+                                  std::to_string(entry.buffer()) + ", which does not exist");
+        CLEAVE_ASSIGN_OR_RETURN(TensorType type, fromProto(buffer->type()));
+        tensors.push_back(NamedTensor{entry.name(), TensorView{nullptr, type}, entry.value_limit(), entry.batch_offset()});
+      }
+    }
+    return tensors;
+  }
+  return Status::badInput("the plan has no program list for rank " + std::to_string(rank));
 }
 
 // Steps: collect the ranks' views of the output, size the global tensor, copy each row range from

@@ -39,6 +39,12 @@ class RankGroup {
   static Expected<std::unique_ptr<RankGroup>> create(const planpb::Plan& plan, const RankGroupOptions& options = {});
   // A group of one around `executor` (which must outlive the group).
   static std::unique_ptr<RankGroup> wrap(RankExecutor& executor);
+  // Prepares only the rank of `communicator` (communicator.rank()) of `plan`, for one process of a
+  // multi-process run; the group runs its one rank on the calling thread. The plan's other ranks run
+  // in other processes; what GlobalBatch and checkpoints need to know of them comes from `plan`.
+  // Both must outlive the group.
+  static Expected<std::unique_ptr<RankGroup>> createForProcess(const planpb::Plan& plan, Communicator& communicator,
+                                                               const RankGroupOptions& options = {});
   ~RankGroup();
   RankGroup(const RankGroup&) = delete;
   RankGroup& operator=(const RankGroup&) = delete;
@@ -68,6 +74,16 @@ class RankGroup {
   // Bytes of each rank's arena, by rank.
   std::vector<int64_t> arenaBytes() const;
 
+  // True when the plan's other ranks run in other processes (a group made by createForProcess()).
+  bool spansProcesses() const { return process_plan_ != nullptr; }
+  // The plan of a group that spans processes (nullptr otherwise).
+  const planpb::Plan* processPlan() const { return process_plan_; }
+  // The endpoint of this process's rank in a group that spans processes.
+  Communicator& processCommunicator() const { return *process_communicator_; }
+  // Tells the other ranks (threads or processes) that this group failed with `error`, so that they
+  // stop waiting for it.
+  void abort(const Status& error);
+
  private:
   RankGroup() = default;
   struct Worker;
@@ -79,6 +95,8 @@ class RankGroup {
   std::vector<std::unique_ptr<RankExecutor>> owned_executors_;
   std::vector<RankExecutor*> executors_;  // by rank
   std::unique_ptr<Worker> worker_;        // the rank threads of a group of several ranks
+  const planpb::Plan* process_plan_ = nullptr;        // set by createForProcess()
+  Communicator* process_communicator_ = nullptr;      // set by createForProcess()
 };
 
 // A tensor in host memory that owns its bytes.
@@ -93,8 +111,10 @@ struct HostTensor {
 // that rank's own buffer (no copy).
 class GlobalBatch {
  public:
-  // The global tensors of `program`'s inputs over every rank of `group` (which must outlive this);
-  // kBadInput when ranks disagree about an input's dtype or trailing dims.
+  // The global tensors of `program`'s inputs over every rank of `group` (which must outlive this),
+  // or of the whole plan when the group spans processes (every process then fills the same global
+  // batch and copies only its own rank's rows); kBadInput when ranks disagree about an input's dtype
+  // or trailing dims.
   static Expected<std::unique_ptr<GlobalBatch>> create(RankGroup& group, std::string_view program);
   // The global tensors, by input name in order of first appearance (rank by rank).
   std::span<const NamedTensor> inputs() const { return inputs_; }
@@ -116,6 +136,12 @@ class GlobalBatch {
   std::vector<std::vector<uint64_t>> storage_;  // the global tensors that are not a rank's own buffer
   std::vector<RowCopy> copies_;
 };
+
+// The inputs (or, with `outputs`, the outputs) of `program` on rank `rank` of `plan` as the plan
+// describes them: names, types, value limits and batch offsets, with no data (for ranks that run in
+// other processes); empty when the rank has no such program.
+Expected<std::vector<NamedTensor>> describeRankTensors(const planpb::Plan& plan, int rank, std::string_view program,
+                                                       bool outputs);
 
 // Output `name` of `program` over the global batch, assembled on the host from the ranks that
 // output it: rows by their batch offset, from the lowest rank that has them (replicas are read

@@ -75,7 +75,9 @@ Status trimMetrics(const std::string& path, int64_t last_step) {
 // The run's checks and sources, set up before the first step.
 struct TrainSetup {
   TensorView loss;
-  Device* loss_device = nullptr;  // the device of the rank the loss is read from
+  Device* loss_device = nullptr;  // the device of the rank the loss is read from (null in other processes)
+  int loss_rank = 0;              // that rank: the lowest of the plan that outputs the loss
+  bool reports_loss = true;       // false in the processes of a multi-process run that never see the loss
   std::unique_ptr<GlobalBatch> train_batch;
   std::unique_ptr<DataSource> train_source;
   std::unique_ptr<GlobalBatch> eval_batch;
@@ -83,6 +85,34 @@ struct TrainSetup {
   int64_t total_steps = 0;
   CheckpointState start;
 };
+
+// The lowest rank of `plan` whose `program` outputs `name`; kBadInput when none does.
+Expected<int> lowestRankWithOutput(const planpb::Plan& plan, std::string_view program, const std::string& name) {
+  int lowest = -1;
+  for (const planpb::RankPlan& rank : plan.ranks())
+    for (const planpb::Program& proto : rank.programs())
+      if (proto.name() == program)
+        for (const planpb::NamedBuffer& output : proto.outputs())
+          if (output.name() == name && (lowest < 0 || rank.rank() < lowest)) lowest = rank.rank();
+  if (lowest < 0)
+    return Status::badInput("no rank's program '" + std::string(program) + "' outputs '" + name + "'");
+  return lowest;
+}
+
+// The step's loss where it is reported: read on the loss rank and, in a multi-process run, passed to
+// rank 0 (an all-gather over the two); NaN in the processes that do not report it.
+Expected<double> stepLoss(RankGroup& group, const TrainSetup& setup) {
+  double loss = NAN;
+  if (setup.loss_device) {
+    CLEAVE_ASSIGN_OR_RETURN(loss, readLoss(*setup.loss_device, setup.loss));
+  }
+  if (!group.spansProcesses() || setup.loss_rank == 0 || !setup.reports_loss) return loss;
+  double both[2] = {};
+  const int pair[2] = {0, setup.loss_rank};
+  TensorView mine{&loss, TensorType{DType::kF64, {1}}}, gathered{both, TensorType{DType::kF64, {2}}};
+  CLEAVE_TRY(group.processCommunicator().allGather(pair, mine, gathered, 0));
+  return both[1];
+}
 
 // Steps: check the plan and options, resume or initialize, open the sources, count the steps.
 Expected<TrainSetup> setUp(RankGroup& group, const planpb::Plan& plan, const TrainOptions& options,
@@ -92,9 +122,20 @@ Expected<TrainSetup> setUp(RankGroup& group, const planpb::Plan& plan, const Tra
   if (!plan.has_training() || training.loss_output().empty())
     return Status::usage("the plan is not a training plan (compile it with --train)");
   TrainSetup setup;
-  CLEAVE_ASSIGN_OR_RETURN(auto loss, group.firstOutput("train", training.loss_output()));
-  setup.loss_device = &loss.first->device();
-  setup.loss = loss.second;
+  if (group.spansProcesses()) {
+    // The loss rank's process reads the loss and passes it to rank 0, which reports it.
+    CLEAVE_ASSIGN_OR_RETURN(setup.loss_rank, lowestRankWithOutput(plan, "train", training.loss_output()));
+    RankExecutor& own = group.executor(0);
+    if (own.rank() == setup.loss_rank) {
+      CLEAVE_ASSIGN_OR_RETURN(setup.loss, own.output("train", training.loss_output()));
+      setup.loss_device = &own.device();
+    }
+    setup.reports_loss = own.rank() == 0 || own.rank() == setup.loss_rank;
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(auto loss, group.firstOutput("train", training.loss_output()));
+    setup.loss_device = &loss.first->device();
+    setup.loss = loss.second;
+  }
   CLEAVE_ASSIGN_OR_RETURN(setup.train_batch, GlobalBatch::create(group, "train"));
   if (options.steps < 0 || options.epochs < 0 || options.checkpoint_every < 0)
     return Status::usage("--steps, --epochs and --checkpoint-every cannot be negative");
@@ -106,7 +147,8 @@ Expected<TrainSetup> setUp(RankGroup& group, const planpb::Plan& plan, const Tra
   setup.start.seed = options.seed;
   if (options.resume && hasCheckpoint(options.checkpoint_dir)) {
     CLEAVE_ASSIGN_OR_RETURN(setup.start, loadLatestCheckpoint(options.checkpoint_dir, group));
-    report.resumed_from = checkpointPath(options.checkpoint_dir, setup.start.step);
+    report.resumed_from = group.spansProcesses() ? shardedCheckpointPath(options.checkpoint_dir, setup.start.step)
+                                                 : checkpointPath(options.checkpoint_dir, setup.start.step);
   } else {
     CLEAVE_TRY(group.initializeParameters());
   }
@@ -198,13 +240,13 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
     CLEAVE_TRY(setup.train_batch->scatter());
     traceStep(step);
     CLEAVE_TRY(group.run("train"));
-    CLEAVE_ASSIGN_OR_RETURN(double loss, readLoss(*setup.loss_device, setup.loss));
+    CLEAVE_ASSIGN_OR_RETURN(double loss, stepLoss(group, setup));
     double step_seconds = secondsBetween(step_start, Clock::now());
     report.train_seconds += step_seconds;
     samples += rows;
     report.steps = step;
     report.final_loss = loss;
-    if (!std::isfinite(loss)) {
+    if (setup.reports_loss && !std::isfinite(loss)) {
       progress.finish();
       return Status::runtime("step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
                              "; training stopped (try a lower learning rate)" +

@@ -185,6 +185,11 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
   compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}))->capture_default_str();
   compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01")->capture_default_str();
+  compile->add_option("--memory-limit", flags.memory_limit,
+                      "Device memory per rank: bytes, or with a unit (80GB, 16GiB); a plan whose arena exceeds it "
+                      "is rejected")
+      ->transform(CLI::AsSizeValue(true))
+      ->check(CLI::PositiveNumber);
   compile->add_option("--cluster", flags.cluster,
                       "Cluster spec (built-in NAME, NAMExHOSTS or FILE.json): what --strategy auto optimizes for "
                       "(default cpu-local); also prints the plan's predicted step time on it");
@@ -216,7 +221,7 @@ void addRunCommand(CLI::App& app, RunFlags& flags) {
   CLI::App* run = app.add_subcommand("run", "Run a plan: inference or training");
   run->add_option("PLAN", flags.plan, "The plan (.cplan)")->required();
   run->add_option("--device", flags.device, "Device kind")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  run->add_option("--backend", flags.backend, "Communicator")->check(CLI::IsMember({"local", "mpi", "nccl"}))->capture_default_str();
+  run->add_option("--backend", flags.backend, "Communicator: local (threads), mpi (one process per rank under mpirun, docs/mpi.md)")->check(CLI::IsMember({"local", "mpi", "nccl"}))->capture_default_str();
   CLI::Option* inputs = run->add_option("--inputs", flags.inputs, "Inference: read DIR/<input>.npy");
   CLI::Option* outputs = run->add_option("--outputs", flags.outputs, "Inference: write DIR/<output>.npy");
   CLI::Option* data = run->add_option("--data", flags.data, "Training data: fashion-mnist[:DIR], npy:DIR or synthetic");

@@ -8,6 +8,7 @@
 
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
+#include "passes/cluster_json.h"
 #include "passes/cost_model.h"
 #include "passes/plan_dot.h"
 #include "passes/plan_report.h"
@@ -17,9 +18,6 @@
 
 namespace cleave::cli {
 namespace {
-
-// The cluster inspect predicts times on (`cleave simulate --cluster` picks others).
-constexpr const char* kInspectCluster = "cpu-local";
 
 // Bytes in binary units with two decimals: "512 B", "3.50 KiB", "2.55 MiB", "1.20 GiB".
 std::string binaryBytes(double bytes) {
@@ -65,6 +63,44 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
   text += ", batch " + std::to_string(plan.global_batch());
   if (plan.has_training()) text += ", training (" + plan.training().loss() + ", " + plan.training().optimizer() + ")";
   return text + "\n";
+}
+
+// "dp 4 x tp 2 x pp 1, 1 microbatch, 1f1b" for a searched candidate.
+std::string candidateName(const planpb::StrategyCandidate& c) {
+  return "dp " + std::to_string(c.dp()) + " x tp " + std::to_string(c.tp()) + " x pp " + std::to_string(c.pp()) + ", " +
+         std::to_string(c.microbatches()) + (c.microbatches() == 1 ? " microbatch, " : " microbatches, ") + c.schedule();
+}
+
+// What --strategy auto chose and the best strategies it rejected (empty when it did not choose).
+std::string searchText(const planpb::Strategy& strategy) {
+  if (strategy.search_cluster().empty()) return "";
+  std::ostringstream text;
+  const planpb::StrategyCandidate& chosen = strategy.chosen();
+  text << "\nstrategy chosen by --strategy auto for " << strategy.search_cluster() << ": " << candidateName(chosen)
+       << ", predicted " << duration(chosen.predicted_step_time_s()) << " per step, "
+       << binaryBytes(static_cast<double>(chosen.memory_bytes())) << " per device\n";
+  if (strategy.alternatives().empty()) return text.str();
+  char line[512];
+  std::snprintf(line, sizeof line, "%-44s %-11s %-11s %s\n", "rejected alternatives", "predicted", "memory", "why");
+  text << line;
+  for (const planpb::StrategyCandidate& c : strategy.alternatives()) {
+    std::snprintf(line, sizeof line, "%-44s %-11s %-11s %s\n", candidateName(c).c_str(),
+                  duration(c.predicted_step_time_s()).c_str(), binaryBytes(static_cast<double>(c.memory_bytes())).c_str(),
+                  c.note().c_str());
+    text << line;
+  }
+  return text.str();
+}
+
+nlohmann::ordered_json candidateJson(const planpb::StrategyCandidate& c) {
+  return {{"dp", c.dp()},
+          {"tp", c.tp()},
+          {"pp", c.pp()},
+          {"microbatches", c.microbatches()},
+          {"schedule", c.schedule()},
+          {"predicted_step_time_s", c.predicted_step_time_s()},
+          {"memory_bytes", c.memory_bytes()},
+          {"note", c.note()}};
 }
 
 std::string tablesText(const std::vector<RankReport>& reports, const std::string& program,
@@ -148,7 +184,7 @@ int runInspectPlan(const InspectPlanFlags& flags) {
 
   // 2. Figures per rank, and the predicted run of the main program on the built-in cluster.
   const std::string program = mainProgramName(plan);
-  auto cluster = builtinCluster(kInspectCluster);
+  auto cluster = loadCluster(flags.cluster);
   if (!cluster) return reportError(cluster.status());
   const CostModel model(*cluster);
   Expected<ProgramTimeline> timeline = simulateProgram(plan, program, model);
@@ -185,10 +221,17 @@ int runInspectPlan(const InspectPlanFlags& flags) {
                         {"pp", plan.strategy().pp()},
                         {"microbatches", plan.strategy().microbatches()},
                         {"schedule", plan.strategy().schedule()}};
+    if (!plan.strategy().search_cluster().empty()) {
+      nlohmann::ordered_json alternatives = nlohmann::ordered_json::array();
+      for (const auto& c : plan.strategy().alternatives()) alternatives.push_back(candidateJson(c));
+      json["strategy"]["search"] = {{"cluster", plan.strategy().search_cluster()},
+                                    {"chosen", candidateJson(plan.strategy().chosen())},
+                                    {"alternatives", alternatives}};
+    }
     if (plan.has_training())
       json["training"] = {{"loss", plan.training().loss()}, {"optimizer", plan.training().optimizer()}};
     json["program"] = program;
-    json["cluster"] = kInspectCluster;
+    json["cluster"] = cluster->name;
     json["predicted_step_time_s"] =
         timeline ? nlohmann::ordered_json(timeline->step_time_s) : nlohmann::ordered_json(nullptr);
     json["ranks"] = nlohmann::ordered_json::array();
@@ -198,8 +241,9 @@ int runInspectPlan(const InspectPlanFlags& flags) {
     output = headerText(plan, flags.path);
     output += "predicted step time of " + program + ": " +
               (timeline ? duration(timeline->step_time_s) : std::string("- (see the error below)")) +
-              " (cost model: " + kInspectCluster + ")\n";
+              " (cost model: " + cluster->name + ")\n";
     output += tablesText(reports, program, timeline);
+    output += searchText(plan.strategy());
   }
   Status written = writeOutput("", output);
   if (!written) return reportError(written);

@@ -101,6 +101,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   search.train = flags.train;
   search.training = options.training;
   search.bucket_bytes = options.bucket_bytes;
+  search.memory_limit_bytes = options.memory_limit_bytes;
   CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(model, search, CostModel(cluster)));
   std::printf("strategy auto on %s: %s, predicted %s per step, %s per device (%lld candidates, %lld estimated, %.2f s)\n",
               cluster.name.c_str(), result.best.strategy.str().c_str(), millis(result.best.step_time_s).c_str(),
@@ -156,6 +157,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.microbatches = flags.microbatches;
   options.schedule = flags.schedule;
   options.train = flags.train;
+  options.memory_limit_bytes = flags.memory_limit;
   if (flags.train) {
     auto loss = parseLossKind(flags.loss);
     if (!loss) return reportError(loss.status());
@@ -210,10 +212,30 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   return 0;
 }
 
+runtime::TrainOptions trainOptionsFor(const RunFlags& flags) {
+  runtime::TrainOptions options;
+  options.data = flags.data.empty() ? "fashion-mnist" : flags.data;
+  options.steps = flags.steps;
+  options.epochs = flags.steps == 0 && flags.epochs == 0 ? 1 : flags.epochs;
+  options.eval_data = flags.eval_data;
+  options.metrics_path = flags.metrics;
+  options.checkpoint_dir = flags.checkpoint_dir;
+  options.checkpoint_every = flags.checkpoint_every;
+  options.resume = flags.resume;
+  options.seed = static_cast<uint64_t>(flags.seed);
+  options.threads = flags.threads;
+  options.trace_path = flags.trace;
+  options.progress = flags.progress == "always" ? runtime::ProgressMode::kAlways
+                     : flags.progress == "never" ? runtime::ProgressMode::kNever
+                                                 : runtime::ProgressMode::kAuto;
+  return options;
+}
+
 int runRun(const RunFlags& flags) {
   if (flags.device != "cpu") return reportError(Status::usage("--device cuda: not built yet (see issue 7)"));
+  if (flags.backend == "mpi") return runRunMpi(flags);
   if (flags.backend != "local")
-    return reportError(Status::usage("--backend " + flags.backend + ": not built yet (see issues 6 and 7)"));
+    return reportError(Status::usage("--backend " + flags.backend + ": not built yet (see issue 7)"));
   auto plan = readPlanFile(flags.plan);
   if (!plan) return reportError(plan.status());
   // Every rank of the plan: a CPU device, an executor and a thread each, one local communicator.
@@ -242,21 +264,7 @@ int runRun(const RunFlags& flags) {
 
   if (!group.hasProgram("train"))
     return reportError(Status::badInput(flags.plan + " is an inference plan; run it with --inputs DIR --outputs DIR"));
-  runtime::TrainOptions options;
-  options.data = flags.data.empty() ? "fashion-mnist" : flags.data;
-  options.steps = flags.steps;
-  options.epochs = flags.steps == 0 && flags.epochs == 0 ? 1 : flags.epochs;
-  options.eval_data = flags.eval_data;
-  options.metrics_path = flags.metrics;
-  options.checkpoint_dir = flags.checkpoint_dir;
-  options.checkpoint_every = flags.checkpoint_every;
-  options.resume = flags.resume;
-  options.seed = static_cast<uint64_t>(flags.seed);
-  options.threads = flags.threads;
-  options.trace_path = flags.trace;
-  options.progress = flags.progress == "always" ? runtime::ProgressMode::kAlways
-                     : flags.progress == "never" ? runtime::ProgressMode::kNever
-                                                 : runtime::ProgressMode::kAuto;
+  runtime::TrainOptions options = trainOptionsFor(flags);
   runtime::TrainReport report;
   Status trained = runtime::train(group, **plan, options, report);
   if (!trained) return reportError(trained);

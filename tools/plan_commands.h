@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/trainer.h"
+
 namespace cleave::cli {
 
 // Flags of `cleave compile`.
@@ -20,6 +22,7 @@ struct CompileFlags {
   std::string loss = "softmax_cross_entropy";
   std::string optimizer = "sgd:lr=0.01";
   std::string cluster;
+  int64_t memory_limit = 0;  // bytes per device (--memory-limit); 0: no limit
 };
 
 // Flags of `cleave run`.
@@ -49,10 +52,15 @@ struct InspectPlanFlags {
   int rank = -1;
   std::string dot;       // write the Graphviz drawing here
   std::string timeline;  // write the predicted Chrome trace here
+  std::string cluster = "cpu-local";  // the cluster times are predicted on (NAME or FILE.json)
 };
 
 int runCompile(const CompileFlags& flags, const std::string& producer);
 int runRun(const RunFlags& flags);
+// The trainer's options for `cleave run`'s flags (both backends).
+runtime::TrainOptions trainOptionsFor(const RunFlags& flags);
+// `cleave run --backend mpi`, one process of an mpirun job; defined in tools/mpi_run_command.cpp.
+int runRunMpi(const RunFlags& flags);
 // Defined in tools/inspect_command.cpp.
 int runInspectPlan(const InspectPlanFlags& flags);
 

@@ -39,7 +39,7 @@ contains() {
 
 # 1. Help and version exit 0; every contract flag is documented.
 expect 0 "$cleave" --help
-for sub in import compile inspect simulate run gen; do contains out "^  $sub "; done
+for sub in import compile inspect simulate calibrate run gen; do contains out "^  $sub "; done
 expect 0 "$cleave" --version
 contains out '^cleave 0\.1\.0$'
 expect 0 "$cleave" compile --help
@@ -51,7 +51,9 @@ for flag in --device --backend --inputs --outputs --data --steps --epochs --eval
   contains out "(^ +|,)$flag( |$)"
 done
 expect 0 "$cleave" inspect --help
-for flag in --json --rank --dot --timeline; do contains out "(^ +|,)$flag( |$)"; done
+for flag in --json --rank --dot --timeline --cluster; do contains out "(^ +|,)$flag( |$)"; done
+expect 0 "$cleave" simulate --help
+for flag in --cluster --json --timeline; do contains out "(^ +|,)$flag( |$)"; done
 expect 0 "$cleave" gen gpt --help
 for flag in --layers --hidden --heads --seq --vocab --batch --seed --output; do contains out "$flag"; done
 
@@ -73,8 +75,10 @@ expect 1 "$cleave" compile "$source_dir/examples/mlp.cir" -o "$tmp/plan.cplan" -
 contains err "input '%x' has batch 128, which does not divide into 3 data-parallel shards"
 expect 1 "$cleave" compile "$source_dir/examples/mlp.cir" -o "$tmp/plan.cplan" --dp 2 --microbatches 3
 contains err 'batch 128 does not divide into 2 data-parallel shards x 3 microbatches'
-expect 2 "$cleave" simulate plan.cplan --cluster dgx-h100
-contains err 'simulate: not built yet \(see issue 8\)'
+expect 1 "$cleave" simulate plan.cplan --cluster dgx-h100
+contains err "unknown cluster 'dgx-h100'"
+expect 2 "$cleave" compile "$source_dir/examples/mlp.cir" -o "$tmp/plan.cplan" --strategy auto
+contains err '--strategy auto needs --devices N'
 expect 2 "$cleave" run plan.cplan --device cuda
 contains err 'not built yet \(see issue 7\)'
 expect 1 "$cleave" run plan.cplan --data synthetic --steps 1

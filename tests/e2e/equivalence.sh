@@ -18,6 +18,7 @@ failed=0
 models=("mlp:$source_dir/examples/mlp.cir:16" "fashion_cnn:$source_dir/examples/fashion_cnn.cir:16" "gpt:$tmp/gpt.cir:8")
 strategies=("dp2:--dp 2" "dp4:--dp 4" "tp2:--tp 2" "tp4:--tp 4"
             "pp2-gpipe:--pp 2 --microbatches 4 --schedule gpipe" "pp2-1f1b:--pp 2 --microbatches 4 --schedule 1f1b"
+            "pp3:--pp 3" "pp4-1f1b:--pp 4 --microbatches 4 --schedule 1f1b"
             "dp2xtp2:--dp 2 --tp 2" "dp2xpp2:--dp 2 --pp 2 --microbatches 2" "tp2xpp2:--tp 2 --pp 2 --microbatches 2")
 
 train() {  # PLAN OUT_DIR

@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
+#include "passes/cluster_json.h"
+#include "passes/plan_prediction.h"
 #include "passes/plan_timeline.h"
 #include "tests/unit/plan_test_builder.h"
 
@@ -250,6 +255,155 @@ TEST(PlanTimeline, DependenciesFollowStorageThroughAliases) {
   EXPECT_TRUE(dependencies[0].empty());
   EXPECT_TRUE(dependencies[1].empty());
   EXPECT_EQ(dependencies[2], std::vector<int32_t>{0});
+}
+
+TEST(ClusterSpecs, BuiltinGpuHostsCarryTheDatasheetFigures) {
+  auto a100 = builtinCluster("a100x8");
+  ASSERT_TRUE(a100.hasValue()) << a100.status().message();
+  EXPECT_DOUBLE_EQ(a100->device.peakFlops(DType::kBF16), 312e12);
+  EXPECT_DOUBLE_EQ(a100->device.peakFlops(DType::kF32), 19.5e12);
+  EXPECT_DOUBLE_EQ(a100->device.memory_bandwidth, 2.039e12);
+  EXPECT_DOUBLE_EQ(a100->intra_host.bandwidth, 300e9);  // NVLink 3: 600 GB/s both ways
+  EXPECT_EQ(a100->deviceCount(), 8);
+
+  auto h100 = builtinCluster("h100x8");
+  ASSERT_TRUE(h100.hasValue());
+  EXPECT_DOUBLE_EQ(h100->device.peakFlops(DType::kBF16), 989e12);
+  EXPECT_DOUBLE_EQ(h100->device.peakFlops(DType::kF32), 67e12);
+  EXPECT_DOUBLE_EQ(h100->device.memory_bandwidth, 3.35e12);
+  EXPECT_EQ(h100->device.memory_bytes, int64_t{80} << 30);
+  EXPECT_DOUBLE_EQ(h100->intra_host.bandwidth, 450e9);  // NVLink 4: 900 GB/s both ways
+  EXPECT_DOUBLE_EQ(h100->inter_host.bandwidth, 50e9);   // NDR: 400 Gb/s
+
+  auto h200 = builtinCluster("h200x8");
+  ASSERT_TRUE(h200.hasValue());
+  EXPECT_DOUBLE_EQ(h200->device.memory_bandwidth, 4.8e12);
+  EXPECT_EQ(h200->device.memory_bytes, int64_t{141'000'000'000});
+  EXPECT_EQ(builtinClusterNames(), (std::vector<std::string>{"cpu-local", "a100x8", "h100x8", "h200x8"}));
+}
+
+TEST(ClusterSpecs, MultiHostNamesRepeatAOneHostBuiltin) {
+  auto cluster = builtinCluster("h100x8x128");
+  ASSERT_TRUE(cluster.hasValue()) << cluster.status().message();
+  EXPECT_EQ(cluster->name, "h100x8x128");
+  EXPECT_EQ(cluster->hosts, 128);
+  EXPECT_EQ(cluster->deviceCount(), 1024);
+  std::vector<int32_t> within = {0, 7}, across = {7, 8};
+  EXPECT_EQ(cluster->linkFor(within).name, "NVLink 4");
+  EXPECT_EQ(cluster->linkFor(across).name, "InfiniBand NDR 400 Gb/s");
+  EXPECT_EQ(builtinCluster("a100x8x2")->deviceCount(), 16);
+
+  for (const char* bad : {"h100x8x0", "h100x8xx2", "h100x9x2", "h100x8x"}) {
+    auto rejected = builtinCluster(bad);
+    EXPECT_FALSE(rejected.hasValue()) << bad;
+  }
+  EXPECT_NE(builtinCluster("h100x8x0").status().message().find("host count"), std::string::npos);
+}
+
+TEST(ClusterSpecs, JsonRoundTripsEveryBuiltin) {
+  for (const std::string& name : builtinClusterNames()) {
+    ClusterSpec cluster = *builtinCluster(name);
+    auto read = clusterFromJson(clusterToJson(cluster), name + ".json");
+    ASSERT_TRUE(read.hasValue()) << read.status().message();
+    EXPECT_EQ(read->name, cluster.name);
+    EXPECT_EQ(read->hosts, cluster.hosts);
+    EXPECT_EQ(read->devices_per_host, cluster.devices_per_host);
+    EXPECT_EQ(read->device.name, cluster.device.name);
+    EXPECT_EQ(read->device.peak_flops, cluster.device.peak_flops);
+    EXPECT_DOUBLE_EQ(read->device.memory_bandwidth, cluster.device.memory_bandwidth);
+    EXPECT_EQ(read->device.memory_bytes, cluster.device.memory_bytes);
+    EXPECT_DOUBLE_EQ(read->device.kernel_overhead_s, cluster.device.kernel_overhead_s);
+    EXPECT_EQ(read->intra_host.name, cluster.intra_host.name);
+    EXPECT_DOUBLE_EQ(read->intra_host.bandwidth, cluster.intra_host.bandwidth);
+    EXPECT_DOUBLE_EQ(read->inter_host.latency, cluster.inter_host.latency);
+  }
+}
+
+TEST(ClusterSpecs, JsonErrorsNameTheKey) {
+  const std::string good = R"({"name": "lab", "hosts": 2, "devices_per_host": 4,
+    "device": {"peak_flops": {"f32": 1e12, "bf16": 8e12}, "memory_bandwidth": 1e12, "memory_bytes": 1e10},
+    "intra_host": {"bandwidth": 1e11, "latency": 1e-6}})";
+  auto read = clusterFromJson(good, "lab.json");
+  ASSERT_TRUE(read.hasValue()) << read.status().message();
+  EXPECT_DOUBLE_EQ(read->device.peakFlops(DType::kBF16), 8e12);
+  EXPECT_DOUBLE_EQ(read->inter_host.bandwidth, 1e11);  // defaults to the host's link
+  EXPECT_EQ(read->deviceCount(), 8);
+
+  auto expectError = [](const std::string& text, const std::string& expected) {
+    auto result = clusterFromJson(text, "c.json");
+    ASSERT_FALSE(result.hasValue()) << text;
+    EXPECT_EQ(result.status().message(), expected);
+  };
+  expectError("{", "c.json: not valid JSON");
+  expectError(R"({"name": "x", "device": {}, "intra_host": {}, "gpus": 8})",
+              "c.json: gpus: unknown key (known: name, description, hosts, devices_per_host, device, intra_host, "
+              "inter_host)");
+  expectError(R"({"name": "x", "device": {"peak_flops": {"fp32": 1}, "memory_bandwidth": 1, "memory_bytes": 1},
+                  "intra_host": {"bandwidth": 1, "latency": 0}})",
+              "c.json: device.peak_flops.fp32: unknown float dtype (expected f32, f16, bf16 or f64)");
+  expectError(R"({"name": "x", "device": {"peak_flops": {"bf16": 1}, "memory_bandwidth": 1, "memory_bytes": 1},
+                  "intra_host": {"bandwidth": 1, "latency": 0}})",
+              "c.json: device.peak_flops.f32: missing (the figure of every dtype not listed)");
+  expectError(R"({"name": "x", "device": {"peak_flops": {"f32": 1}, "memory_bandwidth": "fast", "memory_bytes": 1},
+                  "intra_host": {"bandwidth": 1, "latency": 0}})",
+              "c.json: device.memory_bandwidth: must be a number");
+  expectError(R"({"name": "x", "hosts": 0, "device": {"peak_flops": {"f32": 1}, "memory_bandwidth": 1,
+                  "memory_bytes": 1}, "intra_host": {"bandwidth": 1, "latency": 0}})",
+              "c.json: hosts: must be an integer in [1, 1048576]");
+  expectError(R"({"name": "x", "device": {"peak_flops": {"f32": 1}, "memory_bandwidth": 1, "memory_bytes": 1},
+                  "intra_host": {"bandwidth": 0, "latency": 0}})",
+              "c.json: intra_host.bandwidth: must be a positive number");
+  expectError(R"({"device": {}})", "c.json: name: missing");
+}
+
+TEST(ClusterSpecs, LoadClusterTakesANameOrAFile) {
+  EXPECT_EQ(loadCluster("h200x8x2")->deviceCount(), 16);
+  const std::string path = ::testing::TempDir() + "cleave_cluster_test.json";
+  ClusterSpec custom = *builtinCluster("a100x8");
+  custom.name = "my-lab";
+  custom.hosts = 3;
+  {
+    std::ofstream file(path);
+    file << clusterToJson(custom);
+  }
+  auto loaded = loadCluster(path);
+  ASSERT_TRUE(loaded.hasValue()) << loaded.status().message();
+  EXPECT_EQ(loaded->name, "my-lab");
+  EXPECT_EQ(loaded->deviceCount(), 24);
+  std::remove(path.c_str());
+  auto missing = loadCluster("/nonexistent/cluster.json");
+  ASSERT_FALSE(missing.hasValue());
+  EXPECT_NE(missing.status().message().find("cannot read cluster spec '/nonexistent/cluster.json'"), std::string::npos);
+}
+
+TEST(PlanPrediction, ThroughputFlopsAndMfuFollowTheSimulatedStep) {
+  PlanBuilder b = computeThenAllReduce();
+  b.plan.set_global_batch(16);
+  ClusterSpec cluster = roundCluster();
+  cluster.device.memory_bytes = 1 << 20;
+  b.rank(0).mutable_programs(0)->set_peak_bytes(4096);
+  b.rank(1).mutable_programs(0)->set_peak_bytes(2 << 20);  // over the 1 MiB device
+  auto prediction = predictPlan(b.plan, CostModel(cluster));
+  ASSERT_TRUE(prediction.hasValue()) << prediction.status().message();
+  EXPECT_EQ(prediction->program, "train");
+  EXPECT_DOUBLE_EQ(prediction->step_time_s, prediction->timeline.step_time_s);
+  EXPECT_DOUBLE_EQ(prediction->samples_per_s, 16 / prediction->step_time_s);
+  // Matmuls 8192 + 32768 FLOPs, and two relus of [8,32] per rank by the op table's cost rule.
+  std::vector<TensorType> relu_types = {f32({8, 32})};
+  const OpCost relu = CostModel::kernelCost(opDef(OpId::relu), relu_types, relu_types, AttrMap{});
+  EXPECT_DOUBLE_EQ(prediction->model_flops, 8192 + 32768 + 4 * relu.flops);
+  EXPECT_DOUBLE_EQ(prediction->peak_flops_per_device, 1e9);
+  EXPECT_DOUBLE_EQ(prediction->mfu, prediction->model_flops / prediction->step_time_s / (2 * 1e9));
+  ASSERT_EQ(prediction->ranks.size(), 2u);
+  EXPECT_EQ(prediction->ranks[1].peak_memory_bytes, 2 << 20);
+  EXPECT_EQ(prediction->max_memory_bytes, 2 << 20);
+  EXPECT_FALSE(prediction->fits_memory);
+  // Rank 1's compute stream: its matmul and two relus.
+  const CostModel model(cluster);
+  std::vector<TensorType> operands = {f32({8, 64}), f32({64, 32})}, results = {f32({8, 32})};
+  const double busy = model.kernelTime(opDef(OpId::matmul), operands, results, AttrMap{}) +
+                      2 * model.kernelTime(opDef(OpId::relu), relu_types, relu_types, AttrMap{});
+  EXPECT_NEAR(prediction->ranks[1].busy_s, busy, 1e-15);
 }
 
 }  // namespace

@@ -1,0 +1,315 @@
+// Unit tests of the automatic strategy search: exhaustive optimality, balanced stages, the estimate's
+// terms, search times on GPT shapes, and auto against pure dp, pure tp and a Megatron-style grid.
+#include "passes/strategy_search.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "frontend/model_generators.h"
+#include "ir/plan.pb.h"
+#include "passes/compile_pipeline.h"
+#include "passes/plan_prediction.h"
+
+namespace cleave {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// Round figures where every term of the estimate matters: 1 TFLOP/s, 100 GB/s memory, 10 us per
+// kernel; 4 devices per host at 10 GB/s, hosts at 1 GB/s.
+ClusterSpec smallCluster(int hosts) {
+  ClusterSpec cluster;
+  cluster.name = "small";
+  cluster.device.peak_flops = {{DType::kF32, 1e12}};
+  cluster.device.memory_bandwidth = 100e9;
+  cluster.device.memory_bytes = 64 * kGiB;
+  cluster.device.kernel_overhead_s = 10e-6;
+  cluster.hosts = hosts;
+  cluster.devices_per_host = 4;
+  cluster.intra_host = {"fast", 10e9, 5e-6};
+  cluster.inter_host = {"slow", 1e9, 20e-6};
+  return cluster;
+}
+
+Graph gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t vocab, int64_t batch) {
+  GptSpec spec;
+  spec.layers = layers;
+  spec.hidden = hidden;
+  spec.heads = heads;
+  spec.seq = seq;
+  spec.vocab = vocab;
+  spec.batch = batch;
+  auto graph = generateGpt(spec);
+  EXPECT_TRUE(graph.hasValue()) << graph.status().message();
+  return std::move(graph).value();
+}
+
+Graph mlp(int64_t batch) {
+  MlpSpec spec;
+  spec.batch = batch;
+  return *generateMlp(spec);
+}
+
+StrategySearchOptions searchOptions(int devices, OptimizerKind optimizer = OptimizerKind::kAdamW) {
+  StrategySearchOptions options;
+  options.devices = devices;
+  options.train = true;
+  options.training.optimizer.kind = optimizer;
+  return options;
+}
+
+// The fastest feasible estimate of every candidate, in the search's tie order (candidate order).
+std::vector<StrategyEstimate> exhaustiveRanking(const StrategyEstimator& estimator) {
+  std::vector<StrategyEstimate> feasible;
+  for (const ParallelStrategy& strategy : estimator.candidates()) {
+    StrategyEstimate estimate = estimator.estimate(strategy);
+    if (estimate.feasible()) feasible.push_back(std::move(estimate));
+  }
+  std::stable_sort(feasible.begin(), feasible.end(),
+                   [](const StrategyEstimate& a, const StrategyEstimate& b) { return a.step_time_s < b.step_time_s; });
+  return feasible;
+}
+
+// The fastest feasible estimate among the candidates `keep` accepts (infinite time when none).
+template <class Keep>
+StrategyEstimate bestWhere(const StrategyEstimator& estimator, Keep keep) {
+  StrategyEstimate best;
+  for (const ParallelStrategy& strategy : estimator.candidates()) {
+    if (!keep(strategy)) continue;
+    StrategyEstimate estimate = estimator.estimate(strategy);
+    if (estimate.feasible() && estimate.step_time_s < best.step_time_s) best = std::move(estimate);
+  }
+  return best;
+}
+
+TEST(StrategySearch, FindsTheExhaustiveBestOnSmallCases) {
+  struct Case {
+    std::string name;
+    Graph model;
+    int devices;
+    int hosts;
+    int64_t memory_limit;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"mlp on 8", mlp(256), 8, 2, 0});
+  cases.push_back({"gpt on 8", gpt(4, 128, 4, 32, 512, 32), 8, 2, 0});
+  cases.push_back({"gpt on 16, tight memory", gpt(4, 128, 4, 32, 512, 64), 16, 4, 12 << 20});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    StrategySearchOptions options = searchOptions(c.devices);
+    options.memory_limit_bytes = c.memory_limit;
+    options.alternatives = 3;
+    auto estimator = StrategyEstimator::create(c.model, options, CostModel(smallCluster(c.hosts)));
+    ASSERT_TRUE(estimator.hasValue()) << estimator.status().message();
+    std::vector<StrategyEstimate> ranking = exhaustiveRanking(*estimator);
+    ASSERT_GE(ranking.size(), 4u);
+    auto result = searchStrategy(*estimator, options);
+    ASSERT_TRUE(result.hasValue()) << result.status().message();
+    EXPECT_EQ(result->best.step_time_s, ranking[0].step_time_s) << result->best.strategy.str() << " vs "
+                                                               << ranking[0].strategy.str();
+    ASSERT_EQ(result->alternatives.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_EQ(result->alternatives[k].step_time_s, ranking[k + 1].step_time_s) << k;
+    EXPECT_LE(result->estimated, result->candidates);
+    if (c.memory_limit > 0) {
+      EXPECT_LE(result->best.memory_bytes, c.memory_limit);
+      // The limit binds: some strategy faster than the best does not fit.
+      EXPECT_FALSE(result->over_memory.empty());
+      for (const StrategyEstimate& over : result->over_memory) {
+        EXPECT_GT(over.memory_bytes, c.memory_limit);
+        EXPECT_LT(over.step_time_s, result->best.step_time_s);
+      }
+    }
+  }
+}
+
+TEST(StrategySearch, BalancedStagesMatchTheBestOfEverySplit) {
+  Graph model = gpt(2, 64, 4, 16, 128, 16);
+  StrategySearchOptions options = searchOptions(3);
+  auto estimator = StrategyEstimator::create(model, options, CostModel(smallCluster(1)));
+  ASSERT_TRUE(estimator.hasValue()) << estimator.status().message();
+  const int nodes = estimator->profileNodes(1);
+  ASSERT_GT(nodes, 20);
+  for (PipelineScheduleKind schedule : {PipelineScheduleKind::kGPipe, PipelineScheduleKind::kOneForwardOneBackward}) {
+    ParallelStrategy strategy{1, 1, 3, 4, schedule};
+    StrategyEstimate unlimited = estimator->estimate(strategy);
+    ASSERT_TRUE(unlimited.feasible()) << unlimited.infeasible;
+    // A memory limit between the least and the most any split needs, so that it decides.
+    double least_memory = INFINITY, most_memory = 0, best_slowest = INFINITY;
+    for (int a = 1; a < nodes; ++a)
+      for (int b = a + 1; b < nodes; ++b) {
+        std::vector<int> starts = {0, a, b};
+        StrategyEstimate split = estimator->estimateWithStages(strategy, starts);
+        least_memory = std::min(least_memory, static_cast<double>(split.memory_bytes));
+        most_memory = std::max(most_memory, static_cast<double>(split.memory_bytes));
+        best_slowest = std::min(best_slowest, split.slowest_stage_s);
+      }
+    EXPECT_NEAR(unlimited.slowest_stage_s, best_slowest, 1e-9 * best_slowest);
+
+    StrategySearchOptions limited = options;
+    limited.memory_limit_bytes = static_cast<int64_t>((least_memory + unlimited.memory_bytes) / 2);
+    ASSERT_LT(limited.memory_limit_bytes, unlimited.memory_bytes);
+    auto constrained = StrategyEstimator::create(model, limited, CostModel(smallCluster(1)));
+    ASSERT_TRUE(constrained.hasValue());
+    double best_within = INFINITY;
+    for (int a = 1; a < nodes; ++a)
+      for (int b = a + 1; b < nodes; ++b) {
+        std::vector<int> starts = {0, a, b};
+        StrategyEstimate split = constrained->estimateWithStages(strategy, starts);
+        if (split.feasible()) best_within = std::min(best_within, split.slowest_stage_s);
+      }
+    StrategyEstimate balanced = constrained->estimate(strategy);
+    ASSERT_TRUE(balanced.feasible()) << balanced.infeasible;
+    EXPECT_LE(balanced.memory_bytes, limited.memory_limit_bytes);
+    EXPECT_NEAR(balanced.slowest_stage_s, best_within, 1e-9 * best_within);
+    EXPECT_GT(balanced.slowest_stage_s, unlimited.slowest_stage_s);  // the limit costs time
+  }
+}
+
+TEST(StrategySearch, EstimateTermsFollowTheirFormulas) {
+  // The default MLP 784-512-512-10 has (784·512 + 512 + 512·512 + 512 + 512·10 + 10) · 4 bytes of parameters.
+  const double param_bytes = (784.0 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10) * 4;
+  StrategySearchOptions options = searchOptions(8, OptimizerKind::kSgd);
+  const ClusterSpec cluster = smallCluster(2);
+  auto estimator = StrategyEstimator::create(mlp(256), options, CostModel(cluster));
+  ASSERT_TRUE(estimator.hasValue()) << estimator.status().message();
+
+  // Pure dp over 8 devices on two hosts: one ring all-reduce of every gradient (one bucket) over
+  // the slow link; plain SGD keeps parameters and gradients.
+  StrategyEstimate dp = estimator->estimate({8, 1, 1, 1, PipelineScheduleKind::kOneForwardOneBackward});
+  ASSERT_TRUE(dp.feasible()) << dp.infeasible;
+  EXPECT_DOUBLE_EQ(dp.dp_comm_s, commTime(CommKind::kAllReduce, 8, param_bytes, cluster.inter_host));
+  EXPECT_GT(dp.dp_exposed_s, 0);
+  EXPECT_LE(dp.dp_exposed_s, dp.dp_comm_s);
+  EXPECT_EQ(dp.tp_comm_s, 0);
+  EXPECT_EQ(dp.bubble_fraction, 0);
+  EXPECT_GE(dp.memory_bytes, static_cast<int64_t>(2 * param_bytes));
+  EXPECT_NEAR(dp.step_time_s, dp.slowest_stage_s + dp.dp_exposed_s + dp.optimizer_s, 1e-12);
+
+  // Within one host the same all-reduce runs on the fast link.
+  StrategyEstimate dp_tp = estimator->estimate({4, 2, 1, 1, PipelineScheduleKind::kOneForwardOneBackward});
+  ASSERT_TRUE(dp_tp.feasible()) << dp_tp.infeasible;
+  EXPECT_GT(dp_tp.tp_comm_s, 0);  // the row-split layer's all-reduce and Megatron's f
+
+  // Pipelines (of a GPT, whose stages keep activations): the bubble shrinks as microbatches grow,
+  // and GPipe keeps more activations than 1F1B.
+  auto gpt_estimator = StrategyEstimator::create(gpt(8, 128, 4, 32, 512, 64), options, CostModel(cluster));
+  ASSERT_TRUE(gpt_estimator.hasValue()) << gpt_estimator.status().message();
+  StrategyEstimate few = gpt_estimator->estimate({1, 1, 8, 2, PipelineScheduleKind::kGPipe});
+  StrategyEstimate many = gpt_estimator->estimate({1, 1, 8, 32, PipelineScheduleKind::kGPipe});
+  StrategyEstimate many_1f1b = gpt_estimator->estimate({1, 1, 8, 32, PipelineScheduleKind::kOneForwardOneBackward});
+  ASSERT_TRUE(few.feasible() && many.feasible() && many_1f1b.feasible());
+  EXPECT_GT(few.bubble_fraction, many.bubble_fraction);
+  EXPECT_GT(many.memory_bytes, many_1f1b.memory_bytes);
+  EXPECT_GT(few.pp_comm_s, 0);
+
+  // Strategies that do not fit the devices or the batch.
+  EXPECT_FALSE(estimator->estimate({3, 1, 1, 1, PipelineScheduleKind::kGPipe}).feasible());
+  EXPECT_NE(estimator->estimate({8, 1, 1, 64, PipelineScheduleKind::kGPipe}).infeasible.find("does not split"),
+            std::string::npos);
+}
+
+TEST(StrategySearch, NoStrategyFitsNamesTheLeastMemoryNeeded) {
+  StrategySearchOptions options = searchOptions(2);
+  options.memory_limit_bytes = 1 << 20;
+  auto result = searchStrategy(mlp(64), options, CostModel(smallCluster(1)));
+  ASSERT_FALSE(result.hasValue());
+  EXPECT_NE(result.status().message().find("no strategy for 2 devices fits in device memory; the least any needs is"),
+            std::string::npos)
+      << result.status().message();
+}
+
+TEST(StrategySearch, TwentyFourLayerGptOnSixtyFourDevicesInUnderASecond) {
+  Graph model = gpt(24, 1024, 16, 1024, 50257, 512);
+  auto cluster = builtinCluster("h100x8x8");
+  ASSERT_TRUE(cluster.hasValue());
+  auto result = searchStrategy(model, searchOptions(64), CostModel(*cluster));
+  ASSERT_TRUE(result.hasValue()) << result.status().message();
+  EXPECT_LT(result->seconds, 1.0);
+  EXPECT_LE(result->best.memory_bytes, cluster->device.memory_bytes);
+}
+
+// Auto against the hand-made strategies practitioners use, on one GPT shape.
+void expectAutoBeatsTheClassics(const Graph& model, const std::string& cluster_name, int devices, double max_seconds) {
+  auto cluster = builtinCluster(cluster_name);
+  ASSERT_TRUE(cluster.hasValue());
+  StrategySearchOptions options = searchOptions(devices);
+  auto estimator = StrategyEstimator::create(model, options, CostModel(*cluster));
+  ASSERT_TRUE(estimator.hasValue()) << estimator.status().message();
+  auto result = searchStrategy(*estimator, options);
+  ASSERT_TRUE(result.hasValue()) << result.status().message();
+  EXPECT_LE(result->best.memory_bytes, cluster->device.memory_bytes);
+  EXPECT_LT(result->estimated, result->candidates);  // lower bounds ruled some out
+  const StrategyEstimate pure_dp = bestWhere(*estimator, [](const ParallelStrategy& s) { return s.tp == 1 && s.pp == 1; });
+  const StrategyEstimate pure_tp = bestWhere(*estimator, [&](const ParallelStrategy& s) { return s.tp == devices; });
+  const StrategyEstimate megatron = bestWhere(*estimator, [](const ParallelStrategy& s) { return s.tp == 8; });
+  ASSERT_TRUE(std::isfinite(megatron.step_time_s)) << "no Megatron grid fits";
+  const double classic = std::min({pure_dp.step_time_s, pure_tp.step_time_s, megatron.step_time_s});
+  EXPECT_LE(result->best.step_time_s, classic) << result->best.strategy.str();
+  // The search alone, profiling included.
+  auto timed = searchStrategy(model, options, CostModel(*cluster));
+  ASSERT_TRUE(timed.hasValue());
+  if (max_seconds > 0) {
+    EXPECT_LT(timed->seconds, max_seconds);
+  }
+  std::printf("%s on %s: auto %s %.4f s/step (%.1f GiB); pure dp %.4f; pure tp %.4f; megatron %s %.4f; search %.2f s\n",
+              model.name.c_str(), cluster_name.c_str(), result->best.strategy.str().c_str(), result->best.step_time_s,
+              static_cast<double>(result->best.memory_bytes) / kGiB, pure_dp.step_time_s, pure_tp.step_time_s,
+              megatron.strategy.str().c_str(), megatron.step_time_s, timed->seconds);
+}
+
+// GPT-3's shapes (Brown et al. 2020, table 2.1) with sequences of 2048 tokens. The global batches
+// are smaller than GPT-3's (0.5M to 3.2M tokens): without activation recomputation, and with a
+// gradient copy per microbatch, those do not fit in 80 GB per GPU (the search says so).
+TEST(StrategySearch, AutoBeatsPureDpPureTpAndMegatronOn1p3B) {
+  expectAutoBeatsTheClassics(gpt(24, 2048, 16, 2048, 50257, 512), "h100x8x4", 32, 0);
+}
+
+TEST(StrategySearch, AutoBeatsPureDpPureTpAndMegatronOn13B) {
+  expectAutoBeatsTheClassics(gpt(40, 5120, 40, 2048, 50257, 256), "h100x8x16", 128, 0);
+}
+
+// GPT-3 175B on 1024 H100s: also the search time (under 5 s).
+TEST(StrategySearch, AutoBeatsPureDpPureTpAndMegatronOnGpt3InUnderFiveSeconds) {
+  expectAutoBeatsTheClassics(gpt(96, 12288, 96, 2048, 50257, 64), "h100x8x128", 1024, 5.0);
+}
+
+// The estimate against the simulation of the plan compile builds for the same strategy (on
+// cpu-local): step times within 15%, memory per device between 0.75 and 1.5 times the plan's.
+TEST(StrategySearch, EstimateAgreesWithTheCompiledPlansSimulation) {
+  Graph model = gpt(4, 256, 4, 64, 1024, 8);
+  StrategySearchOptions options = searchOptions(4, OptimizerKind::kSgd);
+  options.training.optimizer.momentum = 0.9;
+  const CostModel cost_model(*builtinCluster("cpu-local"));
+  auto estimator = StrategyEstimator::create(model, options, cost_model);
+  ASSERT_TRUE(estimator.hasValue()) << estimator.status().message();
+  const PipelineScheduleKind one_f_one_b = PipelineScheduleKind::kOneForwardOneBackward;
+  for (const ParallelStrategy& strategy : {ParallelStrategy{4, 1, 1, 1, one_f_one_b}, ParallelStrategy{1, 4, 1, 1, one_f_one_b},
+                                           ParallelStrategy{1, 1, 4, 4, one_f_one_b}, ParallelStrategy{2, 2, 1, 1, one_f_one_b},
+                                           ParallelStrategy{1, 2, 2, 4, PipelineScheduleKind::kGPipe}}) {
+    SCOPED_TRACE(strategy.str());
+    StrategyEstimate estimate = estimator->estimate(strategy);
+    ASSERT_TRUE(estimate.feasible()) << estimate.infeasible;
+    CompileOptions compile;
+    compile.train = true;
+    compile.training = options.training;
+    compile.dp = strategy.dp;
+    compile.tp = strategy.tp;
+    compile.pp = strategy.pp;
+    compile.microbatches = strategy.microbatches;
+    compile.schedule = std::string(pipelineScheduleName(strategy.schedule));
+    auto plan = compileModel(model, compile);
+    ASSERT_TRUE(plan.hasValue()) << plan.status().message();
+    auto simulated = predictPlan(*plan, cost_model);
+    ASSERT_TRUE(simulated.hasValue()) << simulated.status().message();
+    EXPECT_NEAR(estimate.step_time_s / simulated->step_time_s, 1.0, 0.15)
+        << estimate.step_time_s << " vs " << simulated->step_time_s;
+    const double memory_ratio = static_cast<double>(estimate.memory_bytes) / simulated->max_memory_bytes;
+    EXPECT_GE(memory_ratio, 0.75);
+    EXPECT_LE(memory_ratio, 1.5);
+  }
+}
+
+}  // namespace
+}  // namespace cleave

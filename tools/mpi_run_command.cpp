@@ -1,0 +1,153 @@
+// `cleave run --backend mpi`: one process of an mpirun job runs one rank of the plan; rank 0 reports.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "ir/plan.h"
+#include "ir/plan.pb.h"
+#include "passes/memory_planner.h"
+#include "runtime/checkpoint.h"
+#include "runtime/mpi_communicator.h"
+#include "runtime/rank_group.h"
+#include "runtime/trainer.h"
+#include "tools/plan_commands.h"
+
+namespace cleave::cli {
+namespace {
+
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+// The largest exit code of any process (0 when all succeeded) and rank 0's, agreed over every rank,
+// so that a failure every process meets at start-up ends all of them the same way.
+Expected<std::pair<int, int>> agreeOnExitCodes(runtime::Communicator& communicator, int exit_code) {
+  std::vector<int> everyone(static_cast<size_t>(communicator.worldSize()));
+  for (int rank = 0; rank < communicator.worldSize(); ++rank) everyone[static_cast<size_t>(rank)] = rank;
+  int32_t codes[2] = {exit_code, communicator.rank() == 0 ? exit_code : 0};
+  runtime::TensorView view{codes, TensorType{DType::kI32, {2}}};
+  CLEAVE_TRY(communicator.allReduce(everyone, {&view, 1}, {&view, 1}, runtime::ReduceOp::kMax));
+  return std::pair<int, int>{codes[0], codes[1]};
+}
+
+// Prints `cleave: error: <message>` in one write (mpirun interleaves the processes' output by
+// writes) and returns the exit code.
+int reportJobError(const Status& status) {
+  std::string line = "cleave: error: " + status.message() + "\n";
+  std::fputs(line.c_str(), stderr);
+  return status.exitCode();
+}
+
+// An error of this process's rank, with the rank in front when the message does not start with it.
+int reportRankError(int rank, const Status& status) {
+  std::string prefix = "rank " + std::to_string(rank) + ": ";
+  if (status.message().compare(0, prefix.size(), prefix) == 0) return reportJobError(status);
+  return reportJobError(status.withContext(prefix));
+}
+
+// Prints what rank 0 reports after training: the run's summary and rank 0's memory.
+void printSummary(const planpb::Plan& plan, const runtime::TrainReport& report, int processes) {
+  std::printf("trained steps %lld..%lld in %.1f s on %d processes: %.1f samples/s, final loss %.4f\n",
+              static_cast<long long>(report.start_step), static_cast<long long>(report.steps), report.train_seconds,
+              processes, report.samples_per_s, report.final_loss);
+  if (report.final_eval && report.final_eval->accuracy)
+    std::printf("eval accuracy: %.4f on %lld samples%s\n", *report.final_eval->accuracy,
+                static_cast<long long>(report.final_eval->samples),
+                report.final_eval->loss ? (" (loss " + std::to_string(*report.final_eval->loss) + ")").c_str() : "");
+  for (const auto& rank : plan.ranks()) {
+    if (rank.rank() != 0) continue;
+    MemoryReport memory = memoryReport(rank);
+    std::printf("peak memory of rank 0: %s arena = parameters %s + optimizer state %s + gradients/activations %s\n",
+                mib(report.peak_arena_bytes).c_str(), mib(memory.param_bytes).c_str(),
+                mib(memory.optimizer_state_bytes).c_str(), mib(memory.activation_region_bytes).c_str());
+  }
+  if (!report.last_checkpoint.empty()) std::printf("checkpoint: %s\n", report.last_checkpoint.c_str());
+}
+
+}  // namespace
+
+// Steps: join the job and make this rank's communicator; read the plan and agree that every process
+// can run it (a plan for N ranks on M != N processes ends all of them with exit 1, rank 0 saying
+// why; a failure rank 0 does not share is told by the rank that has it); prepare this process's rank only; train; rank 0 reports. A failure after start-up tells the
+// other ranks (they stop naming this one) and leaves MPI unfinalized: mpirun then ends the job.
+int runRunMpi(const RunFlags& flags) {
+  // 1. The job and this rank's endpoint.
+  auto joined = runtime::MpiJob::join();
+  if (!joined) return reportJobError(joined.status());
+  std::unique_ptr<runtime::MpiJob> job = std::move(*joined);
+  const int rank = job->rank();
+  auto created_communicator = job->createCommunicator(flags.timeout);
+  if (!created_communicator) {
+    job->markFailed();
+    return reportRankError(rank, created_communicator.status());
+  }
+  std::unique_ptr<runtime::Communicator> communicator = std::move(*created_communicator);
+
+  // 2. Checks every process makes alike: the rank reporting a failure says why, the others exit
+  //    with the same code quietly.
+  Status usable = Status::ok();
+  auto plan = readPlanFile(flags.plan);
+  if (!flags.inputs.empty())
+    usable = Status::usage("--backend mpi runs training plans; run inference (--inputs) with --backend local");
+  else if (!plan)
+    usable = plan.status();
+  else if ((*plan)->ranks_size() != job->size())
+    usable = Status::badInput(flags.plan + " is a plan for " + std::to_string((*plan)->ranks_size()) +
+                              " ranks but mpirun started " + std::to_string(job->size()) +
+                              (job->size() == 1 ? " process" : " processes") + "; run it with mpirun -np " +
+                              std::to_string((*plan)->ranks_size()));
+  else if (!(*plan)->has_training() || (*plan)->training().loss_output().empty())
+    usable = Status::badInput(flags.plan + " is an inference plan; --backend mpi runs training plans");
+  auto codes = agreeOnExitCodes(*communicator, usable.exitCode());
+  if (!codes) {
+    job->markFailed();
+    return reportRankError(rank, codes.status());
+  }
+  auto [worst, rank0_code] = *codes;
+  if (worst != 0) {
+    if (!usable.isOk() && rank == 0) reportJobError(usable);
+    if (!usable.isOk() && rank != 0 && rank0_code == 0) reportRankError(rank, usable);
+    communicator.reset();
+    return worst;
+  }
+
+  // 3. This process's rank: its programs and parameters only. Kernel threads default to this
+  //    host's cores shared by the job's processes on it.
+  runtime::RankGroupOptions group_options;
+  group_options.threads =
+      flags.threads > 0 ? flags.threads
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / job->localSize());
+  group_options.timeout_seconds = flags.timeout;
+  auto created = runtime::RankGroup::createForProcess(**plan, *communicator, group_options);
+  if (!created) {
+    communicator->abort(created.status());
+    job->markFailed();
+    return reportRankError(rank, created.status());
+  }
+  runtime::RankGroup& group = **created;
+
+  // 4. Train; only rank 0 writes metrics, draws progress and prints evaluations and the summary.
+  runtime::TrainOptions options = trainOptionsFor(flags);
+  options.threads = group_options.threads;
+  if (rank != 0) {
+    options.metrics_path.clear();
+    options.trace_path.clear();
+    options.progress = runtime::ProgressMode::kNever;
+    options.print_summaries = false;
+  }
+  runtime::TrainReport report;
+  Status trained = runtime::train(group, **plan, options, report);
+  if (!trained) {
+    group.abort(trained);
+    job->markFailed();
+    return reportRankError(rank, trained);
+  }
+  if (rank == 0) printSummary(**plan, report, job->size());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace cleave::cli
