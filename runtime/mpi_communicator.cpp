@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -108,6 +109,9 @@ struct Transfers {
   uint8_t* buffer(int64_t bytes) { return buffers.emplace_back(static_cast<size_t>(bytes)).data(); }
 };
 
+// One rank's endpoint over MPI (see MpiJob::createCommunicator): collectives and the plan's messages
+// as non-blocking point-to-point transfers, a service thread for control messages (ping, pong,
+// abort) and buffered sends.
 class MpiCommunicator final : public Communicator {
  public:
   static Expected<std::unique_ptr<Communicator>> create(int rank, int size, double timeout_seconds);
@@ -132,10 +136,9 @@ class MpiCommunicator final : public Communicator {
   friend class MpiRing;
   MpiCommunicator(int rank, int size, double timeout_seconds) : rank_(rank), size_(size), timeout_(timeout_seconds) {}
 
-  // One collective call: its description, members, this rank's position, tag and deadline.
+  // One collective call: its description, this rank's position in the group, its tag and deadline.
   struct Call {
     std::string what;  // "all_reduce over ranks {0,1}"
-    std::vector<int> group;
     size_t position = 0;
     int tag = 0;
     Clock::time_point deadline;
@@ -247,7 +250,6 @@ Expected<MpiCommunicator::Call> MpiCommunicator::begin(const std::string& collec
   Call call;
   call.what = collective + " over ranks " + groupText(group);
   CLEAVE_ASSIGN_OR_RETURN(call.position, positionIn(call.what, group));
-  call.group.assign(group.begin(), group.end());
   uint64_t hash = 0xcbf29ce484222325ull;
   for (int member : group) {
     hash ^= static_cast<uint64_t>(member) + 1;
@@ -302,8 +304,9 @@ Status MpiCommunicator::waitAll(Transfers& transfers, const std::string& what, C
     int completed = 0;
     int rc = MPI_Testsome(count, transfers.requests.data(), &completed, indices.data(), statuses.data());
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      std::vector<int> peers = transfers.peers;
       abandon(transfers);
-      return Status::runtime(what + ": MPI failed: " + mpiErrorText(rc));
+      return Status::runtime(what + ": MPI failed: " + mpiErrorText(rc) + diagnose(peers));
     }
     if (completed != MPI_UNDEFINED && completed > 0) {
       for (int k = 0; k < completed; ++k) {
@@ -318,7 +321,7 @@ Status MpiCommunicator::waitAll(Transfers& transfers, const std::string& what, C
                                     std::to_string(transfers.receive_bytes[i]) + " bytes rank " +
                                     std::to_string(rank_) + " expects (their programs do not fit together)");
           return Status::runtime(what + ": the transfer with rank " + std::to_string(peer) +
-                                 " failed: " + mpiErrorText(status.MPI_ERROR));
+                                 " failed: " + mpiErrorText(status.MPI_ERROR) + diagnose({peer}));
         }
         if (transfers.receive_bytes[i] >= 0) {
           int received = 0;

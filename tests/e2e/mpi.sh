@@ -99,7 +99,7 @@ check_kill() {  # LABEL LOG: every other rank named rank 2, within the timeout, 
     grep -q "^cleave: error: rank $rank: .*rank 2 \(died\|does not answer\)" "$log" ||
       fail "$label: rank $rank did not say that rank 2 died: $(cat "$log")"
   done
-  $python -c "import sys; sys.exit(float(sys.argv[1]) > float(sys.argv[2]) + 2)" "$elapsed" "$timeout" ||
+  $python -c "import sys; sys.exit(float(sys.argv[1]) > float(sys.argv[2]) + 4)" "$elapsed" "$timeout" ||
     fail "$label: the ranks took $elapsed s to stop (timeout $timeout s)"
   sleep 0.5
   if pgrep -x cleave >/dev/null && pgrep -a cleave | grep -q mlp-dp2xtp2; then
