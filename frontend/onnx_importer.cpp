@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -1249,9 +1250,12 @@ Status OnnxImporter::importNode(const onnx::NodeProto& node) {
     CLEAVE_ASSIGN_OR_RETURN(double delta, constantScalar(node, 2));
     if (delta == 0) return fail("delta must be non-zero");
     double elements = std::max(std::ceil((limit - start) / delta), 0.0);
-    if (!(elements <= static_cast<double>(kMaxFoldedElements)))  // also NaN
-      return fail("start, limit and delta give " + std::to_string(elements) + " elements, over " +
+    if (!(elements <= static_cast<double>(kMaxFoldedElements))) {  // also NaN
+      char count[32];
+      std::snprintf(count, sizeof count, "%g", elements);
+      return fail(std::string("start, limit and delta give ") + count + " elements, over cleave's limit of " +
                   std::to_string(kMaxFoldedElements));
+    }
     auto count = static_cast<int64_t>(elements);
     std::vector<double> values(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = start + static_cast<double>(i) * delta;
@@ -1320,6 +1324,7 @@ Expected<onnx::ModelProto> parseModel(const std::string& path) {
   if (!in) return Status::badInput("cannot open ONNX model '" + path + "': " + std::strerror(errno));
   onnx::ModelProto model;
   if (!model.ParseFromIstream(&in)) return Status::badInput(path + ": not a valid ONNX model (protobuf parse failed)");
+  if (!model.has_graph()) return Status::badInput(path + ": not a valid ONNX model (it has no graph)");
   return model;
 }
 

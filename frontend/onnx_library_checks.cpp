@@ -118,8 +118,8 @@ Expected<onnx::ModelProto> checkConvertAndInferShapes(const onnx::ModelProto& mo
                                                  : "invalid ONNX model";
     return Status::badInput(path + ": " + what + ": " + reason);
   }
-  std::string how = WIFSIGNALED(wait_status) ? "signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
-                                                   strsignal(WTERMSIG(wait_status)) + ")"
+  std::string how = WIFSIGNALED(wait_status) ? "signal " + std::to_string(WTERMSIG(wait_status)) + ", " +
+                                                   strsignal(WTERMSIG(wait_status))
                                              : "exit status " + std::to_string(WEXITSTATUS(wait_status));
   return Status::badInput(path + ": invalid ONNX model: " + stepName(last_step) + " crashed on it (" + how + ")");
 }

@@ -395,6 +395,8 @@ Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path) {
   google::protobuf::LogSilencer silence_protobuf;  // our message says what is wrong, not protobuf's log
   if (!plan->ParseFromArray(contents.data() + kPlanMagicSize, static_cast<int>(contents.size() - kPlanMagicSize)))
     return Status::badInput(path + ": plan file is truncated or corrupt (its protobuf does not parse)");
+  if (plan->format_version() == 0)  // every writer sets it: the plan's fields are missing
+    return Status::badInput(path + ": plan file is truncated or corrupt (it has no format version)");
   if (plan->format_version() != kPlanFormatVersion)
     return Status::badInput(versionMismatch(path, plan->format_version()));
   CLEAVE_TRY(validatePlan(*plan).withContext(path + ": "));
