@@ -145,7 +145,7 @@ TensorPtr intsTensor(const std::vector<int64_t>& ints, bool scalar = false) {
   auto data = std::make_shared<TensorData>();
   data->type = {DType::kI64, scalar ? Shape{} : Shape{static_cast<int64_t>(ints.size())}};
   data->bytes.resize(ints.size() * sizeof(int64_t));
-  std::memcpy(data->bytes.data(), ints.data(), data->bytes.size());
+  if (!ints.empty()) std::memcpy(data->bytes.data(), ints.data(), data->bytes.size());
   return data;
 }
 
@@ -163,7 +163,7 @@ Expected<TensorPtr> numbersTensor(const std::vector<double>& values, DType dtype
   auto data = std::make_shared<TensorData>();
   data->type = {DType::kF64, std::move(shape)};
   data->bytes.resize(values.size() * sizeof(double));
-  std::memcpy(data->bytes.data(), values.data(), data->bytes.size());
+  if (!values.empty()) std::memcpy(data->bytes.data(), values.data(), data->bytes.size());  // no memcpy of null
   return castConstant(std::move(data), dtype);
 }
 

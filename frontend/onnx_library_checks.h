@@ -1,4 +1,4 @@
-// libonnx's checker, version converter and shape inference, run in a child process so that a model crashing libonnx is an error.
+// libonnx's checker, version converter and shape inference, in a child process: a model crashing libonnx is an error.
 #pragma once
 
 #include <onnx/onnx_pb.h>

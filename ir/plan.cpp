@@ -71,6 +71,10 @@ Status validateBuffers(const planpb::RankPlan& rank) {
     if (buffer.offset() < 0 || buffer.offset() > arena - bytes)
       return Status::badInput(where + "bytes " + byteRange(buffer.offset(), bytes) + " lie outside the arena of " +
                               std::to_string(arena) + " bytes");
+    if (buffer.offset() % dtypeSize(type->dtype) != 0)  // kernels read elements at their alignment
+      return Status::badInput(where + "offset " + std::to_string(buffer.offset()) + " is not a multiple of " +
+                              std::to_string(dtypeSize(type->dtype)) + " bytes, the size of " +
+                              std::string(dtypeName(type->dtype)));
     if (buffer.has_alias_of()) {
       int32_t root = buffer.alias_of();
       if (root < 0 || root >= rank.buffers_size() || root == id)

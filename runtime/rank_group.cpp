@@ -3,9 +3,13 @@
 #include "runtime/rank_group.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "ir/plan.h"
@@ -41,11 +45,13 @@ struct RankGroup::Worker {
   std::mutex mutex;
   std::condition_variable wake;
   std::condition_variable done;
+  std::function<Status(RankExecutor&)> job_storage;
   const std::function<Status(RankExecutor&)>* job = nullptr;
   uint64_t generation = 0;  // bumped for every job
   size_t pending = 0;       // ranks still running the job
   bool stopping = false;
   std::vector<Status> results;  // by rank
+  std::vector<bool> finished;   // by rank: done with the current job
   std::vector<std::thread> threads;
 };
 
@@ -54,6 +60,9 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::create(const planpb::Plan& plan,
   const int ranks = plan.ranks_size();
   if (ranks < 1) return Status::badInput("the plan has no ranks");
   group->communicators_ = createLocalCommunicators(ranks, options.timeout_seconds);
+  group->timeout_seconds_ = options.timeout_seconds;
+  CLEAVE_ASSIGN_OR_RETURN(group->fault_, injectedFaultFromEnvironment());
+  group->program_runs_.assign(static_cast<size_t>(ranks), 0);
   ExecutorOptions executor_options;
   executor_options.threads = threadsPerRank(options.threads, ranks);
   for (int rank = 0; rank < ranks; ++rank) {
@@ -104,6 +113,16 @@ std::unique_ptr<RankGroup> RankGroup::wrap(RankExecutor& executor) {
 
 RankGroup::~RankGroup() {
   if (!worker_) return;
+  if (abandoned_) {
+    // A rank thread is still running a job and uses its executor, device, communicator and the
+    // worker state: leave them all alive, and the threads running.
+    for (auto& thread : worker_->threads) thread.detach();
+    (void)worker_.release();
+    for (auto& executor : owned_executors_) (void)executor.release();
+    for (auto& device : devices_) (void)device.release();
+    for (auto& communicator : communicators_) (void)communicator.release();
+    return;
+  }
   {
     std::lock_guard lock(worker_->mutex);
     worker_->stopping = true;
@@ -119,7 +138,11 @@ void RankGroup::startWorkers() {
 }
 
 void RankGroup::workerLoop(size_t rank) {
+  // Only these, never `this`, are used after a job: an abandoned group is destroyed while a stuck
+  // rank's job may still return.
   Worker& worker = *worker_;
+  RankExecutor& executor = *executors_[rank];
+  Communicator& communicator = *communicators_[rank];
   uint64_t seen = 0;
   while (true) {
     const std::function<Status(RankExecutor&)>* job = nullptr;
@@ -130,33 +153,99 @@ void RankGroup::workerLoop(size_t rank) {
       seen = worker.generation;
       job = worker.job;
     }
-    Status status = (*job)(*executors_[rank]);
-    if (!status.isOk()) communicators_[rank]->abort(status);
+    Status status = (*job)(executor);
+    if (!status.isOk()) communicator.abort(status);
     std::lock_guard lock(worker.mutex);
     worker.results[rank] = std::move(status);
+    worker.finished[rank] = true;
     if (--worker.pending == 0) worker.done.notify_all();
   }
 }
 
 Status RankGroup::forEachRank(const std::function<Status(RankExecutor&)>& job) {
   if (!worker_) return job(*executors_[0]);
+  if (abandoned_) return Status::runtime("the ranks cannot run: a rank is still stuck in an earlier failed job");
   std::unique_lock lock(worker_->mutex);
-  worker_->job = &job;
+  // The job lives in the worker state, which outlives this call if a rank is left running it.
+  worker_->job_storage = job;
+  worker_->job = &worker_->job_storage;
   worker_->results.assign(executors_.size(), Status::ok());
+  worker_->finished.assign(executors_.size(), false);
   worker_->pending = executors_.size();
   ++worker_->generation;
   worker_->wake.notify_all();
-  worker_->done.wait(lock, [&] { return worker_->pending == 0; });
+  // 1. Wait for every rank. A rank still running one timeout after another finished is stuck:
+  //    the communicator is aborted for it. Once the communicator is aborted, the ranks get one more
+  //    timeout to stop; one that does not is left running.
+  using Clock = std::chrono::steady_clock;
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds_));
+  std::optional<Clock::time_point> first_finished, give_up;
+  std::optional<Status> stuck_error;
+  while (!worker_->done.wait_for(lock, std::chrono::milliseconds(100), [&] { return worker_->pending == 0; })) {
+    const Clock::time_point now = Clock::now();
+    if (!first_finished && worker_->pending < executors_.size()) first_finished = now;
+    if (!stuck_error && !give_up && first_finished && now >= *first_finished + timeout) {
+      std::string running;
+      size_t count = 0;
+      for (size_t rank = 0; rank < executors_.size(); ++rank)
+        if (!worker_->finished[rank]) running += (count++ ? ", " : "") + std::to_string(rank);
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds_);
+      stuck_error = Status::runtime((count > 1 ? "ranks " : "rank ") + running + " had not finished " + seconds +
+                                    " s after the first rank did (stuck?)");
+      communicators_[0]->abort(*stuck_error);
+    }
+    if (!give_up && communicators_[0]->abortedBy() >= 0) give_up = now + timeout;
+    if (give_up && now >= *give_up) {
+      abandoned_ = true;
+      break;
+    }
+  }
+  // 2. The error of the rank that stopped the others, else the first error.
   const std::vector<Status>& results = worker_->results;
   int cause = communicators_[0]->abortedBy();
   if (cause >= 0 && !results[static_cast<size_t>(cause)].isOk()) return results[static_cast<size_t>(cause)];
+  if (stuck_error) return *stuck_error;
   for (const Status& result : results)
     if (!result.isOk()) return result;
   return Status::ok();
 }
 
 Status RankGroup::run(std::string_view program) {
-  return forEachRank([program](RankExecutor& executor) { return executor.run(program); });
+  const std::string name(program);  // the job may outlive this call (see forEachRank)
+  if (fault_.rank < 0) return forEachRank([name](RankExecutor& executor) { return executor.run(name); });
+  return forEachRank([this, name](RankExecutor& executor) {
+    // Each rank counts its own runs (only its thread touches its entry).
+    CLEAVE_TRY(injectedFault(executor.rank(), ++program_runs_[static_cast<size_t>(executor.rank())]));
+    return executor.run(name);
+  });
+}
+
+// CLEAVE_INJECT_FAULT=fail:RANK:RUN or hang:RANK:RUN (a test hook, docs/errors.md): rank RANK fails,
+// or hangs for good, at its RUN-th program run (counting from 1). Unset: no fault (rank -1).
+Expected<RankGroup::InjectedFault> RankGroup::injectedFaultFromEnvironment() {
+  InjectedFault fault;
+  const char* value = std::getenv("CLEAVE_INJECT_FAULT");
+  if (!value || !*value) return fault;
+  char kind[8] = {};
+  long long rank = -1, run = 0;
+  char end = 0;
+  if (std::sscanf(value, "%4[a-z]:%lld:%lld%c", kind, &rank, &run, &end) != 3 ||
+      (std::strcmp(kind, "fail") != 0 && std::strcmp(kind, "hang") != 0) || rank < 0 || run < 1)
+    return Status::usage(std::string("CLEAVE_INJECT_FAULT='") + value + "' is not fail:RANK:RUN or hang:RANK:RUN");
+  fault.hang = std::strcmp(kind, "hang") == 0;
+  fault.rank = static_cast<int>(rank);
+  fault.run = run;
+  return fault;
+}
+
+Status RankGroup::injectedFault(int rank, int64_t run) const {
+  if (rank != fault_.rank || run != fault_.run) return Status::ok();
+  if (!fault_.hang)
+    return Status::runtime("rank " + std::to_string(rank) + ": failed at program run " + std::to_string(run) +
+                           " (injected by CLEAVE_INJECT_FAULT)");
+  // A rank stuck for good, as in a kernel that never returns: it does not even watch for aborts.
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 Status RankGroup::initializeParameters() {

@@ -57,7 +57,11 @@ class RankGroup {
   // Runs job(executor) for every rank at once, each on its rank's thread. When a rank's job fails,
   // the communicator is aborted so the others stop promptly; the result is the error of the rank
   // that stopped the communicator (the others' errors only say that it failed), else the lowest
-  // failed rank's, or ok when every job succeeded.
+  // failed rank's, or ok when every job succeeded. A rank still running one timeout after another
+  // finished is stuck: the communicator is aborted (kRuntime naming it). A rank still running one
+  // timeout after the communicator was aborted (stuck in a kernel, say) is left running: the error
+  // is returned anyway, and the group refuses later jobs (kRuntime) and leaks its ranks rather
+  // than wait for it.
   Status forEachRank(const std::function<Status(RankExecutor&)>& job);
   // Runs `program` on every rank at once.
   Status run(std::string_view program);
@@ -95,6 +99,21 @@ class RankGroup {
   std::vector<std::unique_ptr<RankExecutor>> owned_executors_;
   std::vector<RankExecutor*> executors_;  // by rank
   std::unique_ptr<Worker> worker_;        // the rank threads of a group of several ranks
+  double timeout_seconds_ = 300;          // how long a rank waits for another
+  // Set when a job was given up on while a rank was still running it (stuck outside the
+  // communicator after the others failed): the group runs nothing more and is not torn down.
+  bool abandoned_ = false;
+  // CLEAVE_INJECT_FAULT: a rank made to fail or hang at one of its program runs (testing only).
+  struct InjectedFault {
+    bool hang = false;
+    int rank = -1;
+    int64_t run = 0;
+  };
+  static Expected<InjectedFault> injectedFaultFromEnvironment();
+  // Fails or hangs when the fault is set for `rank`'s program run number `run`.
+  Status injectedFault(int rank, int64_t run) const;
+  InjectedFault fault_;
+  std::vector<int64_t> program_runs_;  // by rank: programs run so far
   const planpb::Plan* process_plan_ = nullptr;        // set by createForProcess()
   Communicator* process_communicator_ = nullptr;      // set by createForProcess()
 };

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The test command: set up, build, run every test through ctest. CLEAVE_CHECK_ALL=1 adds slow tests.
+# The test command: set up, build, run every test through ctest, then the sanitizer and fuzzing
+# check (tools/check_sanitizers.sh). CLEAVE_CHECK_ALL=1 adds slow tests; CLEAVE_CHECK_SANITIZERS=0
+# leaves the sanitizer check out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,4 +10,9 @@ bash tools/build.sh
 
 excluded='gpu|slow'
 [[ "${CLEAVE_CHECK_ALL:-0}" == 1 ]] && excluded='gpu'
-ctest --test-dir build --output-on-failure -j2 -LE "$excluded"
+status=0
+ctest --test-dir build --output-on-failure -j2 -LE "$excluded" || status=1
+if [[ "${CLEAVE_CHECK_SANITIZERS:-1}" == 1 ]]; then
+  bash tools/check_sanitizers.sh || status=1
+fi
+exit $status

@@ -4,6 +4,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ ninja-build clang-14                # build
+  libclang-rt-14-dev libomp-14-dev              # sanitizers and libFuzzer with clang (check_sanitizers.sh)
   libgtest-dev libgmock-dev                     # unit tests
   llvm-14-tools                                 # lit and FileCheck for pass tests
   llvm-14-dev                                   # code generation for fused kernels

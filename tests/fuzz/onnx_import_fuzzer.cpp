@@ -1,4 +1,4 @@
-// Fuzz target: ONNX import (protobuf parse, libonnx's checker and shape inference, conversion), as `cleave import` runs it.
+// Fuzz target: ONNX import (protobuf, libonnx's checks and shape inference, conversion), as `cleave import` runs it.
 #include <cstdint>
 
 #include "frontend/onnx_importer.h"

@@ -1,4 +1,4 @@
-// Fuzz target: the .cplan loader (parse and validation), inspect's per-rank report, and preparing and running a small plan.
+// Fuzz target: the .cplan loader (parse, validation), inspect's rank report, and preparing and running small plans.
 #include <cstdint>
 #include <string>
 

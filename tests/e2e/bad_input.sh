@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Bad input never crashes cleave: truncated and corrupt models (.cir, .onnx), an unsupported opset,
+# mismatched shapes, a batch that does not split, a plan over the device memory limit, truncated
+# and corrupt plans or another format version, missing, corrupt and mis-shaped data files and
+# checkpoints. Each gets exit 1 (bad input) or 2 (usage) and a one- or two-line message naming what
+# is wrong and where (docs/errors.md).
+# Usage: bash bad_input.sh PATH_TO_cleave SOURCE_DIR   (VERBOSE=1 prints every command and its message)
+set -euo pipefail
+
+cleave=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+source_dir=$(cd "$2" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python=/usr/bin/python3
+failed=0
+checks=0
+cd "$tmp"
+
+fail() {
+  echo "FAIL: $*"
+  failed=1
+}
+
+# expect CODE PATTERN COMMAND...: COMMAND must exit CODE, and for an error print one or two lines
+# on stderr, the first 'cleave: error: ' followed by a match of the extended regex PATTERN.
+expect() {
+  local want=$1 pattern=$2 got=0
+  shift 2
+  checks=$((checks + 1))
+  "$@" >out 2>err || got=$?
+  if [[ $got -ne $want ]]; then
+    fail "'$*' exited $got, expected $want; stderr: $(head -c 600 err)"
+  elif [[ $want -ne 0 ]]; then
+    if ! head -n 1 err | grep -Eq -e "^cleave: error: .*$pattern"; then
+      fail "'$*': stderr does not match /cleave: error: .*$pattern/: $(head -c 600 err)"
+    elif [[ $(wc -l <err) -gt 2 ]]; then
+      fail "'$*': the error takes $(wc -l <err) lines: $(head -c 600 err)"
+    fi
+  fi
+  [[ ${VERBOSE:-0} == 0 ]] || echo "exit $got: ${*#"$cleave" }: $(head -n 2 err)"
+}
+
+# expect_bad_input PATTERN COMMAND...: exit 1 (for inputs whose exact message depends on where the
+# damage falls: truncations, flipped bytes).
+expect_bad_input() { expect 1 "$@"; }
+
+# A small model, a plan of it, data for it.
+"$cleave" gen mlp --input 8 --hidden 16 --classes 4 --batch 8 -o mlp.cir
+"$cleave" compile mlp.cir --train -o train.cplan >/dev/null
+"$cleave" compile mlp.cir -o infer.cplan >/dev/null
+mkdir -p data inputs
+$python - <<'PY'
+import numpy as np
+rng = np.random.default_rng(0)
+np.save("data/x.npy", rng.random((32, 8), dtype=np.float32))
+np.save("data/labels.npy", rng.integers(0, 4, size=32, dtype=np.int64))
+np.save("inputs/x.npy", rng.random((8, 8), dtype=np.float32))
+PY
+expect 0 '' "$cleave" run train.cplan --data npy:data --steps 2 --progress never
+
+# 1. Truncated and corrupt text IR: every cut is a parse error at file:line:col.
+size=$(wc -c <mlp.cir)
+for cut in 0 1 10 40 100 $((size / 2)) $((size - 30)) $((size - 2)); do
+  head -c "$cut" mlp.cir >cut.cir
+  expect_bad_input "cut\.cir(:[0-9]+:[0-9]+)?: " "$cleave" compile cut.cir -o cut.cplan
+done
+head -c 3000 /dev/urandom >garbage.cir
+expect_bad_input 'garbage\.cir:[0-9]+:[0-9]+: ' "$cleave" inspect garbage.cir
+printf 'graph @g {\n  input %%x : f32[4,8]\n  param %%w : f32[16,4] = zeros\n  %%y = matmul(%%x, %%w) : f32[4,4]\n  output %%y\n}\n' >shapes.cir
+expect_bad_input 'shapes\.cir:4:3: .*matmul' "$cleave" compile shapes.cir -o shapes.cplan
+printf 'graph @g {\n  input %%x : f32[4,8]\n  %%y = relu(%%x) : f32[4,9]\n  output %%y\n}\n' >declared.cir
+expect_bad_input 'declared\.cir:3:3: .*f32\[4,9\]' "$cleave" compile declared.cir -o declared.cplan
+printf 'graph @g {\n  input %%x : f32[4611686018427387904,4]\n  output %%x\n}\n' >huge.cir
+expect_bad_input 'huge\.cir:2:[0-9]+: .*too large' "$cleave" inspect huge.cir
+
+# 2. ONNX: truncated at any length, bytes flipped anywhere, an unsupported opset, mismatched shapes.
+onnx_model=$source_dir/tests/fixtures/ops13/model.onnx
+size=$(wc -c <"$onnx_model")
+for cut in 0 5 50 500 $((size / 2)) $((size - 100)) $((size - 1)); do
+  head -c "$cut" "$onnx_model" >cut.onnx
+  expect_bad_input "cut\.onnx" "$cleave" import cut.onnx -o cut.cir
+done
+for seed in 1 2 3 4 5 6 7 8; do
+  $python - "$onnx_model" "flip$seed.onnx" "$seed" <<'PY'
+import random, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+rng = random.Random(int(sys.argv[3]))
+for _ in range(8):
+    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+open(sys.argv[2], "wb").write(data)
+PY
+  # A flip may land in a weight's value and leave a valid model; anything else is bad input.
+  code=0
+  "$cleave" import "flip$seed.onnx" -o "flip$seed.cir" >out 2>err || code=$?
+  checks=$((checks + 1))
+  if [[ $code -ne 0 && $code -ne 1 ]] || { [[ $code -eq 1 ]] && ! grep -q "^cleave: error: .*flip$seed\.onnx" err; }; then
+    fail "import of flip$seed.onnx exited $code: $(head -c 600 err)"
+  fi
+done
+$python - <<'PY'
+from onnx import TensorProto, helper
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+def model(weight_dims, opset, name):
+    w = helper.make_tensor("w", TensorProto.FLOAT, weight_dims, [0.5] * (weight_dims[0] * weight_dims[1]))
+    b = helper.make_tensor("b", TensorProto.FLOAT, [3], [0.0, 1.0, 2.0])
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, name="fc")
+    graph = helper.make_graph([node], "g", [x], [y], [w, b])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7
+    open(name, "wb").write(m.SerializeToString())
+model([3, 4], 13, "gemm13.onnx")
+model([3, 4], 18, "gemm18.onnx")
+model([3, 4], 9, "gemm9.onnx")
+model([3, 5], 13, "mismatch.onnx")
+PY
+expect 0 '' "$cleave" import gemm13.onnx -o gemm13.cir
+expect 0 '' "$cleave" import gemm9.onnx -o gemm9.cir  # upgraded by libonnx's version converter
+expect 1 'gemm18\.onnx: ONNX opset 18 is not supported \(cleave imports opsets 11 to 17' \
+  "$cleave" import gemm18.onnx -o gemm18.cir
+expect 1 "mismatch\.onnx \(node 'fc'\): gemm: operand 1 has shape \[3,5\]" "$cleave" compile mismatch.onnx -o mismatch.cplan
+
+# 3. Batches that do not split over data-parallel shards or microbatches (batch 8).
+expect 1 "input '%x' has batch 8, which does not divide into 3 data-parallel shards" \
+  "$cleave" compile mlp.cir --dp 3 -o bad.cplan
+expect 1 'batch 8 does not divide into 1 data-parallel shards x 3 microbatches' \
+  "$cleave" compile mlp.cir --pp 2 --microbatches 3 -o bad.cplan
+expect 1 'batch 8 does not divide into 2 data-parallel shards x 3 microbatches' \
+  "$cleave" compile mlp.cir --dp 2 --pp 2 --microbatches 3 --train -o bad.cplan
+expect 2 'microbatches' "$cleave" compile mlp.cir --microbatches 0 -o bad.cplan
+
+# 4. A plan over the device memory limit is rejected at compile time with the numbers.
+"$cleave" gen mlp --hidden 512,512 --batch 64 -o wide.cir
+expect 0 '' "$cleave" compile wide.cir --train --memory-limit 1GB -o wide.cplan
+expect 1 'wide\.cir: the plan needs [0-9]+ bytes \([0-9.]+ MiB: parameters [0-9.]+ MiB, optimizer state [0-9.]+ MiB, gradients and activations [0-9.]+ MiB\), over the memory limit of 4000000 bytes \(3\.81 MiB\) per device' \
+  "$cleave" compile wide.cir --train --optimizer adamw:lr=1e-3 --memory-limit 4MB -o wide.cplan
+expect 1 'wide\.cir: rank [01] \(the fullest of 2 ranks over the limit\) needs [0-9]+ bytes .* over the memory limit of 4194304 bytes \(4\.00 MiB\)' \
+  "$cleave" compile wide.cir --train --dp 2 --memory-limit 4MiB -o wide.cplan
+expect 1 "no split of graph 'mlp' into 2 stages fits the memory limit of 1000000 bytes per device" \
+  "$cleave" compile wide.cir --train --pp 2 --microbatches 2 --memory-limit 1000000 -o wide.cplan
+[[ ! -e wide-over.cplan ]] || fail "a plan over the memory limit was written"
+expect 2 'memory-limit' "$cleave" compile wide.cir --memory-limit plenty -o wide.cplan
+
+# 5. Plans: missing, truncated at any length, not a plan, another format version, flipped bytes.
+expect 1 'missing\.cplan: cannot open plan file' "$cleave" run missing.cplan --data synthetic --steps 1
+size=$(wc -c <train.cplan)
+for cut in 0 4 8 9 20 $((size / 3)) $((size / 2)) $((size - 10)) $((size - 1)); do
+  head -c "$cut" train.cplan >cut.cplan
+  expect_bad_input 'cut\.cplan' "$cleave" run cut.cplan --data synthetic --steps 1
+  expect_bad_input 'cut\.cplan' "$cleave" inspect cut.cplan
+done
+cp mlp.cir not-a-plan.cplan
+expect 1 'not-a-plan\.cplan: not a cleave plan' "$cleave" run not-a-plan.cplan --data synthetic --steps 1
+$python - <<'PY'
+data = bytearray(open("train.cplan", "rb").read())
+assert data[:10] == b"CLVPLAN\n\x08\x01", data[:10]  # the magic, then format_version = 1
+data[9] = 2
+open("version2.cplan", "wb").write(data)
+PY
+expect 1 'version2\.cplan was written by format version 2; this cleave reads version 1' \
+  "$cleave" run version2.cplan --data synthetic --steps 1
+for seed in 1 2 3 4 5 6 7 8 9 10; do
+  $python - "$seed" <<'PY'
+import random, sys
+data = bytearray(open("train.cplan", "rb").read())
+rng = random.Random(int(sys.argv[1]))
+for _ in range(4):
+    data[rng.randrange(10, len(data))] ^= 1 << rng.randrange(8)
+open("flip.cplan", "wb").write(data)
+PY
+  # A flip may hit a name or a number that still makes a valid plan; otherwise it is bad input.
+  for command in "run flip.cplan --data synthetic --steps 2 --progress never" "inspect flip.cplan"; do
+    code=0
+    # shellcheck disable=SC2086
+    "$cleave" $command >out 2>err || code=$?
+    checks=$((checks + 1))
+    if [[ $code -ne 0 && $code -ne 1 ]] || { [[ $code -eq 1 ]] && ! grep -q '^cleave: error: ' err; }; then
+      fail "'cleave $command' (flips with seed $seed) exited $code: $(head -c 600 err)"
+    fi
+  done
+done
+
+# 6. Data files: missing, mis-shaped, another dtype, truncated, too few rows, labels out of range.
+expect 1 "missing/x\.npy" "$cleave" run train.cplan --data npy:missing --steps 1
+mkdir -p d1 d2 d3 d4 d5 d6
+$python - <<'PY'
+import numpy as np
+x = np.random.default_rng(0).random((32, 8), dtype=np.float32)
+labels = np.zeros(32, np.int64)
+np.save("d1/x.npy", x)                                   # d1: no labels.npy
+np.save("d2/x.npy", x.reshape(32, 2, 4)); np.save("d2/labels.npy", labels)
+np.save("d3/x.npy", x.astype(np.float64)); np.save("d3/labels.npy", labels)
+np.save("d4/x.npy", x); np.save("d4/labels.npy", labels[:4])
+np.save("d5/x.npy", x); np.save("d5/labels.npy", labels)
+open("d5/x.npy", "r+b").truncate(200)
+np.save("d6/x.npy", x[:4]); np.save("d6/labels.npy", labels[:4])
+PY
+expect 1 "d1/labels\.npy" "$cleave" run train.cplan --data npy:d1 --steps 1
+expect 1 "d2/x\.npy.*f32\[32,2,4\]" "$cleave" run train.cplan --data npy:d2 --steps 1
+expect 1 "d3/x\.npy.*f64" "$cleave" run train.cplan --data npy:d3 --steps 1
+expect 1 "d4/labels\.npy.*(4|32)" "$cleave" run train.cplan --data npy:d4 --steps 1
+expect 1 "d5/x\.npy.*truncated data" "$cleave" run train.cplan --data npy:d5 --steps 1
+expect 1 "d6/x\.npy.*(rows|batch)" "$cleave" run train.cplan --data npy:d6 --steps 1
+expect 1 "missing/x\.npy" "$cleave" run infer.cplan --inputs missing --outputs out
+cp data/x.npy inputs/x.npy
+expect 1 "inputs/x\.npy.*f32\[32,8\].*f32\[8,8\]" "$cleave" run infer.cplan --inputs inputs --outputs out
+
+# Fashion-MNIST (IDX) files: a missing folder, truncated and corrupt gzip files, other image sizes.
+expect 1 "images need a float input of 784" "$cleave" run train.cplan --data fashion-mnist --steps 1
+"$cleave" gen mlp --input 784 --hidden 16 --batch 4 -o fashion.cir
+"$cleave" compile fashion.cir --train -o fashion.cplan >/dev/null
+expect 1 "no-such-folder" "$cleave" run fashion.cplan --data fashion-mnist:no-such-folder --steps 1
+mkdir -p idx-cut idx-corrupt idx-size
+$python - <<'PY'
+import gzip, struct
+def idx(dims, fill=0):
+    count = 1
+    for d in dims:
+        count *= d
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes([fill]) * count
+for folder, images, labels in [("idx-cut", idx([8, 28, 28]), idx([8])), ("idx-corrupt", idx([8, 28, 28]), idx([8])),
+                               ("idx-size", idx([8, 27, 27]), idx([8]))]:
+    for split, count in [("train", 8), ("t10k", 8)]:
+        image_bytes, label_bytes = gzip.compress(images), gzip.compress(labels)
+        if folder == "idx-cut":
+            image_bytes = image_bytes[: len(image_bytes) // 2]
+        if folder == "idx-corrupt":
+            image_bytes = image_bytes[:20] + bytes(b ^ 0x5A for b in image_bytes[20:40]) + image_bytes[40:]
+        open(f"{folder}/{split}-images-idx3-ubyte.gz", "wb").write(image_bytes)
+        open(f"{folder}/{split}-labels-idx1-ubyte.gz", "wb").write(label_bytes)
+PY
+expect 1 "idx-cut/train-images-idx3-ubyte\.gz" "$cleave" run fashion.cplan --data fashion-mnist:idx-cut --steps 1
+expect 1 "idx-corrupt/train-images-idx3-ubyte\.gz" "$cleave" run fashion.cplan --data fashion-mnist:idx-corrupt --steps 1
+expect 1 "idx-size/train-images-idx3-ubyte\.gz.*27" "$cleave" run fashion.cplan --data fashion-mnist:idx-size --steps 1
+
+# 7. Checkpoints: truncated, corrupt, naming a missing file, or from another model.
+"$cleave" run train.cplan --data npy:data --steps 2 --checkpoint-dir ckpt --progress never >/dev/null
+checkpoint=ckpt/$(cat ckpt/latest)
+cp -r ckpt ckpt-cut
+size=$(wc -c <"$checkpoint")
+head -c $((size / 2)) "$checkpoint" >"ckpt-cut/$(cat ckpt/latest)"
+expect 1 "ckpt-cut/checkpoint-2\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-cut --resume
+cp -r ckpt ckpt-garbage
+head -c "$size" /dev/urandom >"ckpt-garbage/$(cat ckpt/latest)"
+expect 1 "ckpt-garbage/checkpoint-2\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-garbage --resume
+cp -r ckpt ckpt-missing
+rm "ckpt-missing/$(cat ckpt/latest)"
+expect 1 "ckpt-missing/checkpoint-2\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-missing --resume
+"$cleave" gen mlp --input 8 --hidden 32 --classes 4 --batch 8 -o other.cir
+"$cleave" compile other.cir --train -o other.cplan >/dev/null
+expect 1 "ckpt" "$cleave" run other.cplan --data npy:data --steps 3 --checkpoint-dir ckpt --resume
+
+[[ $failed -eq 0 ]] && echo "bad_input.sh: all $checks checks passed"
+exit $failed
