@@ -8,7 +8,7 @@
 #        to use instead of calibrating, MODELS="mlp cnn gpt", PLANS="dp tp pp")
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=${1:-20}
+steps=${1:-100}
 cleave=${CLEAVE:-build/tools/cleave}
 models=${MODELS:-"mlp cnn gpt"}
 plans=${PLANS:-"dp tp pp"}

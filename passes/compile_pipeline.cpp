@@ -83,10 +83,16 @@ struct DeviceGraphs {
   std::vector<RankGraphs> ranks;
 };
 
-// Where each forward node runs: pipeline stages balanced by the cost model (one stage: all of them).
+// Where each forward node runs: pipeline stages balanced by the cost model on options.cluster (one
+// stage: all of them).
 Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptions& options, PipelineScheduleKind schedule) {
   if (options.pp == 1) return StageAssignment{1, std::vector<int>(forward.nodes.size(), 0), {}, {}};
-  CLEAVE_ASSIGN_OR_RETURN(ClusterSpec cluster, builtinCluster("cpu-local"));
+  ClusterSpec cluster;
+  if (options.cluster) {
+    cluster = *options.cluster;
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(cluster, builtinCluster("cpu-local"));
+  }
   StageCostModel model = stageCostModel(forward, CostModel(std::move(cluster)));
   const OptimizerSpec& opt = options.training.optimizer;
   model.param_memory_factor = !options.train ? 1 : opt.kind == OptimizerKind::kAdamW ? 4 : opt.momentum != 0 ? 3 : 2;

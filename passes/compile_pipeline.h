@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ir/graph.h"
 #include "ir/status.h"
+#include "passes/cost_model.h"
 #include "passes/training_pipeline.h"
 
 namespace cleave {
@@ -26,6 +28,7 @@ struct CompileOptions {
   TrainingOptions training;     // used when `train`
   int64_t memory_limit_bytes = 0;  // per device: pipeline stages are balanced under it and every
                                    // rank's planned arena must fit in it; 0: no limit
+  std::optional<ClusterSpec> cluster;  // the devices pipeline stages are balanced for; none: cpu-local
 };
 
 // Compiles `model` into a memory-planned, validated plan: programs "train" and "eval" for a

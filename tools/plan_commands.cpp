@@ -158,6 +158,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.schedule = flags.schedule;
   options.train = flags.train;
   options.memory_limit_bytes = flags.memory_limit;
+  options.cluster = cluster;
   if (flags.train) {
     auto loss = parseLossKind(flags.loss);
     if (!loss) return reportError(loss.status());
