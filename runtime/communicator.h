@@ -66,6 +66,21 @@ class Communicator {
   virtual void abort(const Status& error) = 0;
   // The rank whose abort stopped the communicator (the first to abort), or -1 while none has.
   virtual int abortedBy() const = 0;
+
+  // Asynchronous communicators (NCCL) work on device memory: a call makes the transfer wait for
+  // the device work launched before it, enqueues it on the device's communication stream and
+  // returns once it is issued, not done. The executor calls them from the thread running the
+  // program (no communication thread), calls deviceWaitForIssued() before an instruction that
+  // touches bytes of an issued transfer, and finishIssued() at the end of every program run.
+  // Synchronous ones (local, MPI) have finished the transfer when a call returns.
+  virtual bool asynchronous() const { return false; }
+  // Asynchronous: makes device work launched after this wait (on the device, not the host) until
+  // every transfer issued so far has finished.
+  virtual Status deviceWaitForIssued() { return Status::ok(); }
+  // Asynchronous: blocks until every transfer issued so far has finished, polling for the
+  // library's asynchronous errors, for aborts and for the timeout (kRuntime naming the transfer,
+  // its group and the rank waited for, as the synchronous ones do).
+  virtual Status finishIssued() { return Status::ok(); }
 };
 
 }  // namespace cleave::runtime
