@@ -150,16 +150,19 @@ class BackwardBuilder {
     return Status::ok();
   }
 
-  // The total gradient of forward value `v` (computed once): its contributions added left to right,
-  // in the order the seeds and the reverse walk produced them. A backward value becomes "<v>.grad"
-  // unless it already names another value's gradient. kNoValue when nothing contributed.
+  // The total gradient of forward value `v` (computed once): its contributions added one by one,
+  // last produced first, so in the forward program order of v's users. A shared parameter of an
+  // unrolled pipeline stage then sums microbatch 0's gradient first: the schedule can add each
+  // microbatch's gradient as soon as its backward step ends and free it, instead of keeping one
+  // gradient copy per microbatch until the last. A backward value becomes "<v>.grad" unless it
+  // already names another value's gradient. kNoValue when nothing contributed.
   ValueId accumulate(ValueId v) {
     if (accumulated_[v]) return total_[v];
     accumulated_[v] = true;
     const std::vector<ValueId>& parts = contributions_[v];
     if (parts.empty()) return kNoValue;
-    ValueId total = parts[0];
-    for (size_t k = 1; k < parts.size(); ++k) {
+    ValueId total = parts.back();
+    for (size_t k = parts.size() - 1; k-- > 0;) {
       auto sum = graph_.addNode(OpId::add, {total, parts[k]}, {}, nodeLocOf(v));
       if (!sum) {
         status_ = sum.status();

@@ -127,18 +127,18 @@ std::vector<PipelineNodeLabel> labelPipelineNodes(const Graph& graph, int stage,
 
 Expected<std::vector<PipelineNodeLabel>> orderNodesBySchedule(Graph& graph, int stage, int num_microbatches,
                                                               std::span<const PipelineStep> schedule) {
-  // 1. Each node's wished-for position: -1 before every step, a step's index, or after the last step.
+  // 1. Each node's wished-for position: -1 before every step, or a step's index.
   const std::vector<PipelineNodeLabel> labels = labelPipelineNodes(graph, stage, num_microbatches);
   const std::vector<int> microbatches = nodeMicrobatches(graph, num_microbatches);
   std::map<std::pair<bool, int>, int> step_index;
   for (size_t k = 0; k < schedule.size(); ++k) step_index.emplace(std::pair(schedule[k].backward, schedule[k].microbatch), k);
-  const int after_last_step = static_cast<int>(schedule.size());
   std::vector<int> position(graph.nodes.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    if (microbatches[i] == kNoMicrobatch) {
+    if (microbatches[i] == kNoMicrobatch || microbatches[i] == kSeveralMicrobatches) {
+      // Nodes combining microbatches (gradient sums, the loss's mean) run as soon as their
+      // operands exist (step 2): a microbatch's gradient is added into the sum right after its
+      // backward step and freed.
       position[i] = -1;
-    } else if (microbatches[i] == kSeveralMicrobatches) {
-      position[i] = after_last_step;
     } else {
       auto it = step_index.find({labels[i].backward, labels[i].microbatch});
       if (it == step_index.end())
@@ -162,8 +162,8 @@ Expected<std::vector<PipelineNodeLabel>> orderNodesBySchedule(Graph& graph, int 
   std::vector<PipelineNodeLabel> ordered_labels;
   for (size_t i : order) {
     nodes.push_back(std::move(graph.nodes[i]));
-    const bool in_a_step = position[i] >= 0 && position[i] < after_last_step;
-    ordered_labels.push_back(in_a_step ? PipelineNodeLabel{schedule[position[i]].microbatch, schedule[position[i]].backward}
+    // Nodes combining microbatches run inside a step but belong to none.
+    ordered_labels.push_back(position[i] >= 0 && microbatches[i] >= 0 ? PipelineNodeLabel{schedule[position[i]].microbatch, schedule[position[i]].backward}
                                        : PipelineNodeLabel{});
   }
   graph.nodes = std::move(nodes);

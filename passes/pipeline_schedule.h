@@ -57,9 +57,10 @@ struct PipelineNodeLabel {
 std::vector<PipelineNodeLabel> labelPipelineNodes(const Graph& graph, int stage, int num_microbatches);
 
 // Reorders `graph`'s nodes (an unrolled stage graph, as labelPipelineNodes takes) into the order of
-// `schedule`: nodes outside every step that run first, then each step's nodes, then the nodes after
-// the last step, keeping program order within each group and never moving a node before one it uses
-// (a node whose operand runs in a later step moves to that step). Returns each node's label, in the
+// `schedule`: nodes outside every step that run first, then each step's nodes, keeping program
+// order within each group and never moving a node before one it uses (a node whose operand runs in
+// a later step moves to that step; a node combining microbatches, like a gradient sum, runs in the
+// step that computes its last operand). Returns each node's label, in the
 // new order. Error: a node belongs to a step `schedule` does not have.
 Expected<std::vector<PipelineNodeLabel>> orderNodesBySchedule(Graph& graph, int stage, int num_microbatches,
                                                               std::span<const PipelineStep> schedule);

@@ -352,8 +352,8 @@ struct StrategyEstimator::Impl {
   }
 
   // Bytes per device of a stage holding nodes [first, last) with `in_flight` microbatches'
-  // activations: parameters, optimizer state, gradients (one copy per microbatch when there are
-  // several: a stage sums them after its last backward step), the activations the backward pass
+  // activations: parameters, optimizer state, gradients (two copies when there are several
+  // microbatches: the running sum and the microbatch being differentiated), the activations the backward pass
   // reads, and working memory for the largest node's results and their gradients. Inference: the
   // parameters, one microbatch's results and the largest node's.
   double stageMemory(const StageTable& t, int first, int last, int in_flight, int microbatches) const {
@@ -361,7 +361,7 @@ struct StrategyEstimator::Impl {
     double activations = t.activation[last] - t.activation[first];
     if (!options.train) return params + activations + t.max_result_bytes;
     double grads = t.grads[last] - t.grads[first];
-    return params + grads * optimizerStatePerParam(options.training.optimizer) + grads * microbatches +
+    return params + grads * optimizerStatePerParam(options.training.optimizer) + grads * std::min(microbatches, 2) +
            in_flight * activations + 2 * t.max_result_bytes;
   }
 

@@ -14,8 +14,8 @@
 //     activation and gradient transfers between stages (the bubble (P-1)/(M+P-1) when balanced);
 //   - the data-parallel gradient all-reduce (ring, in buckets) overlaps the last backward pass,
 //     and the part that does not, plus the optimizer update, ends the step;
-//   - per device memory: its stage's parameter blocks, their optimizer state and gradients (one
-//     copy per microbatch, as compiled plans keep them), the kept results of the microbatches its
+//   - per device memory: its stage's parameter blocks, their optimizer state and gradients (two
+//     copies with several microbatches: the running sum and the current one), the kept results of the microbatches its
 //     schedule has in flight, and working memory for the largest node's results.
 #pragma once
 

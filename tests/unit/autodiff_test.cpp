@@ -512,9 +512,9 @@ TEST(Autodiff, AddsGradientsOfAValueUsedTwiceInProgramOrder) {
   ASSERT_NE(grad, kNoValue);
   const Node& sum = graph.nodes[graph.values[grad].producer];
   ASSERT_EQ(sum.op, OpId::add);
-  // The reverse walk meets neg (the later user) first, so its gradient is the first addend.
-  EXPECT_EQ(graph.nodes[graph.values[sum.operands[0]].producer].op, OpId::neg);
-  EXPECT_EQ(graph.nodes[graph.values[sum.operands[1]].producer].op, OpId::mul);
+  // Contributions are added in the program order of the users: exp's (the earlier user) first.
+  EXPECT_EQ(graph.nodes[graph.values[sum.operands[0]].producer].op, OpId::mul);
+  EXPECT_EQ(graph.nodes[graph.values[sum.operands[1]].producer].op, OpId::neg);
 }
 
 TEST(Autodiff, BackwardNodesCarryTheForwardLocation) {
