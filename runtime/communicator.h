@@ -75,7 +75,8 @@ class Communicator {
   // Synchronous ones (local, MPI) have finished the transfer when a call returns.
   virtual bool asynchronous() const { return false; }
   // Asynchronous: makes device work launched after this wait (on the device, not the host) until
-  // every transfer issued so far has finished.
+  // every transfer issued so far no longer reads or writes the caller's bytes: collectives and
+  // receives have finished (a send copies its bytes when it is issued).
   virtual Status deviceWaitForIssued() { return Status::ok(); }
   // Asynchronous: blocks until every transfer issued so far has finished, polling for the
   // library's asynchronous errors, for aborts and for the timeout (kRuntime naming the transfer,

@@ -1,10 +1,12 @@
-// The CPU device: arenas in host memory, copies with memcpy.
+// The CPU device (arenas in host memory, copies with memcpy, the CPU kernels) and createDevice.
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <utility>
 
 #include "runtime/device.h"
+#include "runtime/kernel.h"
 
 namespace cleave::runtime {
 
@@ -36,6 +38,19 @@ void DeviceMemory::reset() {
 
 namespace {
 
+// `bytes` bytes of host memory, kArenaAlignment-aligned and zero-filled; `who` names the device in errors.
+Expected<DeviceMemory> allocateAlignedHost(int64_t bytes, const char* who) {
+  if (bytes < 0) return Status::internal(std::string(who) + ": negative allocation size " + std::to_string(bytes));
+  // aligned_alloc needs a size that is a multiple of the alignment, and at least one block.
+  int64_t rounded = (bytes + Device::kArenaAlignment - 1) / Device::kArenaAlignment * Device::kArenaAlignment;
+  if (rounded == 0) rounded = Device::kArenaAlignment;
+  void* data = std::aligned_alloc(Device::kArenaAlignment, static_cast<size_t>(rounded));
+  if (!data)
+    return Status::runtime(std::string(who) + ": cannot allocate an arena of " + std::to_string(bytes) + " bytes");
+  std::memset(data, 0, static_cast<size_t>(rounded));
+  return DeviceMemory(data, bytes, [](void* p) { std::free(p); });
+}
+
 class CpuDevice final : public Device {
  public:
   DeviceKind kind() const override { return DeviceKind::kCpu; }
@@ -46,17 +61,7 @@ class CpuDevice final : public Device {
 
   bool hostAccessible() const override { return true; }
 
-  Expected<DeviceMemory> allocate(int64_t bytes) override {
-    if (bytes < 0) return Status::internal("cpu device: negative allocation size " + std::to_string(bytes));
-    // aligned_alloc needs a size that is a multiple of the alignment, and at least one block.
-    int64_t rounded = (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-    if (rounded == 0) rounded = kArenaAlignment;
-    void* data = std::aligned_alloc(kArenaAlignment, static_cast<size_t>(rounded));
-    if (!data)
-      return Status::runtime("cpu device: cannot allocate an arena of " + std::to_string(bytes) + " bytes");
-    std::memset(data, 0, static_cast<size_t>(rounded));
-    return DeviceMemory(data, bytes, [](void* p) { std::free(p); });
-  }
+  Expected<DeviceMemory> allocate(int64_t bytes) override { return allocateAlignedHost(bytes, "cpu device"); }
 
   Status copy(void* dst, const void* src, int64_t bytes) override {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
@@ -64,16 +69,60 @@ class CpuDevice final : public Device {
   }
   Status copyFromHost(void* dst, const void* host_src, int64_t bytes) override { return copy(dst, host_src, bytes); }
   Status copyToHost(void* host_dst, const void* src, int64_t bytes) override { return copy(host_dst, src, bytes); }
+  Expected<DeviceMemory> allocateHost(int64_t bytes) override { return allocateAlignedHost(bytes, "cpu device"); }
+  bool hasKernel(OpId op) const override { return findCpuKernel(op) != nullptr; }
+
+  Status launch(const KernelCall& call) override {
+    CpuKernel kernel = findCpuKernel(call.op.def.id);
+    if (!kernel) return Status::usage("op '" + std::string(call.op.def.name) + "' has no cpu kernel");
+    return kernel(call);
+  }
+
+  Status synchronize() override { return Status::ok(); }
 };
 
 }  // namespace
+
+#if CLEAVE_HAVE_CUDA
+// Defined in runtime/cuda (declared in runtime/cuda/cuda_device.h and cuda_context.h, which include
+// the CUDA headers that stay out of this file).
+Expected<std::unique_ptr<Device>> createCudaDevice(int ordinal);
+int cudaDeviceCount();
+#endif
 
 std::unique_ptr<Device> createCpuDevice() { return std::make_unique<CpuDevice>(); }
 
 Expected<std::unique_ptr<Device>> createDevice(std::string_view name) {
   if (name == "cpu") return createCpuDevice();
-  if (name == "cuda") return Status::usage("device 'cuda': this build has no CUDA device (not built yet)");
-  return Status::usage("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
+  if (name == "cuda" || name.starts_with("cuda:")) {
+    int ordinal = 0;
+    if (name != "cuda") {
+      std::string_view digits = name.substr(5);
+      auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
+      if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() || ordinal < 0)
+        return Status::usage("device '" + std::string(name) + "': expected cuda or cuda:N with N a GPU number");
+    }
+#if CLEAVE_HAVE_CUDA
+    return createCudaDevice(ordinal);
+#else
+    return Status::usage("device '" + std::string(name) +
+                         "': this cleave was built without CUDA (nvcc was not found at configure time)");
+#endif
+  }
+  return Status::usage("unknown device '" + std::string(name) + "' (expected cpu, cuda or cuda:N)");
+}
+
+int deviceCount(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kCpu: return 1;
+    case DeviceKind::kCuda:
+#if CLEAVE_HAVE_CUDA
+      return cudaDeviceCount();
+#else
+      return 0;
+#endif
+  }
+  return 0;
 }
 
 }  // namespace cleave::runtime

@@ -56,7 +56,8 @@ class DataSource {
   DataPosition position_;
 };
 
-// Opens the source `spec` for `inputs` (views into an executor's arena, written by next()):
+// Opens the source `spec` for `inputs` (views of host memory, written by next(): a GlobalBatch's
+// inputs, which stage batches in host memory for devices the host cannot access):
 //   fashion-mnist[:DIR]  the IDX files in DIR (default /usr/share/datasets/fashion-mnist): images
 //                        as f32 pixel/255 into the one non-label input, labels into the labels input;
 //   npy:DIR              DIR/<input-name>.npy for every input, consecutive rows along dim 0;

@@ -7,9 +7,12 @@
 #include <string>
 #include <string_view>
 
+#include "ir/op_table.h"
 #include "ir/status.h"
 
 namespace cleave::runtime {
+
+struct KernelCall;
 
 // The kinds of device a plan can run on.
 enum class DeviceKind { kCpu, kCuda };
@@ -42,7 +45,10 @@ class DeviceMemory {
   std::function<void(void*)> release_;
 };
 
-// One device: allocates arenas and copies bytes between the host and its memory.
+// One device: allocates arenas, copies bytes between the host and its memory, and runs kernels.
+// Work may be asynchronous (cuda): kernels and device-to-device copies are enqueued in launch
+// order; copyFromHost and copyToHost return once their bytes have moved; synchronize() waits for
+// everything enqueued.
 class Device {
  public:
   // Every arena allocation is aligned to this many bytes.
@@ -63,12 +69,26 @@ class Device {
   virtual Status copyFromHost(void* dst, const void* host_src, int64_t bytes) = 0;
   // Copies `bytes` bytes from this device's memory into host memory.
   virtual Status copyToHost(void* host_dst, const void* src, int64_t bytes) = 0;
+  // Host memory for staging transfers to and from this device (pinned for cuda): `bytes` bytes,
+  // kArenaAlignment-aligned and zero-filled; kRuntime when out of memory.
+  virtual Expected<DeviceMemory> allocateHost(int64_t bytes) = 0;
+  // True when this device has a kernel for `op`.
+  virtual bool hasKernel(OpId op) const = 0;
+  // Runs (cpu) or enqueues (cuda) the kernel of call.op on this device's memory.
+  virtual Status launch(const KernelCall& call) = 0;
+  // Waits until every kernel, copy and transfer enqueued on this device has finished.
+  virtual Status synchronize() = 0;
 };
 
 // The host CPU as a device.
 std::unique_ptr<Device> createCpuDevice();
 
-// The device named `name` ("cpu"); kUsage for a kind this build does not have.
+// The device named `name`: "cpu", "cuda" (GPU 0) or "cuda:N" (GPU N). kUsage for a malformed name
+// or a kind this build does not have; kRuntime when the GPU does not exist.
 Expected<std::unique_ptr<Device>> createDevice(std::string_view name);
+
+// The number of devices of `kind` this process can use: 1 for the cpu; the visible GPUs for cuda
+// (0 without a GPU, without a driver, or in a build without CUDA).
+int deviceCount(DeviceKind kind);
 
 }  // namespace cleave::runtime

@@ -43,7 +43,7 @@ struct PreparedInstruction {
   std::vector<std::pair<const uint8_t*, const uint8_t*>> touched;
   // KERNEL
   const OpDef* def = nullptr;
-  CpuKernel kernel = nullptr;
+  CpuKernel kernel = nullptr;  // on the cpu device, its kernel (called directly); else the device launches it
   std::vector<TensorType> operand_types;
   std::vector<TensorType> result_types;
   AttrMap attrs;
@@ -256,13 +256,18 @@ class BufferTable {
   std::unordered_map<int32_t, size_t> by_id_;
 };
 
-Status prepareKernel(const planpb::Instruction& proto, const BufferTable& buffers, PreparedInstruction& inst) {
-  // 1. The op and its kernel.
+Status prepareKernel(const planpb::Instruction& proto, const BufferTable& buffers, Device& device,
+                     PreparedInstruction& inst) {
+  // 1. The op and its kernel: the CPU's is called directly, another device's through the device.
   std::optional<OpId> op = lookupOp(proto.op());
   if (!op) return Status::badInput("unknown op '" + proto.op() + "'");
   inst.def = &opDef(*op);
-  inst.kernel = findCpuKernel(*op);
-  if (!inst.kernel) return Status::usage("no CPU kernel for op '" + proto.op() + "' (not built yet)");
+  if (device.kind() == DeviceKind::kCpu) {
+    inst.kernel = findCpuKernel(*op);
+    if (!inst.kernel) return Status::usage("no CPU kernel for op '" + proto.op() + "' (not built yet)");
+  } else if (!device.hasKernel(*op)) {
+    return Status::usage("op '" + proto.op() + "' has no " + std::string(deviceKindName(device.kind())) + " kernel");
+  }
 
   // 2. Attributes, into a sorted AttrMap.
   for (const auto& [attr_name, value] : proto.attrs()) {
@@ -435,11 +440,9 @@ Expected<std::unique_ptr<RankExecutor>> RankExecutor::create(const planpb::Plan&
     return Status::internal("rank " + std::to_string(rank_index) + " is not in the plan (" +
                             std::to_string(plan.ranks_size()) + " ranks)");
   const planpb::RankPlan& rank_plan = plan.ranks(rank_index);
-  if (device.kind() != DeviceKind::kCpu)
-    return Status::usage("rank " + std::to_string(rank_plan.rank()) + ": kernels for device '" +
-                         std::string(deviceKindName(device.kind())) + "' are not built yet");
   std::unique_ptr<RankExecutor> executor(new RankExecutor(device, rank_plan.rank()));
   executor->communicator_ = options.communicator;
+  executor->asynchronous_ = options.communicator && options.communicator->asynchronous();
   if (options.communicator && options.communicator->rank() != rank_plan.rank())
     return Status::internal(rankPrefix(rank_plan.rank()) + "given the communicator endpoint of rank " +
                             std::to_string(options.communicator->rank()));
@@ -504,16 +507,24 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
       inst->name = what;
       Status status;
       switch (proto.kind()) {
-        case planpb::KERNEL: status = prepareKernel(proto, buffers, *inst); break;
+        case planpb::KERNEL: status = prepareKernel(proto, buffers, device_, *inst); break;
         case planpb::COPY: status = prepareCopy(proto, buffers, *inst); break;
         default:
-          status = communicator_ ? prepareCommunication(proto, buffers, rank_, plan.devices(), *inst)
-                                 : Status::usage("needs a communicator: run the plan through a multi-device "
-                                                 "backend (cleave run --backend local)");
+          if (!communicator_) {
+            status = Status::usage("needs a communicator: run the plan through a multi-device backend "
+                                   "(cleave run --backend local)");
+          } else if (!device_.hostAccessible() && !asynchronous_) {
+            // Synchronous communicators (local, MPI) read and write host memory.
+            status = Status::usage("--device " + std::string(deviceKindName(device_.kind())) +
+                                   " runs multi-device plans with --backend nccl");
+          } else {
+            status = prepareCommunication(proto, buffers, rank_, plan.devices(), *inst);
+          }
           break;
       }
       if (!status.isOk()) return status.withContext(inst->where + ": ");
-      if (inst->stream == 1 && isCommunication(inst->kind) && !queue_)
+      // Asynchronous communicators run every transfer on this thread (they only enqueue it).
+      if (inst->stream == 1 && isCommunication(inst->kind) && !queue_ && !asynchronous_)
         queue_ = std::make_unique<CommunicationQueue>(*communicator_, rank_);
       prepared->instructions.push_back(std::move(inst));
     }
@@ -522,30 +533,41 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
   return Status::ok();
 }
 
+// Steps per parameter: run its initializer into the arena (cpu) or into host memory that is then
+// copied to the device; a block of a split tensor is cut from the whole tensor's values.
 Status RankExecutor::initializeParameters() {
+  const bool on_host = device_.hostAccessible();
+  std::vector<uint64_t> staging;  // the values of a device that the host cannot write; 8-byte aligned
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const ParameterInit& init = initializers_[i];
     const ParameterTensor& param = parameters_[i];
     InitializerSpec spec{init.kind, init.args, init.data};
+    void* target = param.view.data;
+    if (!on_host) {
+      staging.assign(static_cast<size_t>(param.view.type.bytes() + 7) / 8, 0);
+      target = staging.data();
+    }
     Status status;
     if (param.full_shape.empty()) {
-      status = runInitializer(spec, param.view.type, param.view.data);
+      status = runInitializer(spec, param.view.type, target);
     } else {
       // The whole tensor, as one device would initialize it, then this rank's block of it.
       TensorType full{param.view.type.dtype, param.full_shape};
       std::vector<uint64_t> whole(static_cast<size_t>(full.bytes() + 7) / 8);  // 8-byte aligned for every dtype
       status = runInitializer(spec, full, whole.data());
       if (status.isOk())
-        copyBox(whole.data(), full.shape, param.shard_offset, param.view.data, param.view.type.shape,
+        copyBox(whole.data(), full.shape, param.shard_offset, target, param.view.type.shape,
                 Shape(param.view.type.shape.size(), 0), param.view.type.shape, dtypeSize(full.dtype));
     }
+    if (status.isOk() && !on_host) status = device_.copyFromHost(param.view.data, target, param.view.type.bytes());
     if (!status.isOk()) return status.withContext(rankPrefix(rank_) + "parameter '" + param.name + "': ");
   }
   return Status::ok();
 }
 
 // Steps: run the instructions; on an error abort the communicator (the other ranks stop waiting for
-// this one); then let the communication thread finish what was queued, and report its error.
+// this one); then let the communication thread finish what was queued (or the asynchronous
+// communicator what it issued), and report its error; finally wait for the device.
 Status RankExecutor::run(std::string_view program_name) {
   CLEAVE_ASSIGN_OR_RETURN(const PreparedProgram* program, findProgram(program_name));
   omp_set_num_threads(threads_);  // OpenMP's count is per calling thread; ranks run on threads of their own
@@ -557,6 +579,20 @@ Status RankExecutor::run(std::string_view program_name) {
       status = queued.withContext(rankPrefix(rank_));
       communicator_->abort(status);
     }
+  }
+  if (asynchronous_) {
+    // After an abort the issued transfers fail promptly; they are still waited for, so that no
+    // transfer outlives the run.
+    Status issued = communicator_->finishIssued();
+    if (status.isOk() && !issued.isOk()) {
+      status = issued.withContext(rankPrefix(rank_));
+      communicator_->abort(status);
+    }
+  }
+  Status synchronized = device_.synchronize();
+  if (status.isOk() && !synchronized.isOk()) {
+    status = synchronized.withContext(rankPrefix(rank_) + "program " + program->name + ": ");
+    if (communicator_) communicator_->abort(status);
   }
   return status;
 }
@@ -575,6 +611,7 @@ Status RankExecutor::runInstructions(const PreparedProgram& program) {
           if (first < other_last && other_first < last) ticket = std::max(ticket, queued.ticket);
     return ticket;
   };
+  if (asynchronous_) return runWithAsynchronousCommunicator(program);
   for (const auto& inst : program.instructions) {
     // 1. A stream-1 transfer goes to the communication thread.
     bool communication = isCommunication(inst->kind);
@@ -592,19 +629,51 @@ Status RankExecutor::runInstructions(const PreparedProgram& program) {
     }
     // 3. Run it here.
     auto start = ExecutionTrace::Clock::now();
-    Status status;
-    if (inst->kind == planpb::KERNEL) {
-      inst->call->threads = threads_;
-      status = inst->kernel(*inst->call);
-    } else if (inst->kind == planpb::COPY) {
-      if (inst->copy_bytes > 0) status = device_.copy(inst->outputs[0], inst->inputs[0], inst->copy_bytes);
-    } else {
-      status = runCommunication(*inst, *communicator_);
-    }
+    Status status = runHere(*inst);
     if (!status.isOk()) return status.withContext(rankPrefix(rank_) + inst->where + ": ");
     traceInstruction(trace_, rank_, *inst, start);
   }
   return Status::ok();
+}
+
+// Every instruction is enqueued from this thread: kernels and copies on the device's compute
+// stream, transfers by the communicator on its communication stream. Steps per instruction: a
+// kernel or copy touching bytes of a transfer issued since the last wait first makes the device
+// wait for the issued transfers; then the instruction is launched (a trace records launch times).
+Status RankExecutor::runWithAsynchronousCommunicator(const PreparedProgram& program) {
+  std::vector<const PreparedInstruction*> issued;  // transfers issued since the last device wait
+  auto touchesIssued = [&issued](const PreparedInstruction& inst) {
+    for (const PreparedInstruction* transfer : issued)
+      for (const auto& [first, last] : transfer->touched)
+        for (const auto& [other_first, other_last] : inst.touched)
+          if (first < other_last && other_first < last) return true;
+    return false;
+  };
+  for (const auto& inst : program.instructions) {
+    const bool communication = isCommunication(inst->kind);
+    // Transfers are ordered among themselves on the communication stream.
+    if (!communication && !issued.empty() && touchesIssued(*inst)) {
+      Status waited = communicator_->deviceWaitForIssued();
+      if (!waited.isOk()) return waited.withContext(rankPrefix(rank_) + inst->where + ": ");
+      issued.clear();
+    }
+    auto start = ExecutionTrace::Clock::now();
+    Status status = runHere(*inst);
+    if (!status.isOk()) return status.withContext(rankPrefix(rank_) + inst->where + ": ");
+    if (communication) issued.push_back(inst.get());
+    traceInstruction(trace_, rank_, *inst, start);
+  }
+  return Status::ok();
+}
+
+Status RankExecutor::runHere(PreparedInstruction& inst) {
+  if (inst.kind == planpb::KERNEL) {
+    inst.call->threads = threads_;
+    return inst.kernel ? inst.kernel(*inst.call) : device_.launch(*inst.call);
+  }
+  if (inst.kind == planpb::COPY)
+    return inst.copy_bytes > 0 ? device_.copy(inst.outputs[0], inst.inputs[0], inst.copy_bytes) : Status::ok();
+  return runCommunication(inst, *communicator_);
 }
 
 void RankExecutor::setTrace(ExecutionTrace* trace) {

@@ -53,11 +53,13 @@ class Communicator;
 struct ExecutorOptions {
   int threads = 0;  // threads per kernel (BLAS and OpenMP too); 0: the hardware's concurrency
   // This rank's endpoint for SEND, RECV and collective instructions (it must outlive the executor);
-  // nullptr: a plan with such instructions is refused.
+  // nullptr: a plan with such instructions is refused, as is one with a synchronous communicator
+  // (local, MPI: host memory) on a device the host cannot access.
   Communicator* communicator = nullptr;
 };
 
 class PreparedProgram;
+struct PreparedInstruction;
 class CommunicationQueue;
 class ExecutionTrace;
 
@@ -81,8 +83,10 @@ class RankExecutor {
   // stream-0 communication run in program order on the calling thread; stream-1 communication
   // (SEND, RECV, collectives) runs in program order on the rank's communication thread while later
   // kernels go on, and a kernel that touches the bytes of a pending transfer waits for it first.
-  // On an error the communicator is aborted, so the other ranks stop too. Call it from one thread
-  // at a time.
+  // With an asynchronous communicator (NCCL) every instruction is enqueued from the calling thread
+  // and a kernel touching the bytes of an issued transfer makes the device wait for it. Returns
+  // once the device has finished (Device::synchronize). On an error the communicator is aborted,
+  // so the other ranks stop too. Call it from one thread at a time.
   Status run(std::string_view program);
 
   // True when the plan has a program named `program`.
@@ -119,11 +123,15 @@ class RankExecutor {
   Status prepare(const planpb::Plan& plan, const planpb::RankPlan& rank_plan);
   Expected<const PreparedProgram*> findProgram(std::string_view program) const;
   Status runInstructions(const PreparedProgram& program);
+  Status runWithAsynchronousCommunicator(const PreparedProgram& program);
+  // Runs or enqueues one instruction on the calling thread.
+  Status runHere(PreparedInstruction& inst);
 
   Device& device_;
   int rank_;
   int threads_ = 1;
   Communicator* communicator_ = nullptr;
+  bool asynchronous_ = false;  // the communicator is asynchronous (no communication thread)
   DeviceMemory arena_;
   std::vector<ParameterTensor> parameters_;
   struct ParameterInit;

@@ -3,6 +3,7 @@
 #include "runtime/rank_group.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "runtime/local_communicator.h"
+#include "runtime/nccl_communicator.h"
 
 namespace cleave::runtime {
 namespace {
@@ -38,6 +40,52 @@ bool sameRowType(const TensorType& a, const TensorType& b) {
          std::equal(a.shape.begin() + (a.rank() > 0 ? 1 : 0), a.shape.end(), b.shape.begin() + (b.rank() > 0 ? 1 : 0));
 }
 
+// One device per rank of a group in one process: every rank on the cpu, or rank r on GPU N + r for
+// options.device "cuda:N" ("cuda": N = 0). Steps: check the backend fits the device, make rank 0's
+// device (it checks the name and that the GPU exists), check there are GPUs enough, make the rest.
+Expected<std::vector<std::unique_ptr<Device>>> createRankDevices(const RankGroupOptions& options, int ranks) {
+  std::vector<std::unique_ptr<Device>> devices;
+  if (options.device == "cpu") {
+    if (options.backend == RankBackend::kNccl)
+      return Status::usage("--backend nccl runs on GPUs: add --device cuda");
+    for (int rank = 0; rank < ranks; ++rank) devices.push_back(createCpuDevice());
+    return devices;
+  }
+  if (ranks > 1 && options.backend != RankBackend::kNccl)
+    return Status::usage("the plan has " + std::to_string(ranks) + " ranks: --device " + options.device +
+                         " runs multi-device plans with --backend nccl");
+  CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<Device> first, createDevice(options.device));
+  if (first->kind() != DeviceKind::kCuda) return Status::usage("unknown device '" + options.device + "'");
+  int base = 0;
+  const std::string_view name = options.device;
+  if (name.size() > 5) std::from_chars(name.data() + 5, name.data() + name.size(), base);  // "cuda:N", checked above
+  const int available = deviceCount(DeviceKind::kCuda);
+  if (base + ranks > available)
+    return Status::runtime("the plan has " + std::to_string(ranks) + " ranks, one GPU each from GPU " +
+                           std::to_string(base) + ", but this machine has " + std::to_string(available) +
+                           " CUDA device(s)");
+  devices.push_back(std::move(first));
+  for (int rank = 1; rank < ranks; ++rank) {
+    CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, createDevice("cuda:" + std::to_string(base + rank)));
+    devices.push_back(std::move(device));
+  }
+  return devices;
+}
+
+// The communicators of a group in one process, one per rank on `devices`.
+Expected<std::vector<std::unique_ptr<Communicator>>> createRankCommunicators(
+    const RankGroupOptions& options, const std::vector<std::unique_ptr<Device>>& devices) {
+  if (options.backend == RankBackend::kLocal)
+    return createLocalCommunicators(static_cast<int>(devices.size()), options.timeout_seconds);
+#if CLEAVE_HAVE_CUDA
+  std::vector<Device*> pointers;
+  for (const auto& device : devices) pointers.push_back(device.get());
+  return createNcclCommunicators(pointers, options.timeout_seconds);
+#else
+  return Status::usage("--backend nccl: this cleave was built without CUDA (nvcc was not found at configure time)");
+#endif
+}
+
 }  // namespace
 
 // The rank threads of a group of several ranks: each waits for a job, runs it on its rank, reports.
@@ -59,7 +107,8 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::create(const planpb::Plan& plan,
   std::unique_ptr<RankGroup> group(new RankGroup());
   const int ranks = plan.ranks_size();
   if (ranks < 1) return Status::badInput("the plan has no ranks");
-  group->communicators_ = createLocalCommunicators(ranks, options.timeout_seconds);
+  CLEAVE_ASSIGN_OR_RETURN(group->devices_, createRankDevices(options, ranks));
+  CLEAVE_ASSIGN_OR_RETURN(group->communicators_, createRankCommunicators(options, group->devices_));
   group->timeout_seconds_ = options.timeout_seconds;
   CLEAVE_ASSIGN_OR_RETURN(group->fault_, injectedFaultFromEnvironment());
   group->program_runs_.assign(static_cast<size_t>(ranks), 0);
@@ -70,10 +119,10 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::create(const planpb::Plan& plan,
     for (int i = 0; i < ranks; ++i)
       if (plan.ranks(i).rank() == rank) index = i;
     if (index < 0) return Status::badInput("the plan has no program list for rank " + std::to_string(rank));
-    group->devices_.push_back(createCpuDevice());
     executor_options.communicator = group->communicators_[static_cast<size_t>(rank)].get();
     CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<RankExecutor> executor,
-                            RankExecutor::create(plan, index, *group->devices_.back(), executor_options));
+                            RankExecutor::create(plan, index, *group->devices_[static_cast<size_t>(rank)],
+                                                 executor_options));
     group->executors_.push_back(executor.get());
     group->owned_executors_.push_back(std::move(executor));
   }
@@ -82,7 +131,8 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::create(const planpb::Plan& plan,
 }
 
 Expected<std::unique_ptr<RankGroup>> RankGroup::createForProcess(const planpb::Plan& plan, Communicator& communicator,
-                                                                 const RankGroupOptions& options) {
+                                                                 const RankGroupOptions& options,
+                                                                 Device* device, Communicator* device_communicator) {
   const int rank = communicator.rank();
   if (communicator.worldSize() != plan.ranks_size())
     return Status::badInput("the plan has " + std::to_string(plan.ranks_size()) + " ranks but the job has " +
@@ -94,12 +144,12 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::createForProcess(const planpb::P
   std::unique_ptr<RankGroup> group(new RankGroup());
   group->process_plan_ = &plan;
   group->process_communicator_ = &communicator;
-  group->devices_.push_back(createCpuDevice());
+  if (!device) device = group->devices_.emplace_back(createCpuDevice()).get();
   ExecutorOptions executor_options;
   executor_options.threads = totalThreads(options.threads);
-  executor_options.communicator = &communicator;
+  executor_options.communicator = device_communicator ? device_communicator : &communicator;
   CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<RankExecutor> executor,
-                          RankExecutor::create(plan, index, *group->devices_.back(), executor_options));
+                          RankExecutor::create(plan, index, *device, executor_options));
   group->executors_.push_back(executor.get());
   group->owned_executors_.push_back(std::move(executor));
   return group;
@@ -342,13 +392,24 @@ Expected<std::unique_ptr<GlobalBatch>> GlobalBatch::create(RankGroup& group, std
       for (const Part& part : parts)
         global.shape[0] = std::max(global.shape[0], part.tensor.batch_offset + part.tensor.view.type.shape[0]);
     }
-    if (parts.size() == 1 && parts[0].executor && parts[0].tensor.batch_offset == 0 && local == global) {
+    if (parts.size() == 1 && parts[0].executor && parts[0].tensor.batch_offset == 0 && local == global &&
+        parts[0].executor->device().hostAccessible()) {
       batch->inputs_.push_back(NamedTensor{name, parts[0].tensor.view, parts[0].tensor.value_limit, 0});
       batch->input_devices_.push_back(&parts[0].executor->device());
       continue;
     }
-    auto& storage = batch->storage_.emplace_back(static_cast<size_t>(global.bytes() + 7) / 8);
-    auto* base = reinterpret_cast<uint8_t*>(storage.data());
+    // Host storage: pinned staging when a rank's device cannot read host memory, else plain.
+    Device* staging_device = nullptr;
+    for (const Part& part : parts)
+      if (part.executor && !part.executor->device().hostAccessible()) staging_device = &part.executor->device();
+    uint8_t* base = nullptr;
+    if (staging_device) {
+      CLEAVE_ASSIGN_OR_RETURN(DeviceMemory staging, staging_device->allocateHost(global.bytes()));
+      base = static_cast<uint8_t*>(staging.data());
+      batch->staging_.push_back(std::move(staging));
+    } else {
+      base = reinterpret_cast<uint8_t*>(batch->storage_.emplace_back(static_cast<size_t>(global.bytes() + 7) / 8).data());
+    }
     batch->inputs_.push_back(NamedTensor{name, TensorView{base, global}, parts[0].tensor.value_limit, 0});
     batch->input_devices_.push_back(nullptr);
     for (const Part& part : parts) {
@@ -372,6 +433,15 @@ Status GlobalBatch::write(size_t index, const void* host_bytes) {
 Status GlobalBatch::scatter() {
   for (const RowCopy& copy : copies_) CLEAVE_TRY(copy.device->copyFromHost(copy.target, copy.source, copy.bytes));
   return Status::ok();
+}
+
+Expected<std::unique_ptr<Device>> createProcessDevice(std::string_view device) {
+  if (device != "cuda") return createDevice(device);
+  const int available = deviceCount(DeviceKind::kCuda);
+  if (available == 0) return createDevice(device);  // its error says why there is none
+  int local_rank = 0;
+  if (const char* value = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local_rank = std::max(0, std::atoi(value));
+  return createDevice("cuda:" + std::to_string(local_rank % available));
 }
 
 Expected<std::vector<NamedTensor>> describeRankTensors(const planpb::Plan& plan, int rank, std::string_view program,

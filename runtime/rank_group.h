@@ -23,28 +23,43 @@ class Plan;
 
 namespace cleave::runtime {
 
+// How the ranks of a group in one process talk to each other.
+enum class RankBackend {
+  kLocal,  // local communicators over host memory (one thread per rank)
+  kNccl,   // NCCL between GPUs, rank r on GPU r (builds with CUDA only)
+};
+
 // How a group runs its ranks.
 struct RankGroupOptions {
   int threads = 0;               // kernel threads of all ranks together (0: the hardware's concurrency);
                                  // each rank gets max(1, threads / ranks)
   double timeout_seconds = 300;  // the longest a send, receive or collective waits for another rank
+  std::string device = "cpu";    // "cpu", "cuda" or "cuda:N": the device of rank 0 (rank r: GPU N + r)
+  RankBackend backend = RankBackend::kLocal;
 };
 
-// The ranks of one plan. A group made by create() owns a CPU device, an executor and a thread per
-// rank and connects them through a local communicator; a group made by wrap() borrows one executor
-// and runs on the calling thread.
+// The ranks of one plan. A group made by create() owns a device, an executor and a thread per
+// rank and connects them through local (cpu) or NCCL (cuda) communicators; a group made by wrap()
+// borrows one executor and runs on the calling thread.
 class RankGroup {
  public:
-  // Prepares every rank of `plan` (which validatePlan accepted). Errors name the rank.
+  // Prepares every rank of `plan` (which validatePlan accepted) on options.device. kUsage for a
+  // multi-rank plan on cuda without the nccl backend, or the nccl backend on the cpu; kRuntime when
+  // there are fewer GPUs than ranks. Errors name the rank.
   static Expected<std::unique_ptr<RankGroup>> create(const planpb::Plan& plan, const RankGroupOptions& options = {});
   // A group of one around `executor` (which must outlive the group).
   static std::unique_ptr<RankGroup> wrap(RankExecutor& executor);
   // Prepares only the rank of `communicator` (communicator.rank()) of `plan`, for one process of a
   // multi-process run; the group runs its one rank on the calling thread. The plan's other ranks run
   // in other processes; what GlobalBatch and checkpoints need to know of them comes from `plan`.
-  // Both must outlive the group.
+  // `communicator` carries the group's own host-memory collectives (losses, evaluation sums,
+  // checkpoint barriers); the rank's instructions use `device_communicator` when given (NCCL on
+  // `device`), else `communicator`. The rank runs on `device` (null: a cpu device of the group's
+  // own). The communicators and the device must outlive the group.
   static Expected<std::unique_ptr<RankGroup>> createForProcess(const planpb::Plan& plan, Communicator& communicator,
-                                                               const RankGroupOptions& options = {});
+                                                               const RankGroupOptions& options = {},
+                                                               Device* device = nullptr,
+                                                               Communicator* device_communicator = nullptr);
   ~RankGroup();
   RankGroup(const RankGroup&) = delete;
   RankGroup& operator=(const RankGroup&) = delete;
@@ -94,7 +109,7 @@ class RankGroup {
   void startWorkers();
   void workerLoop(size_t rank);
 
-  std::vector<std::unique_ptr<Device>> devices_;  // owned by create()'s groups
+  std::vector<std::unique_ptr<Device>> devices_;  // create()'s devices, or createForProcess()'s own cpu
   std::vector<std::unique_ptr<Communicator>> communicators_;
   std::vector<std::unique_ptr<RankExecutor>> owned_executors_;
   std::vector<RankExecutor*> executors_;  // by rank
@@ -126,8 +141,9 @@ struct HostTensor {
 
 // The global batch of one program's inputs: one tensor per input name, with dim 0 the global
 // batch, that a data source or a file fills, and the copy of each rank's rows
-// [batch_offset, batch_offset + rows) into that rank's input. An input only one rank takes whole is
-// that rank's own buffer (no copy).
+// [batch_offset, batch_offset + rows) into that rank's input. The global tensors are host memory:
+// an input only one rank takes whole is that rank's own buffer (no copy) when the rank's device is
+// host-accessible, else staging memory of that device (pinned for cuda) copied in by scatter().
 class GlobalBatch {
  public:
   // The global tensors of `program`'s inputs over every rank of `group` (which must outlive this),
@@ -153,8 +169,14 @@ class GlobalBatch {
   std::vector<NamedTensor> inputs_;
   std::vector<Device*> input_devices_;          // parallel to inputs_: the rank's device, or nullptr for host storage
   std::vector<std::vector<uint64_t>> storage_;  // the global tensors that are not a rank's own buffer
+  std::vector<DeviceMemory> staging_;           // the same, in pinned memory, for devices the host cannot access
   std::vector<RowCopy> copies_;
 };
+
+// The device of this process's rank in an mpirun job for the device name `device` ("cpu", "cuda",
+// "cuda:N"): for cuda, GPU (local rank % visible GPUs), the local rank from
+// OMPI_COMM_WORLD_LOCAL_RANK (0 when unset); "cuda:N" names the GPU outright.
+Expected<std::unique_ptr<Device>> createProcessDevice(std::string_view device);
 
 // The inputs (or, with `outputs`, the outputs) of `program` on rank `rank` of `plan` as the plan
 // describes them: names, types, value limits and batch offsets, with no data (for ranks that run in

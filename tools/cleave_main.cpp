@@ -220,8 +220,21 @@ void addCalibrateCommand(CLI::App& app, CalibrateFlags& flags) {
 void addRunCommand(CLI::App& app, RunFlags& flags) {
   CLI::App* run = app.add_subcommand("run", "Run a plan: inference or training");
   run->add_option("PLAN", flags.plan, "The plan (.cplan)")->required();
-  run->add_option("--device", flags.device, "Device kind")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  run->add_option("--backend", flags.backend, "Communicator: local (threads), mpi (one process per rank under mpirun, docs/mpi.md)")->check(CLI::IsMember({"local", "mpi", "nccl"}))->capture_default_str();
+  run->add_option("--device", flags.device, "Device: cpu, cuda (GPU 0; rank r on GPU r) or cuda:N (docs/gpu.md)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (value == "cpu" || value == "cuda") return "";
+            bool number = value.size() > 5 && value.compare(0, 5, "cuda:") == 0 &&
+                          value.find_first_not_of("0123456789", 5) == std::string::npos;
+            return number ? "" : "expected cpu, cuda or cuda:N, not '" + value + "'";
+          },
+          "cpu|cuda[:N]"))
+      ->capture_default_str();
+  run->add_option("--backend", flags.backend,
+                  "Communicator: local (threads), mpi (one process per rank under mpirun, docs/mpi.md), nccl "
+                  "(GPUs: one thread per GPU, or one process per GPU under mpirun, docs/gpu.md)")
+      ->check(CLI::IsMember({"local", "mpi", "nccl"}))
+      ->capture_default_str();
   CLI::Option* inputs = run->add_option("--inputs", flags.inputs, "Inference: read DIR/<input>.npy");
   CLI::Option* outputs = run->add_option("--outputs", flags.outputs, "Inference: write DIR/<output>.npy");
   CLI::Option* data = run->add_option("--data", flags.data, "Training data: fashion-mnist[:DIR], npy:DIR or synthetic");

@@ -1,4 +1,5 @@
-// `cleave run --backend mpi`: one process of an mpirun job runs one rank of the plan; rank 0 reports.
+// `cleave run --backend mpi` (cpu) and `--backend nccl` under mpirun (one GPU per process): one
+// process of an mpirun job runs one rank of the plan; rank 0 reports.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "passes/memory_planner.h"
 #include "runtime/checkpoint.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/nccl_communicator.h"
 #include "runtime/rank_group.h"
 #include "runtime/trainer.h"
 #include "tools/plan_commands.h"
@@ -69,10 +71,13 @@ void printSummary(const planpb::Plan& plan, const runtime::TrainReport& report, 
 
 }  // namespace
 
-// Steps: join the job and make this rank's communicator; read the plan and agree that every process
-// can run it (a plan for N ranks on M != N processes ends all of them with exit 1, rank 0 saying
-// why; a failure rank 0 does not share is told by the rank that has it); prepare this process's rank only; train; rank 0 reports. A failure after start-up tells the
-// other ranks (they stop naming this one) and leaves MPI unfinalized: mpirun then ends the job.
+// Steps: join the job and make this rank's communicator; read the plan, make the GPU of a cuda run,
+// and agree that every process can run it (a plan for N ranks on M != N processes ends all of them
+// with exit 1, rank 0 saying why; a failure rank 0 does not share is told by the rank that has it);
+// on GPUs connect the ranks through NCCL (the MPI communicator keeps the host-side collectives:
+// losses, evaluation sums, checkpoint barriers); prepare this process's rank only; train; rank 0
+// reports. A failure after start-up tells the other ranks (they stop naming this one) and leaves
+// MPI unfinalized: mpirun then ends the job.
 int runRunMpi(const RunFlags& flags) {
   // 1. The job and this rank's endpoint.
   auto joined = runtime::MpiJob::join();
@@ -88,19 +93,28 @@ int runRunMpi(const RunFlags& flags) {
 
   // 2. Checks every process makes alike: the rank reporting a failure says why, the others exit
   //    with the same code quietly.
-  Status usable = Status::ok();
   auto plan = readPlanFile(flags.plan);
-  if (!flags.inputs.empty())
-    usable = Status::usage("--backend mpi runs training plans; run inference (--inputs) with --backend local");
-  else if (!plan)
-    usable = plan.status();
-  else if ((*plan)->ranks_size() != job->size())
-    usable = Status::badInput(flags.plan + " is a plan for " + std::to_string((*plan)->ranks_size()) +
+  const bool nccl = flags.backend == "nccl";
+  std::unique_ptr<runtime::Device> device;  // the GPU of a cuda run (declared before the communicator it outlives)
+  auto check = [&]() -> Status {
+    if (nccl) {
+      CLEAVE_ASSIGN_OR_RETURN(device, runtime::createProcessDevice(flags.device));
+    }
+    if (!flags.inputs.empty())
+      return Status::usage("--backend " + flags.backend + " under mpirun runs training plans; run inference (--inputs) " +
+                           (nccl ? "in one process" : "with --backend local"));
+    if (!plan) return plan.status();
+    if ((*plan)->ranks_size() != job->size())
+      return Status::badInput(flags.plan + " is a plan for " + std::to_string((*plan)->ranks_size()) +
                               " ranks but mpirun started " + std::to_string(job->size()) +
                               (job->size() == 1 ? " process" : " processes") + "; run it with mpirun -np " +
                               std::to_string((*plan)->ranks_size()));
-  else if (!(*plan)->has_training() || (*plan)->training().loss_output().empty())
-    usable = Status::badInput(flags.plan + " is an inference plan; --backend mpi runs training plans");
+    if (!(*plan)->has_training() || (*plan)->training().loss_output().empty())
+      return Status::badInput(flags.plan + " is an inference plan; --backend " + flags.backend +
+                              " under mpirun runs training plans");
+    return Status::ok();
+  };
+  Status usable = check();
   auto codes = agreeOnExitCodes(*communicator, usable.exitCode());
   if (!codes) {
     job->markFailed();
@@ -114,22 +128,38 @@ int runRunMpi(const RunFlags& flags) {
     return worst;
   }
 
-  // 3. This process's rank: its programs and parameters only. Kernel threads default to this
+  // 3. On GPUs, the NCCL communicator (every process takes part in making it).
+  std::unique_ptr<runtime::Communicator> device_communicator;
+  if (nccl) {
+#if CLEAVE_HAVE_CUDA
+    auto created_nccl = runtime::createNcclCommunicatorForProcess(*device, flags.timeout);
+    if (!created_nccl) {
+      communicator->abort(created_nccl.status());
+      job->markFailed();
+      return reportRankError(rank, created_nccl.status());
+    }
+    device_communicator = std::move(*created_nccl);
+#endif
+  }
+
+  // 4. This process's rank: its programs and parameters only. Kernel threads default to this
   //    host's cores shared by the job's processes on it.
   runtime::RankGroupOptions group_options;
   group_options.threads =
       flags.threads > 0 ? flags.threads
                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / job->localSize());
   group_options.timeout_seconds = flags.timeout;
-  auto created = runtime::RankGroup::createForProcess(**plan, *communicator, group_options);
+  auto created =
+      runtime::RankGroup::createForProcess(**plan, *communicator, group_options, device.get(), device_communicator.get());
   if (!created) {
     communicator->abort(created.status());
+    if (device_communicator) device_communicator->abort(created.status());
     job->markFailed();
     return reportRankError(rank, created.status());
   }
   runtime::RankGroup& group = **created;
 
-  // 4. Train; only rank 0 writes metrics, draws progress and prints evaluations and the summary.
+  // 5. Train; only rank 0 writes metrics, draws progress and prints evaluations and the summary.
   runtime::TrainOptions options = trainOptionsFor(flags);
   options.threads = group_options.threads;
   if (rank != 0) {
@@ -142,6 +172,7 @@ int runRunMpi(const RunFlags& flags) {
   Status trained = runtime::train(group, **plan, options, report);
   if (!trained) {
     group.abort(trained);
+    if (device_communicator) device_communicator->abort(trained);
     job->markFailed();
     return reportRankError(rank, trained);
   }

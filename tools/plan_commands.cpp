@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
@@ -232,20 +233,38 @@ runtime::TrainOptions trainOptionsFor(const RunFlags& flags) {
   return options;
 }
 
+bool startedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"); }
+
+// Steps: check the device and backend go together; hand mpirun jobs to runRunMpi; make the ranks;
+// run inference or train, and report.
 int runRun(const RunFlags& flags) {
-  if (flags.device != "cpu") return reportError(Status::usage("--device cuda: not built yet (see issue 7)"));
-  if (flags.backend == "mpi") return runRunMpi(flags);
-  if (flags.backend != "local")
-    return reportError(Status::usage("--backend " + flags.backend + ": not built yet (see issue 7)"));
+  // 1. The device and backend.
+  const bool cuda = flags.device != "cpu";
+#if !CLEAVE_HAVE_CUDA
+  if (cuda || flags.backend == "nccl")
+    return reportError(Status::usage((cuda ? "--device " + flags.device : std::string("--backend nccl")) +
+                                     ": this cleave was built without CUDA (nvcc was not found at configure time)"));
+#endif
+  if (flags.backend == "nccl" && !cuda) return reportError(Status::usage("--backend nccl runs on GPUs: add --device cuda"));
+  if (flags.backend == "mpi" && cuda)
+    return reportError(Status::usage("--device cuda runs multi-device plans with --backend nccl (under mpirun too)"));
+  if (flags.backend == "mpi" || (flags.backend == "nccl" && startedByMpirun())) return runRunMpi(flags);
   auto plan = readPlanFile(flags.plan);
   if (!plan) return reportError(plan.status());
-  // Every rank of the plan: a CPU device, an executor and a thread each, one local communicator.
+
+  // 2. Every rank of the plan: a device, an executor and a thread each, connected by local (cpu) or
+  //    NCCL (cuda) communicators.
   runtime::RankGroupOptions group_options;
   group_options.threads = flags.threads;
   group_options.timeout_seconds = flags.timeout;
+  group_options.device = flags.device;
+  group_options.backend = flags.backend == "nccl" ? runtime::RankBackend::kNccl : runtime::RankBackend::kLocal;
   auto created = runtime::RankGroup::create(**plan, group_options);
   if (!created) return reportError(created.status());
   runtime::RankGroup& group = **created;
+  if (cuda)
+    for (int rank = 0; rank < group.size(); ++rank)
+      std::printf("rank %d on %s\n", rank, group.executor(rank).device().name().c_str());
 
   // Inference: .npy in, .npy out.
   if (!flags.inputs.empty()) {

@@ -59,8 +59,11 @@ int runCompile(const CompileFlags& flags, const std::string& producer);
 int runRun(const RunFlags& flags);
 // The trainer's options for `cleave run`'s flags (both backends).
 runtime::TrainOptions trainOptionsFor(const RunFlags& flags);
-// `cleave run --backend mpi`, one process of an mpirun job; defined in tools/mpi_run_command.cpp.
+// `cleave run --backend mpi` (cpu) or `--backend nccl` under mpirun (cuda), one process of an
+// mpirun job; defined in tools/mpi_run_command.cpp.
 int runRunMpi(const RunFlags& flags);
+// True when this process was started by mpirun (Open MPI or a PMI launcher set its environment).
+bool startedByMpirun();
 // Defined in tools/inspect_command.cpp.
 int runInspectPlan(const InspectPlanFlags& flags);
 

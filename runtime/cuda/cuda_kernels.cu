@@ -1,16 +1,22 @@
 // The CUDA kernel table and findCudaKernel.
-#include <array>
-
+#include "runtime/cuda/cuda_kernel_support.h"
 #include "runtime/cuda/cuda_kernels.h"
 
 namespace cleave::runtime {
 namespace {
 
-using CudaKernelTable = std::array<CudaKernel, kNumOps>;
-
-const CudaKernelTable& cudaKernelTable() {
-  static const CudaKernelTable table = [] {
-    CudaKernelTable t{};
+const cuda::CudaKernelTable& cudaKernelTable() {
+  static const cuda::CudaKernelTable table = [] {
+    cuda::CudaKernelTable t{};
+    cuda::registerElementwiseKernels(t);
+    cuda::registerLinearAlgebraKernels(t);
+    cuda::registerReductionKernels(t);
+    cuda::registerConvolutionKernels(t);
+    cuda::registerPoolingKernels(t);
+    cuda::registerShapeKernels(t);
+    cuda::registerLossKernels(t);
+    cuda::registerGradientKernels(t);
+    cuda::registerOptimizerKernels(t);
     return t;
   }();
   return table;

@@ -79,8 +79,8 @@ expect 1 "$cleave" simulate plan.cplan --cluster dgx-h100
 contains err "unknown cluster 'dgx-h100'"
 expect 2 "$cleave" compile "$source_dir/examples/mlp.cir" -o "$tmp/plan.cplan" --strategy auto
 contains err '--strategy auto needs --devices N'
-expect 2 "$cleave" run plan.cplan --device cuda
-contains err 'not built yet \(see issue 7\)'
+expect 2 "$cleave" run plan.cplan --device cuda:x
+contains err "expected cpu, cuda or cuda:N, not 'cuda:x'"
 expect 1 "$cleave" run plan.cplan --data synthetic --steps 1
 contains err 'plan.cplan'
 expect 1 "$cleave" inspect plan.cplan

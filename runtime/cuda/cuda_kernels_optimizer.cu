@@ -1,0 +1,136 @@
+// CUDA kernels of the optimizer ops, sgd_update and adamw_update: the CPU kernels' formulas in the
+// same floating-point operation order, with fused multiply-adds exactly where the CPU uses std::fma
+// and explicitly rounded operations (__fmul_rn etc., which nvcc never contracts) everywhere else.
+// Results may alias their operands (parameters and optimizer state are updated in place). The step
+// counter lives in device memory, so the kernels read it there.
+#include <cmath>
+
+#include "runtime/cuda/cuda_kernel_support.cuh"
+
+namespace cleave::runtime::cuda {
+namespace {
+
+// Correctly rounded operations that are never fused with a neighbour.
+__device__ inline float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ inline float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double add(double a, double b) { return __dadd_rn(a, b); }
+__device__ inline float divide(float a, float b) { return __fdiv_rn(a, b); }
+__device__ inline double divide(double a, double b) { return __ddiv_rn(a, b); }
+__device__ inline float root(float a) { return __fsqrt_rn(a); }
+__device__ inline double root(double a) { return __dsqrt_rn(a); }
+__device__ inline float fused(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ inline double fused(double a, double b, double c) { return fma(a, b, c); }
+
+// The scalars of one sgd_update step, rounded to T on the host as the CPU rounds them.
+template <class T>
+struct SgdScalars {
+  bool has_momentum, has_weight_decay, nesterov;
+  T weight_decay, momentum, one_minus_dampening, negative_lr;
+};
+
+// One element per thread: d = g + wd·w; buf′ = d on the first step, else momentum·buf +
+// (1 − dampening)·d; d = nesterov ? d + momentum·buf′ : buf′; w′ = w − lr·d.
+template <class T>
+__global__ void sgdElements(const T* w, const T* g, const T* buffer, const int64_t* step, T* w_out, T* buffer_out,
+                            int64_t n, SgdScalars<T> s) {
+  const bool first_step = *step == 0;
+  CLEAVE_GRID_LOOP(i, n) {
+    const T wi = w[i];
+    T d = g[i];
+    if (s.has_weight_decay) d = fused(wi, s.weight_decay, d);  // d_p.add(param, alpha=wd)
+    if (s.has_momentum) {
+      T b;
+      if (first_step) {
+        b = d;  // torch.clone(d_p)
+      } else {
+        const T decayed = mul(buffer[i], s.momentum);   // buf.mul_(momentum)
+        b = fused(d, s.one_minus_dampening, decayed);  // .add_(d_p, alpha=1 - dampening)
+      }
+      d = s.nesterov ? fused(b, s.momentum, d) : b;  // d_p.add(buf, alpha=momentum)
+      buffer_out[i] = b;
+    }
+    w_out[i] = fused(d, s.negative_lr, wi);  // param.add_(d_p, alpha=-lr)
+  }
+}
+
+Status sgdUpdateKernel(const KernelCall& call, CudaContext& context) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    const double momentum = call.op.getFloat("momentum"), weight_decay = call.op.getFloat("weight_decay");
+    const int64_t n = call.op.operands[0].numel();
+    if (n == 0) return Status::ok();
+    SgdScalars<T> s{};
+    s.has_momentum = momentum != 0.0;
+    s.has_weight_decay = weight_decay != 0.0;
+    s.nesterov = call.op.getInt("nesterov") != 0;
+    s.weight_decay = static_cast<T>(weight_decay);
+    s.momentum = static_cast<T>(momentum);
+    s.one_minus_dampening = static_cast<T>(1.0 - call.op.getFloat("dampening"));
+    s.negative_lr = static_cast<T>(-call.op.getFloat("lr"));
+    sgdElements<T><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(
+        call.in<T>(0), call.in<T>(1), s.has_momentum ? call.in<T>(3) : nullptr, call.in<int64_t>(2), call.out<T>(0),
+        s.has_momentum ? call.out<T>(1) : nullptr, n, s);
+    return launchStatus(call);
+  });
+}
+
+// The scalars of one adamw_update step known on the host, rounded to T as the CPU rounds them.
+template <class T>
+struct AdamwScalars {
+  double lr, beta1_double, beta2_double;  // for the bias corrections, which need the step
+  T decay;                                // 1 − lr·wd
+  T beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+};
+
+// One element per thread: w ← w·(1 − lr·wd); m′ = β1·m + (1 − β1)·g; v′ = β2·v + (1 − β2)·g²;
+// w′ = w + (−step_size·m′) / (√v′ / √(1 − β2ᵗ) + eps), t = step + 1.
+template <class T>
+__global__ void adamwElements(const T* w, const T* g, const T* m, const T* v, const int64_t* step, T* w_out, T* m_out,
+                              T* v_out, int64_t n, AdamwScalars<T> s) {
+  // The bias corrections in double, as the CPU computes them (device pow is within 2 ulp of libm's).
+  const double t = static_cast<double>(*step + 1);
+  const double bias_correction1 = 1.0 - pow(s.beta1_double, t), bias_correction2 = 1.0 - pow(s.beta2_double, t);
+  const T bias_correction2_sqrt = static_cast<T>(sqrt(bias_correction2));
+  const T negative_step_size = static_cast<T>(-(s.lr / bias_correction1));
+  CLEAVE_GRID_LOOP(i, n) {
+    const T gi = g[i];
+    const T decayed = mul(w[i], s.decay);                                  // param.mul_(1 - lr * wd)
+    const T mi = fused(gi, s.one_minus_beta1, mul(m[i], s.beta1));         // exp_avg.mul_(β1).add_(g, alpha=1-β1)
+    const T vi = fused(mul(s.one_minus_beta2, gi), gi, mul(v[i], s.beta2));  // exp_avg_sq.mul_(β2).addcmul_(g, g, 1-β2)
+    const T denominator = add(divide(root(vi), bias_correction2_sqrt), s.eps);  // (sqrt / bc2_sqrt).add_(eps)
+    m_out[i] = mi;
+    v_out[i] = vi;
+    w_out[i] = add(decayed, divide(mul(negative_step_size, mi), denominator));  // addcdiv_(m, denom, -step_size)
+  }
+}
+
+Status adamwUpdateKernel(const KernelCall& call, CudaContext& context) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    const double lr = call.op.getFloat("lr"), beta1 = call.op.getFloat("beta1"), beta2 = call.op.getFloat("beta2");
+    const int64_t n = call.op.operands[0].numel();
+    if (n == 0) return Status::ok();
+    AdamwScalars<T> s{};
+    s.lr = lr;
+    s.beta1_double = beta1;
+    s.beta2_double = beta2;
+    s.decay = static_cast<T>(1.0 - lr * call.op.getFloat("weight_decay"));
+    s.beta1 = static_cast<T>(beta1);
+    s.one_minus_beta1 = static_cast<T>(1.0 - beta1);
+    s.beta2 = static_cast<T>(beta2);
+    s.one_minus_beta2 = static_cast<T>(1.0 - beta2);
+    s.eps = static_cast<T>(call.op.getFloat("eps"));
+    adamwElements<T><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(
+        call.in<T>(0), call.in<T>(1), call.in<T>(2), call.in<T>(3), call.in<int64_t>(4), call.out<T>(0),
+        call.out<T>(1), call.out<T>(2), n, s);
+    return launchStatus(call);
+  });
+}
+
+}  // namespace
+
+void registerOptimizerKernels(CudaKernelTable& table) {
+  table[static_cast<int>(OpId::sgd_update)] = sgdUpdateKernel;
+  table[static_cast<int>(OpId::adamw_update)] = adamwUpdateKernel;
+}
+
+}  // namespace cleave::runtime::cuda

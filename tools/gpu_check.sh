@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The GPU check: builds cleave (Release, with CUDA) into build/, runs the GPU tests (ctest -L gpu),
+# trains fashion_cnn on the GPU through the CLI and compares its first losses with the CPU's,
+# measures GEMM-bound training TFLOP/s against the device's fp32 peak and fashion_cnn and gpt
+# training throughput against PyTorch on the same GPU (when torch sees it), and prints one summary
+# table. Exits non-zero on any failure. Without a GPU it builds, runs the (skipping) GPU tests,
+# reports "no GPU: GPU tests skipped" and exits 0. Budget: under 8 minutes on one H200.
+# Usage: tools/gpu_check.sh   (env: BUILD=build folder, JOBS=build jobs, PEAK_TFLOPS=fp32 peak)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build}
+jobs=${JOBS:-$(nproc)}
+python=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+summary=()  # rows of the summary table: "check|result|detail"
+fail() { echo "gpu_check: FAILED: $*" >&2; print_summary; exit 1; }
+row() { summary+=("$1|$2|$3"); }
+print_summary() {
+  [ ${#summary[@]} -gt 0 ] || return 0
+  echo
+  echo "== summary"
+  printf '%-34s %-10s %s\n' check result detail
+  for line in "${summary[@]}"; do
+    IFS='|' read -r check result detail <<<"$line"
+    printf '%-34s %-10s %s\n' "$check" "$result" "$detail"
+  done
+}
+
+# 1. Build (Release; the CUDA path is built whenever nvcc is found).
+echo "== build ($build, Release)"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1 ||
+  { cat "$work/configure.log" >&2; fail "cmake configure"; }
+if ! grep -q "building the CUDA path" "$work/configure.log"; then
+  if nvidia-smi -L >/dev/null 2>&1; then fail "this machine has a GPU but CMake found no nvcc (set CUDACXX)"; fi
+  cmake --build "$build" -j "$jobs" --target cleave
+  echo "no GPU: GPU tests skipped (no nvcc either: cleave was built without CUDA)"
+  exit 0
+fi
+cmake --build "$build" -j "$jobs" --target cleave cleave_gpu_tests
+row build ok "Release, CUDA path built"
+cleave=$build/tools/cleave
+
+# 2. Is there a GPU? nvidia-smi lists one per line ("GPU 0: NVIDIA H200 (UUID: ...)").
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+
+# 3. The GPU tests. On a GPU machine a skip fails the check, unless the test says it needs more
+#    GPUs than the machine has ("needs 2 CUDA devices").
+echo "== ctest -L gpu"
+ctest_status=0
+ctest --test-dir "$build" -L gpu -V >"$work/ctest.log" 2>&1 || ctest_status=$?
+grep -E '(Test +#[0-9]+|tests passed|tests failed|\*\*\*)' "$work/ctest.log" | tail -n 60
+[ "$ctest_status" = 0 ] || { tail -n 200 "$work/ctest.log"; fail "GPU tests failed (ctest -L gpu; log above)"; }
+skipped=$(grep -c '\*\*\*Skipped' "$work/ctest.log" || true)
+if [ "$gpus" = 0 ]; then
+  echo "no GPU: GPU tests skipped ($skipped skipped)"
+  exit 0
+fi
+needs_more=$(grep -cE 'needs [0-9]+ (CUDA devices|GPUs)' "$work/ctest.log" || true)
+if [ "$skipped" -gt "$needs_more" ]; then
+  grep -B3 '\[  SKIPPED \]' "$work/ctest.log" | head -n 40
+  fail "$gpus GPU(s) visible but $skipped GPU test(s) skipped ($needs_more of them need more GPUs)"
+fi
+row "ctest -L gpu" ok "$(grep -o '[0-9]*% tests passed.*' "$work/ctest.log" | head -1); $skipped need more GPUs; $gpus x $gpu_name"
+
+# Mean samples/s over a metrics file's steps after the first 3 (warm-up).
+mean_rate() {
+  $python - "$1" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][3:]
+print(f"{sum(r['samples_per_s'] for r in rows) / len(rows):.1f}")
+PY
+}
+
+# 4. fashion_cnn through the CLI: 300 steps on the GPU; its first 5 losses against the CPU's.
+echo "== cleave run fashion_cnn --device cuda (300 steps) against the CPU's first 5"
+"$cleave" gen cnn --batch 64 -o "$work/cnn64.cir"
+"$cleave" compile "$work/cnn64.cir" --train --optimizer sgd:lr=0.01,momentum=0.9 -o "$work/cnn64.cplan" >/dev/null
+"$cleave" run "$work/cnn64.cplan" --device cuda --data synthetic --steps 300 --progress never \
+  --metrics "$work/cnn_gpu.jsonl" || fail "cleave run --device cuda (fashion_cnn)"
+"$cleave" run "$work/cnn64.cplan" --data synthetic --steps 5 --progress never --metrics "$work/cnn_cpu.jsonl" \
+  >/dev/null || fail "cleave run on the cpu (fashion_cnn)"
+compare=$($python - "$work/cnn_cpu.jsonl" "$work/cnn_gpu.jsonl" <<'PY'
+import json, math, sys
+cpu = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+gpu = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+worst = max(abs(g - c) / max(abs(c), 1e-6) for c, g in zip(cpu, gpu))
+finite = all(math.isfinite(g) for g in gpu)
+print(f"{'ok' if worst <= 1e-3 and finite and len(gpu) == 300 else 'FAILED'} worst relative difference {worst:.2e} "
+      f"over {len(cpu)} steps; {len(gpu)} GPU steps, last loss {gpu[-1]:.4f}")
+PY
+)
+echo "$compare"
+[[ $compare == ok* ]] || fail "fashion_cnn GPU losses differ from the CPU's: $compare"
+row "fashion_cnn cuda vs cpu losses" ok "${compare#ok }"
+# The same plan through the NCCL backend (one rank, one GPU): its first 5 losses too.
+"$cleave" run "$work/cnn64.cplan" --device cuda --backend nccl --data synthetic --steps 5 --progress never \
+  --metrics "$work/cnn_nccl.jsonl" >/dev/null || fail "cleave run --device cuda --backend nccl (fashion_cnn)"
+nccl=$($python - "$work/cnn_cpu.jsonl" "$work/cnn_nccl.jsonl" <<'PY'
+import json, sys
+cpu = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+gpu = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+worst = max(abs(g - c) / max(abs(c), 1e-6) for c, g in zip(cpu, gpu))
+print(f"{'ok' if worst <= 1e-3 and len(gpu) == len(cpu) else 'FAILED'} worst relative difference {worst:.2e} over {len(gpu)} steps")
+PY
+)
+[[ $nccl == ok* ]] || fail "fashion_cnn losses through --backend nccl differ from the CPU's: $nccl"
+row "fashion_cnn nccl (1 rank) vs cpu" ok "${nccl#ok }"
+
+# 5. GEMM-bound training: an MLP of 8192-wide layers, batch 8192, its data from .npy (no
+#    generation in the step). FLOPs per step from the cost model (cleave simulate), 90% GEMMs.
+echo "== GEMM-bound training TFLOP/s"
+"$cleave" gen mlp --input 256 --hidden 8192,8192,8192 --classes 256 --batch 8192 -o "$work/wide.cir"
+"$cleave" compile "$work/wide.cir" --train --optimizer sgd:lr=0.001 -o "$work/wide.cplan" >/dev/null
+mkdir -p "$work/wide_data"
+$python - "$work/wide_data" <<'PY'
+import array, random, struct, sys
+def write_npy(path, descr, shape, values):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, "".join(f"{d}," for d in shape))
+    header += " " * (63 - (len(header) + 10) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + values.tobytes())
+rows = 8192
+write_npy(f"{sys.argv[1]}/x.npy", "<f4", (rows, 256), array.array("f", (random.gauss(0, 1) for _ in range(rows * 256))))
+write_npy(f"{sys.argv[1]}/labels.npy", "<i8", (rows,), array.array("q", (random.randrange(256) for _ in range(rows))))
+PY
+"$cleave" run "$work/wide.cplan" --device cuda --data "npy:$work/wide_data" --steps 13 --progress never \
+  --metrics "$work/wide.jsonl" >/dev/null || fail "cleave run --device cuda (GEMM-bound MLP)"
+flops=$("$cleave" simulate "$work/wide.cplan" --cluster h200x8 --json | $python -c "import json,sys; print(json.load(sys.stdin)['model_flops'])")
+rate=$(mean_rate "$work/wide.jsonl")
+peak=${PEAK_TFLOPS:-67}
+gemm=$($python -c "t = $flops * $rate / 8192 / 1e12; print(f'{t:.1f} TFLOP/s = {t / $peak:.2f} of the {$peak} TFLOP/s fp32 peak')")
+echo "$gemm"
+row "GEMM-bound training (fp32)" ok "$gemm"
+
+# 6. Training throughput against PyTorch on the same GPU (fp32, no TF32).
+have_torch=0
+$python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && have_torch=1
+echo "== training throughput: cleave against PyTorch (torch on the GPU: $([ $have_torch = 1 ] && echo yes || echo no))"
+throughput() {
+  local model=$1 batch=$2 cir=$3
+  "$cleave" compile "$cir" --train --optimizer sgd:lr=0.01,momentum=0.9 -o "$work/$model.cplan" >/dev/null
+  "$cleave" run "$work/$model.cplan" --device cuda --data synthetic --steps 53 --progress never \
+    --metrics "$work/$model.jsonl" >/dev/null || fail "cleave run --device cuda ($model)"
+  local ours theirs=n/a ratio=n/a
+  ours=$(mean_rate "$work/$model.jsonl")
+  if [ "$have_torch" = 1 ]; then
+    theirs=$($python bench/torch_gpu_train_bench.py "$model" "$batch" 50 | sed -E 's/.*: ([0-9.]+) samples\/s.*/\1/')
+    ratio=$($python -c "print(f'{$ours / $theirs:.2f}')")
+  fi
+  echo "$model batch $batch: cleave $ours samples/s, torch $theirs samples/s, ratio $ratio"
+  row "$model training batch $batch" ok "cleave $ours samples/s, torch $theirs, cleave/torch $ratio"
+}
+"$cleave" gen cnn --batch 256 -o "$work/cnn.cir"
+throughput cnn 256 "$work/cnn.cir"
+"$cleave" gen gpt --layers 4 --hidden 256 --heads 4 --seq 64 --vocab 1024 --batch 32 -o "$work/gpt.cir"
+throughput gpt 32 "$work/gpt.cir"
+
+print_summary
+echo "(cleave's samples/s include generating synthetic data on the host each step; PyTorch's do not)"
