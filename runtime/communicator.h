@@ -22,6 +22,18 @@ std::string_view reduceOpName(ReduceOp op);
 // A group as text, e.g. "{0,1}".
 std::string groupText(std::span<const int> group);
 
+// Checks of a collective's tensors that every communicator makes before moving bytes: kBadInput
+// "<what>: ..." when the output is not the shape the collective over `group_size` ranks gives,
+// or when it overlaps the input.
+Status checkAllGather(std::string_view what, int64_t group_size, const TensorView& input, const TensorView& output,
+                      int64_t dim);
+Status checkReduceScatter(std::string_view what, int64_t group_size, const TensorView& input,
+                          const TensorView& output, int64_t dim);
+Status checkAllToAll(std::string_view what, int64_t group_size, const TensorView& input, const TensorView& output,
+                     int64_t split_dim, int64_t concat_dim);
+// True when the bytes of `a` and `b` overlap.
+bool tensorsOverlap(const TensorView& a, const TensorView& b);
+
 // One rank's endpoint. Every collective names its group: the global ranks taking part, in
 // increasing order (a rank's position in the group is its coordinate on the group's mesh axis);
 // every member calls the same collectives of a group in the same order. A call waits at most the

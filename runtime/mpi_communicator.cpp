@@ -91,12 +91,6 @@ class Backoff {
   std::chrono::microseconds pause_{2};
 };
 
-bool overlaps(const TensorView& a, const TensorView& b) {
-  auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
-  auto a_bytes = static_cast<uintptr_t>(a.type.bytes()), b_bytes = static_cast<uintptr_t>(b.type.bytes());
-  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
 // The non-blocking transfers of one operation: requests, the peer and expected size of each, and
 // the temporary buffers they read or fill.
 struct Transfers {
@@ -633,7 +627,7 @@ Status MpiCommunicator::allReduce(std::span<const int> group, std::span<const Te
       return Status::badInput(what + ": tensor " + std::to_string(i) + " (" + inputs[i].type.str() + " into " +
                               outputs[i].type.str() + ") does not match the bucket's dtype " +
                               std::string(dtypeName(inputs[0].type.dtype)) + " or its output");
-    if (inputs[i].data != outputs[i].data && overlaps(inputs[i], outputs[i]))
+    if (inputs[i].data != outputs[i].data && tensorsOverlap(inputs[i], outputs[i]))
       return Status::badInput(what + ": tensor " + std::to_string(i) + "'s output overlaps its input");
     total += inputs[i].type.numel();
   }
@@ -659,12 +653,7 @@ Status MpiCommunicator::allGather(std::span<const int> group, const TensorView& 
   const auto n = static_cast<int64_t>(group.size());
   const Shape& in = input.type.shape;
   const Shape& out = output.type.shape;
-  bool fits = dim >= 0 && dim < input.type.rank() && in.size() == out.size() && input.type.dtype == output.type.dtype;
-  for (size_t d = 0; fits && d < in.size(); ++d) fits = out[d] == (static_cast<int64_t>(d) == dim ? in[d] * n : in[d]);
-  if (!fits)
-    return Status::badInput(what + ": gathering " + input.type.str() + " along dim " + std::to_string(dim) + " over " +
-                            std::to_string(n) + " ranks does not give " + output.type.str());
-  if (overlaps(input, output)) return Status::badInput(what + ": the output overlaps the input");
+  CLEAVE_TRY(checkAllGather(what, n, input, output, dim));
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("all_gather", group));
 
   const int64_t bytes = input.type.bytes();
@@ -695,12 +684,7 @@ Status MpiCommunicator::reduceScatter(std::span<const int> group, const TensorVi
   const auto n = static_cast<int64_t>(group.size());
   const Shape& in = input.type.shape;
   const Shape& out = output.type.shape;
-  bool fits = dim >= 0 && dim < input.type.rank() && in.size() == out.size() && input.type.dtype == output.type.dtype;
-  for (size_t d = 0; fits && d < in.size(); ++d) fits = in[d] == (static_cast<int64_t>(d) == dim ? out[d] * n : out[d]);
-  if (!fits)
-    return Status::badInput(what + ": scattering " + input.type.str() + " along dim " + std::to_string(dim) + " over " +
-                            std::to_string(n) + " ranks does not give " + output.type.str());
-  if (overlaps(input, output)) return Status::badInput(what + ": the output overlaps the input");
+  CLEAVE_TRY(checkReduceScatter(what, n, input, output, dim));
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("reduce_scatter", group));
 
   // 1. Every member's block q of the input, packed; this rank's own block comes from its input.
@@ -745,18 +729,9 @@ Status MpiCommunicator::allToAll(std::span<const int> group, const TensorView& i
   const auto n = static_cast<int64_t>(group.size());
   const Shape& in = input.type.shape;
   const Shape& out = output.type.shape;
-  const int64_t rank = input.type.rank();
-  bool fits = split_dim >= 0 && split_dim < rank && concat_dim >= 0 && concat_dim < rank &&
-              in[static_cast<size_t>(split_dim)] % n == 0 && input.type.dtype == output.type.dtype;
+  CLEAVE_TRY(checkAllToAll(what, n, input, output, split_dim, concat_dim));
   Shape block = in;
-  if (fits) block[static_cast<size_t>(split_dim)] /= n;
-  Shape expected = block;
-  if (fits) expected[static_cast<size_t>(concat_dim)] *= n;
-  if (!fits || expected != out)
-    return Status::badInput(what + ": splitting " + input.type.str() + " along dim " + std::to_string(split_dim) +
-                            " and concatenating along dim " + std::to_string(concat_dim) + " over " +
-                            std::to_string(n) + " ranks does not give " + output.type.str());
-  if (overlaps(input, output)) return Status::badInput(what + ": the output overlaps the input");
+  block[static_cast<size_t>(split_dim)] /= n;
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("all_to_all", group));
 
   const int64_t element_bytes = dtypeSize(input.type.dtype);

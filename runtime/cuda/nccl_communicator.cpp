@@ -118,12 +118,6 @@ ncclRedOp_t ncclOpOf(ReduceOp op, DType dtype) {
   return ncclSum;
 }
 
-bool overlaps(const TensorView& a, const TensorView& b) {
-  auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
-  auto a_bytes = static_cast<uintptr_t>(a.type.bytes()), b_bytes = static_cast<uintptr_t>(b.type.bytes());
-  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
 // The product of shape[begin, end).
 int64_t extent(const Shape& shape, size_t begin, size_t end) {
   int64_t product = 1;
@@ -867,7 +861,7 @@ Status NcclCommunicator::allReduce(std::span<const int> group, std::span<const T
       return Status::badInput(what + ": tensor " + std::to_string(i) + " of the bucket, " + inputs[i].type.str() +
                               " into " + outputs[i].type.str() + ", does not match the bucket's " +
                               std::string(dtypeName(dtype)));
-    if (inputs[i].data != outputs[i].data && overlaps(inputs[i], outputs[i]))
+    if (inputs[i].data != outputs[i].data && tensorsOverlap(inputs[i], outputs[i]))
       return Status::badInput(what + ": output " + std::to_string(i) + " overlaps its input without being it");
   }
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("all_reduce", group));
@@ -896,13 +890,7 @@ Status NcclCommunicator::allGather(std::span<const int> group, const TensorView&
   const std::string what = "all_gather over ranks " + groupText(group);
   const auto n = static_cast<int64_t>(group.size());
   const Shape& in = input.type.shape;
-  const Shape& out = output.type.shape;
-  bool fits = dim >= 0 && dim < input.type.rank() && in.size() == out.size() && input.type.dtype == output.type.dtype;
-  for (size_t d = 0; fits && d < in.size(); ++d) fits = out[d] == (static_cast<int64_t>(d) == dim ? in[d] * n : in[d]);
-  if (!fits)
-    return Status::badInput(what + ": gathering " + input.type.str() + " along dim " + std::to_string(dim) + " over " +
-                            std::to_string(n) + " ranks does not give " + output.type.str());
-  if (overlaps(input, output)) return Status::badInput(what + ": the output overlaps the input");
+  CLEAVE_TRY(checkAllGather(what, n, input, output, dim));
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("all_gather", group));
   const int64_t bytes = input.type.bytes();
   if (bytes == 0) return Status::ok();
@@ -932,14 +920,8 @@ Status NcclCommunicator::reduceScatter(std::span<const int> group, const TensorV
                                        int64_t dim, ReduceOp op) {
   const std::string what = "reduce_scatter over ranks " + groupText(group);
   const auto n = static_cast<int64_t>(group.size());
-  const Shape& in = input.type.shape;
   const Shape& out = output.type.shape;
-  bool fits = dim >= 0 && dim < input.type.rank() && in.size() == out.size() && input.type.dtype == output.type.dtype;
-  for (size_t d = 0; fits && d < in.size(); ++d) fits = in[d] == (static_cast<int64_t>(d) == dim ? out[d] * n : out[d]);
-  if (!fits)
-    return Status::badInput(what + ": scattering " + input.type.str() + " along dim " + std::to_string(dim) + " over " +
-                            std::to_string(n) + " ranks does not give " + output.type.str());
-  if (overlaps(input, output)) return Status::badInput(what + ": the output overlaps the input");
+  CLEAVE_TRY(checkReduceScatter(what, n, input, output, dim));
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("reduce_scatter", group));
   const int64_t bytes = output.type.bytes();
   if (bytes == 0) return Status::ok();
@@ -975,18 +957,9 @@ Status NcclCommunicator::allToAll(std::span<const int> group, const TensorView& 
   const std::string what = "all_to_all over ranks " + groupText(group);
   const auto n = static_cast<int64_t>(group.size());
   const Shape& in = input.type.shape;
-  const int64_t rank = input.type.rank();
-  bool fits = split_dim >= 0 && split_dim < rank && concat_dim >= 0 && concat_dim < rank &&
-              in[static_cast<size_t>(split_dim)] % n == 0 && input.type.dtype == output.type.dtype;
+  CLEAVE_TRY(checkAllToAll(what, n, input, output, split_dim, concat_dim));
   Shape block = in;
-  if (fits) block[static_cast<size_t>(split_dim)] /= n;
-  Shape expected = block;
-  if (fits) expected[static_cast<size_t>(concat_dim)] *= n;
-  if (!fits || expected != output.type.shape)
-    return Status::badInput(what + ": splitting " + input.type.str() + " along dim " + std::to_string(split_dim) +
-                            " and concatenating along dim " + std::to_string(concat_dim) + " over " +
-                            std::to_string(n) + " ranks does not give " + output.type.str());
-  if (overlaps(input, output)) return Status::badInput(what + ": the output overlaps the input");
+  block[static_cast<size_t>(split_dim)] /= n;
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("all_to_all", group));
   const int64_t block_bytes = TensorType{input.type.dtype, block}.bytes();
   if (block_bytes == 0) return Status::ok();
