@@ -128,6 +128,39 @@ __device__ T blockMax(T value) {
   return best;
 }
 
+// Device math by element type: the float or the double function of the CUDA math library.
+
+template <class T>
+__device__ T deviceExp(T x) {
+  if constexpr (std::is_same_v<T, float>) return expf(x);
+  else return exp(x);
+}
+template <class T>
+__device__ T deviceLog(T x) {
+  if constexpr (std::is_same_v<T, float>) return logf(x);
+  else return log(x);
+}
+template <class T>
+__device__ T deviceTanh(T x) {
+  if constexpr (std::is_same_v<T, float>) return tanhf(x);
+  else return tanh(x);
+}
+template <class T>
+__device__ T deviceErf(T x) {
+  if constexpr (std::is_same_v<T, float>) return erff(x);
+  else return erf(x);
+}
+template <class T>
+__device__ T deviceSqrt(T x) {
+  if constexpr (std::is_same_v<T, float>) return sqrtf(x);
+  else return sqrt(x);
+}
+template <class T>
+__device__ T devicePow(T a, T b) {
+  if constexpr (std::is_same_v<T, float>) return powf(a, b);
+  else return pow(a, b);
+}
+
 // A device copy of `bytes` bytes on the compute stream; nothing when the pointers are equal.
 inline Status copyBytes(const KernelCall& call, CudaContext& context, void* to, const void* from, int64_t bytes) {
   if (to == from || bytes <= 0) return Status::ok();

@@ -13,39 +13,6 @@
 namespace cleave::runtime::cuda {
 namespace {
 
-// ---- Device math by element type ----
-
-template <class T>
-__device__ T deviceExp(T x) {
-  if constexpr (std::is_same_v<T, float>) return expf(x);
-  else return exp(x);
-}
-template <class T>
-__device__ T deviceLog(T x) {
-  if constexpr (std::is_same_v<T, float>) return logf(x);
-  else return log(x);
-}
-template <class T>
-__device__ T deviceTanh(T x) {
-  if constexpr (std::is_same_v<T, float>) return tanhf(x);
-  else return tanh(x);
-}
-template <class T>
-__device__ T deviceErf(T x) {
-  if constexpr (std::is_same_v<T, float>) return erff(x);
-  else return erf(x);
-}
-template <class T>
-__device__ T deviceSqrt(T x) {
-  if constexpr (std::is_same_v<T, float>) return sqrtf(x);
-  else return sqrt(x);
-}
-template <class T>
-__device__ T devicePow(T a, T b) {
-  if constexpr (std::is_same_v<T, float>) return powf(a, b);
-  else return pow(a, b);
-}
-
 // ---- Integer arithmetic wraps around (two's complement), as on the CPU ----
 
 template <class T>

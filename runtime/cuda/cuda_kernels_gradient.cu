@@ -12,22 +12,6 @@
 namespace cleave::runtime::cuda {
 namespace {
 
-template <class T>
-__device__ T deviceExp(T x) {
-  if constexpr (std::is_same_v<T, float>) return expf(x);
-  else return exp(x);
-}
-template <class T>
-__device__ T deviceTanh(T x) {
-  if constexpr (std::is_same_v<T, float>) return tanhf(x);
-  else return tanh(x);
-}
-template <class T>
-__device__ T deviceErf(T x) {
-  if constexpr (std::is_same_v<T, float>) return erff(x);
-  else return erf(x);
-}
-
 // ---- Activation gradients (PyTorch's formulas and operation order, as the CPU) ----
 
 template <OpId kOp, class T>

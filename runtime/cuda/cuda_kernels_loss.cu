@@ -11,12 +11,6 @@
 namespace cleave::runtime::cuda {
 namespace {
 
-template <class T>
-__device__ T deviceExp(T x) {
-  if constexpr (std::is_same_v<T, float>) return expf(x);
-  else return exp(x);
-}
-
 // One block per row: losses[r] = log Σ exp(row − max) + max − row[label] (exps in T, the rest in
 // double) and counted[r] = 1, or 0 and 0 for an ignored row. A label outside [0, classes) that is
 // not ignore_index is not reported on the GPU (the CPU reports it): its loss is NaN.
