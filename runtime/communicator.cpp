@@ -51,6 +51,24 @@ Status checkNoOverlap(std::string_view what, const TensorView& input, const Tens
 
 }  // namespace
 
+Status checkAllReduceBucket(std::string_view what, std::span<const TensorView> inputs,
+                            std::span<const TensorView> outputs) {
+  const std::string where(what);
+  if (inputs.size() != outputs.size())
+    return Status::badInput(where + ": " + std::to_string(inputs.size()) + " inputs but " +
+                            std::to_string(outputs.size()) + " outputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].type.dtype != inputs[0].type.dtype || outputs[i].type.dtype != inputs[0].type.dtype ||
+        inputs[i].type.numel() != outputs[i].type.numel())
+      return Status::badInput(where + ": tensor " + std::to_string(i) + " (" + inputs[i].type.str() + " into " +
+                              outputs[i].type.str() + ") does not match the bucket's dtype " +
+                              std::string(dtypeName(inputs[0].type.dtype)) + " or its output");
+    if (inputs[i].data != outputs[i].data && tensorsOverlap(inputs[i], outputs[i]))
+      return Status::badInput(where + ": tensor " + std::to_string(i) + "'s output overlaps its input");
+  }
+  return Status::ok();
+}
+
 Status checkAllGather(std::string_view what, int64_t group_size, const TensorView& input, const TensorView& output,
                       int64_t dim) {
   if (!growsAlong(input.type, output.type, dim, group_size))

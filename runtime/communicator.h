@@ -24,7 +24,10 @@ std::string groupText(std::span<const int> group);
 
 // Checks of a collective's tensors that every communicator makes before moving bytes: kBadInput
 // "<what>: ..." when the output is not the shape the collective over `group_size` ranks gives,
-// or when it overlaps the input.
+// or when it overlaps the input; for an all-reduce bucket, when its tensors do not share one
+// dtype, an output's size differs from its input's, or an output overlaps its input without being it.
+Status checkAllReduceBucket(std::string_view what, std::span<const TensorView> inputs,
+                            std::span<const TensorView> outputs);
 Status checkAllGather(std::string_view what, int64_t group_size, const TensorView& input, const TensorView& output,
                       int64_t dim);
 Status checkReduceScatter(std::string_view what, int64_t group_size, const TensorView& input,

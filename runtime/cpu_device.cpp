@@ -92,24 +92,28 @@ int cudaDeviceCount();
 
 std::unique_ptr<Device> createCpuDevice() { return std::make_unique<CpuDevice>(); }
 
+Expected<DeviceName> parseDeviceName(std::string_view name) {
+  if (name == "cpu") return DeviceName{DeviceKind::kCpu, 0};
+  if (name == "cuda") return DeviceName{DeviceKind::kCuda, 0};
+  if (!name.starts_with("cuda:"))
+    return Status::usage("unknown device '" + std::string(name) + "' (expected cpu, cuda or cuda:N)");
+  int ordinal = 0;
+  std::string_view digits = name.substr(5);
+  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
+  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() || ordinal < 0)
+    return Status::usage("device '" + std::string(name) + "': expected cuda or cuda:N with N a GPU number");
+  return DeviceName{DeviceKind::kCuda, ordinal};
+}
+
 Expected<std::unique_ptr<Device>> createDevice(std::string_view name) {
-  if (name == "cpu") return createCpuDevice();
-  if (name == "cuda" || name.starts_with("cuda:")) {
-    int ordinal = 0;
-    if (name != "cuda") {
-      std::string_view digits = name.substr(5);
-      auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
-      if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() || ordinal < 0)
-        return Status::usage("device '" + std::string(name) + "': expected cuda or cuda:N with N a GPU number");
-    }
+  CLEAVE_ASSIGN_OR_RETURN(DeviceName parsed, parseDeviceName(name));
+  if (parsed.kind == DeviceKind::kCpu) return createCpuDevice();
 #if CLEAVE_HAVE_CUDA
-    return createCudaDevice(ordinal);
+  return createCudaDevice(parsed.ordinal);
 #else
-    return Status::usage("device '" + std::string(name) +
-                         "': this cleave was built without CUDA (nvcc was not found at configure time)");
+  return Status::usage("device '" + std::string(name) +
+                       "': this cleave was built without CUDA (nvcc was not found at configure time)");
 #endif
-  }
-  return Status::usage("unknown device '" + std::string(name) + "' (expected cpu, cuda or cuda:N)");
 }
 
 int deviceCount(DeviceKind kind) {

@@ -83,6 +83,14 @@ class Device {
 // The host CPU as a device.
 std::unique_ptr<Device> createCpuDevice();
 
+// A device name taken apart: "cuda:3" is {kCuda, 3}; "cpu" and "cuda" have ordinal 0.
+struct DeviceName {
+  DeviceKind kind = DeviceKind::kCpu;
+  int ordinal = 0;
+};
+// `name` ("cpu", "cuda" or "cuda:N") taken apart; kUsage naming it otherwise.
+Expected<DeviceName> parseDeviceName(std::string_view name);
+
 // The device named `name`: "cpu", "cuda" (GPU 0) or "cuda:N" (GPU N). kUsage for a malformed name
 // or a kind this build does not have; kRuntime when the GPU does not exist.
 Expected<std::unique_ptr<Device>> createDevice(std::string_view name);

@@ -598,6 +598,7 @@ Status RankExecutor::run(std::string_view program_name) {
 }
 
 Status RankExecutor::runInstructions(const PreparedProgram& program) {
+  if (asynchronous_) return runWithAsynchronousCommunicator(program);
   struct Pending {
     uint64_t ticket;
     const PreparedInstruction* inst;
@@ -611,7 +612,6 @@ Status RankExecutor::runInstructions(const PreparedProgram& program) {
           if (first < other_last && other_first < last) ticket = std::max(ticket, queued.ticket);
     return ticket;
   };
-  if (asynchronous_) return runWithAsynchronousCommunicator(program);
   for (const auto& inst : program.instructions) {
     // 1. A stream-1 transfer goes to the communication thread.
     bool communication = isCommunication(inst->kind);

@@ -617,20 +617,9 @@ Status MpiCommunicator::allReduce(std::span<const int> group, std::span<const Te
                                   std::span<const TensorView> outputs, ReduceOp op) {
   // 1. Check the bucket and copy each input into its output, where the ring works.
   const std::string what = "all_reduce over ranks " + groupText(group);
-  if (inputs.size() != outputs.size())
-    return Status::badInput(what + ": " + std::to_string(inputs.size()) + " inputs but " +
-                            std::to_string(outputs.size()) + " outputs");
+  CLEAVE_TRY(checkAllReduceBucket(what, inputs, outputs));
   int64_t total = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].type.dtype != inputs[0].type.dtype || outputs[i].type.dtype != inputs[0].type.dtype ||
-        inputs[i].type.numel() != outputs[i].type.numel())
-      return Status::badInput(what + ": tensor " + std::to_string(i) + " (" + inputs[i].type.str() + " into " +
-                              outputs[i].type.str() + ") does not match the bucket's dtype " +
-                              std::string(dtypeName(inputs[0].type.dtype)) + " or its output");
-    if (inputs[i].data != outputs[i].data && tensorsOverlap(inputs[i], outputs[i]))
-      return Status::badInput(what + ": tensor " + std::to_string(i) + "'s output overlaps its input");
-    total += inputs[i].type.numel();
-  }
+  for (const TensorView& input : inputs) total += input.type.numel();
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].data != outputs[i].data)
       std::memcpy(outputs[i].data, inputs[i].data, static_cast<size_t>(inputs[i].type.bytes()));

@@ -3,7 +3,6 @@
 #include "runtime/rank_group.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -54,11 +53,9 @@ Expected<std::vector<std::unique_ptr<Device>>> createRankDevices(const RankGroup
   if (ranks > 1 && options.backend != RankBackend::kNccl)
     return Status::usage("the plan has " + std::to_string(ranks) + " ranks: --device " + options.device +
                          " runs multi-device plans with --backend nccl");
+  CLEAVE_ASSIGN_OR_RETURN(DeviceName name, parseDeviceName(options.device));
   CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<Device> first, createDevice(options.device));
-  if (first->kind() != DeviceKind::kCuda) return Status::usage("unknown device '" + options.device + "'");
-  int base = 0;
-  const std::string_view name = options.device;
-  if (name.size() > 5) std::from_chars(name.data() + 5, name.data() + name.size(), base);  // "cuda:N", checked above
+  const int base = name.ordinal;
   const int available = deviceCount(DeviceKind::kCuda);
   if (base + ranks > available)
     return Status::runtime("the plan has " + std::to_string(ranks) + " ranks, one GPU each from GPU " +

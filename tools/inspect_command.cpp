@@ -15,35 +15,10 @@
 #include "passes/plan_timeline.h"
 #include "tools/cli_common.h"
 #include "tools/plan_commands.h"
+#include "tools/units_text.h"
 
 namespace cleave::cli {
 namespace {
-
-// Bytes in binary units with two decimals: "512 B", "3.50 KiB", "2.55 MiB", "1.20 GiB".
-std::string binaryBytes(double bytes) {
-  char text[32];
-  if (bytes < 1024)
-    std::snprintf(text, sizeof text, "%.0f B", bytes);
-  else if (bytes < 1024.0 * 1024)
-    std::snprintf(text, sizeof text, "%.2f KiB", bytes / 1024);
-  else if (bytes < 1024.0 * 1024 * 1024)
-    std::snprintf(text, sizeof text, "%.2f MiB", bytes / (1024.0 * 1024));
-  else
-    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  return text;
-}
-
-// Seconds as "12.3 us", "4.56 ms" or "1.23 s".
-std::string duration(double seconds) {
-  char text[32];
-  if (seconds < 1e-3)
-    std::snprintf(text, sizeof text, "%.1f us", seconds * 1e6);
-  else if (seconds < 1)
-    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
-  else
-    std::snprintf(text, sizeof text, "%.2f s", seconds);
-  return text;
-}
 
 // The simulated end of `rank` in the timeline, or nullopt when there is none.
 std::optional<double> rankEnd(const Expected<ProgramTimeline>& timeline, int32_t rank) {
@@ -77,15 +52,15 @@ std::string searchText(const planpb::Strategy& strategy) {
   std::ostringstream text;
   const planpb::StrategyCandidate& chosen = strategy.chosen();
   text << "\nstrategy chosen by --strategy auto for " << strategy.search_cluster() << ": " << candidateName(chosen)
-       << ", predicted " << duration(chosen.predicted_step_time_s()) << " per step, "
-       << binaryBytes(static_cast<double>(chosen.memory_bytes())) << " per device\n";
+       << ", predicted " << durationText(chosen.predicted_step_time_s()) << " per step, "
+       << bytesText(static_cast<double>(chosen.memory_bytes())) << " per device\n";
   if (strategy.alternatives().empty()) return text.str();
   char line[512];
   std::snprintf(line, sizeof line, "%-44s %-11s %-11s %s\n", "rejected alternatives", "predicted", "memory", "why");
   text << line;
   for (const planpb::StrategyCandidate& c : strategy.alternatives()) {
     std::snprintf(line, sizeof line, "%-44s %-11s %-11s %s\n", candidateName(c).c_str(),
-                  duration(c.predicted_step_time_s()).c_str(), binaryBytes(static_cast<double>(c.memory_bytes())).c_str(),
+                  durationText(c.predicted_step_time_s()).c_str(), bytesText(static_cast<double>(c.memory_bytes())).c_str(),
                   c.note().c_str());
     text << line;
   }
@@ -115,11 +90,11 @@ std::string tablesText(const std::vector<RankReport>& reports, const std::string
   for (const RankReport& r : reports) {
     std::snprintf(line, sizeof line, "%-5d %-5d %-3d %-3d %-12lld %-11s %-11s %-11s %-11s %s\n", r.rank, r.stage,
                   r.dp_index, r.tp_index, static_cast<long long>(r.instructions),
-                  binaryBytes(static_cast<double>(r.peak_memory_bytes)).c_str(),
-                  binaryBytes(static_cast<double>(r.param_bytes)).c_str(),
-                  binaryBytes(static_cast<double>(r.grad_bytes)).c_str(),
-                  binaryBytes(static_cast<double>(r.optimizer_state_bytes)).c_str(),
-                  binaryBytes(static_cast<double>(r.activation_bytes)).c_str());
+                  bytesText(static_cast<double>(r.peak_memory_bytes)).c_str(),
+                  bytesText(static_cast<double>(r.param_bytes)).c_str(),
+                  bytesText(static_cast<double>(r.grad_bytes)).c_str(),
+                  bytesText(static_cast<double>(r.optimizer_state_bytes)).c_str(),
+                  bytesText(static_cast<double>(r.activation_bytes)).c_str());
     text << line;
   }
   text << "\nbytes each rank moves in one run of " << program
@@ -128,13 +103,13 @@ std::string tablesText(const std::vector<RankReport>& reports, const std::string
                 "all_gather", "reduce_scatter", "all_to_all", "send", "recv", "total", "finishes at");
   text << line;
   for (const RankReport& r : reports) {
-    auto kind = [&](CommKind k) { return binaryBytes(r.comm_bytes_by_kind[static_cast<int>(k)]); };
+    auto kind = [&](CommKind k) { return bytesText(r.comm_bytes_by_kind[static_cast<int>(k)]); };
     std::optional<double> end = rankEnd(timeline, r.rank);
     std::snprintf(line, sizeof line, "%-5d %-11s %-11s %-14s %-11s %-11s %-11s %-11s %s\n", r.rank,
                   kind(CommKind::kAllReduce).c_str(), kind(CommKind::kAllGather).c_str(),
                   kind(CommKind::kReduceScatter).c_str(), kind(CommKind::kAllToAll).c_str(),
-                  kind(CommKind::kSend).c_str(), kind(CommKind::kRecv).c_str(), binaryBytes(r.commBytes()).c_str(),
-                  end ? duration(*end).c_str() : "-");
+                  kind(CommKind::kSend).c_str(), kind(CommKind::kRecv).c_str(), bytesText(r.commBytes()).c_str(),
+                  end ? durationText(*end).c_str() : "-");
     text << line;
   }
   return text.str();
@@ -240,7 +215,7 @@ int runInspectPlan(const InspectPlanFlags& flags) {
   } else {
     output = headerText(plan, flags.path);
     output += "predicted step time of " + program + ": " +
-              (timeline ? duration(timeline->step_time_s) : std::string("- (see the error below)")) +
+              (timeline ? durationText(timeline->step_time_s) : std::string("- (see the error below)")) +
               " (cost model: " + cluster->name + ")\n";
     output += tablesText(reports, program, timeline);
     output += searchText(plan.strategy());

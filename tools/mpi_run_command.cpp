@@ -14,15 +14,10 @@
 #include "runtime/rank_group.h"
 #include "runtime/trainer.h"
 #include "tools/plan_commands.h"
+#include "tools/units_text.h"
 
 namespace cleave::cli {
 namespace {
-
-std::string mib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return text;
-}
 
 // The largest exit code of any process (0 when all succeeded) and rank 0's, agreed over every rank,
 // so that a failure every process meets at start-up ends all of them the same way.
@@ -63,8 +58,8 @@ void printSummary(const planpb::Plan& plan, const runtime::TrainReport& report, 
     if (rank.rank() != 0) continue;
     MemoryReport memory = memoryReport(rank);
     std::printf("peak memory of rank 0: %s arena = parameters %s + optimizer state %s + gradients/activations %s\n",
-                mib(report.peak_arena_bytes).c_str(), mib(memory.param_bytes).c_str(),
-                mib(memory.optimizer_state_bytes).c_str(), mib(memory.activation_region_bytes).c_str());
+                mibText(report.peak_arena_bytes).c_str(), mibText(memory.param_bytes).c_str(),
+                mibText(memory.optimizer_state_bytes).c_str(), mibText(memory.activation_region_bytes).c_str());
   }
   if (!report.last_checkpoint.empty()) std::printf("checkpoint: %s\n", report.last_checkpoint.c_str());
 }

@@ -26,15 +26,10 @@
 #include "runtime/rank_group.h"
 #include "runtime/trainer.h"
 #include "tools/cli_common.h"
+#include "tools/units_text.h"
 
 namespace cleave::cli {
 namespace {
-
-std::string mib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return text;
-}
 
 // The model at `path`: cleave text IR, or ONNX imported with `batch` for its symbolic batch dim.
 Expected<Graph> loadModel(const std::string& path, int64_t batch) {
@@ -106,7 +101,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(model, search, CostModel(cluster)));
   std::printf("strategy auto on %s: %s, predicted %s per step, %s per device (%lld candidates, %lld estimated, %.2f s)\n",
               cluster.name.c_str(), result.best.strategy.str().c_str(), millis(result.best.step_time_s).c_str(),
-              mib(result.best.memory_bytes).c_str(), static_cast<long long>(result.candidates),
+              mibText(result.best.memory_bytes).c_str(), static_cast<long long>(result.candidates),
               static_cast<long long>(result.estimated), result.seconds);
   for (const StrategyEstimate& alternative : result.alternatives)
     std::printf("  rejected: %s, predicted %s per step\n", alternative.strategy.str().c_str(),
@@ -203,8 +198,8 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   MemoryReport memory = memoryReport(rank);
   std::cout << "wrote " << flags.output << ": " << (flags.train ? "training" : "inference") << " plan, "
             << plan->devices() << " device(s), batch " << plan->global_batch() << ", " << countRank(rank).instructions
-            << " instructions, arena " << mib(memory.arena_bytes) << " (parameters " << mib(memory.param_bytes)
-            << ", optimizer state " << mib(memory.optimizer_state_bytes) << ")\n";
+            << " instructions, arena " << mibText(memory.arena_bytes) << " (parameters " << mibText(memory.param_bytes)
+            << ", optimizer state " << mibText(memory.optimizer_state_bytes) << ")\n";
   if (cluster) {
     auto prediction = predictPlan(*plan, CostModel(*cluster));
     if (!prediction) return reportError(prediction.status().withContext(flags.output + ": "));
@@ -307,12 +302,12 @@ int runRun(const RunFlags& flags) {
   }
   std::string on_rank = group.size() > 1 ? " on rank " + std::to_string(largest) + " (the largest)" : "";
   std::printf("peak memory: %s arena%s = parameters %s + optimizer state %s + gradients/activations %s\n",
-              mib(report.peak_arena_bytes).c_str(), on_rank.c_str(), mib(memory.param_bytes).c_str(),
-              mib(memory.optimizer_state_bytes).c_str(), mib(memory.activation_region_bytes).c_str());
+              mibText(report.peak_arena_bytes).c_str(), on_rank.c_str(), mibText(memory.param_bytes).c_str(),
+              mibText(memory.optimizer_state_bytes).c_str(), mibText(memory.activation_region_bytes).c_str());
   if (group.size() > 1) {
     std::string per_rank;
     for (size_t rank = 0; rank < report.rank_arena_bytes.size(); ++rank)
-      per_rank += (rank ? ", " : "") + std::to_string(rank) + ": " + mib(report.rank_arena_bytes[rank]);
+      per_rank += (rank ? ", " : "") + std::to_string(rank) + ": " + mibText(report.rank_arena_bytes[rank]);
     std::printf("arena per rank: %s\n", per_rank.c_str());
   }
   if (!report.last_checkpoint.empty()) std::printf("checkpoint: %s\n", report.last_checkpoint.c_str());

@@ -10,35 +10,10 @@
 #include "passes/plan_prediction.h"
 #include "tools/cli_common.h"
 #include "tools/cost_commands.h"
+#include "tools/units_text.h"
 
 namespace cleave::cli {
 namespace {
-
-// Bytes in binary units: "512 B", "3.50 KiB", "2.55 MiB", "1.20 GiB".
-std::string bytesText(double bytes) {
-  char text[32];
-  if (bytes < 1024)
-    std::snprintf(text, sizeof text, "%.0f B", bytes);
-  else if (bytes < 1024.0 * 1024)
-    std::snprintf(text, sizeof text, "%.2f KiB", bytes / 1024);
-  else if (bytes < 1024.0 * 1024 * 1024)
-    std::snprintf(text, sizeof text, "%.2f MiB", bytes / (1024.0 * 1024));
-  else
-    std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  return text;
-}
-
-// Seconds as "12.3 us", "4.56 ms" or "1.23 s".
-std::string durationText(double seconds) {
-  char text[32];
-  if (seconds < 1e-3)
-    std::snprintf(text, sizeof text, "%.1f us", seconds * 1e6);
-  else if (seconds < 1)
-    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
-  else
-    std::snprintf(text, sizeof text, "%.2f s", seconds);
-  return text;
-}
 
 // A rate with an SI prefix: "12.3 GFLOP/s".
 std::string rateText(double value, const char* unit) {

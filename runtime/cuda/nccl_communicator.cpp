@@ -850,20 +850,9 @@ Status NcclCommunicator::issueTransfer(const std::string& what, bool sending, in
 Status NcclCommunicator::allReduce(std::span<const int> group, std::span<const TensorView> inputs,
                                    std::span<const TensorView> outputs, ReduceOp op) {
   const std::string what = "all_reduce over ranks " + groupText(group);
-  if (inputs.size() != outputs.size())
-    return Status::badInput(what + ": " + std::to_string(inputs.size()) + " inputs but " +
-                            std::to_string(outputs.size()) + " outputs");
+  CLEAVE_TRY(checkAllReduceBucket(what, inputs, outputs));
   if (inputs.empty()) return Status::ok();
   const DType dtype = inputs[0].type.dtype;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].type.dtype != dtype || outputs[i].type.dtype != dtype ||
-        inputs[i].type.numel() != outputs[i].type.numel())
-      return Status::badInput(what + ": tensor " + std::to_string(i) + " of the bucket, " + inputs[i].type.str() +
-                              " into " + outputs[i].type.str() + ", does not match the bucket's " +
-                              std::string(dtypeName(dtype)));
-    if (inputs[i].data != outputs[i].data && tensorsOverlap(inputs[i], outputs[i]))
-      return Status::badInput(what + ": output " + std::to_string(i) + " overlaps its input without being it");
-  }
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("all_reduce", group));
   constexpr size_t kCallsPerGroup = 1024;
   for (size_t first = 0; first < inputs.size(); first += kCallsPerGroup) {
