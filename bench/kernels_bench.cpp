@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ir/op_table.h"
-#include "runtime/kernel.h"
+#include "runtime/device/kernel.h"
 
 namespace {
 
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   std::printf("threads %d, median of %d calls\n", threads, repeats);
 
   // The kernels run OpenBLAS single-threaded and split GEMMs over OpenMP threads themselves (see
-  // runtime/cpu_gemm.h). They are timed first: the peer below wakes OpenBLAS's own threads, whose
+  // runtime/cpu/cpu_gemm.h). They are timed first: the peer below wakes OpenBLAS's own threads, whose
   // idle spinning would slow whatever runs next on the same cores.
   openblas_set_num_threads(1);
   // OpenBLAS starts its own threads when loaded and they spin for about 0.1 s before sleeping;

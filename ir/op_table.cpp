@@ -20,15 +20,20 @@ struct OpTable {
 
   OpTable() {
     std::vector<OpDef> added;
-    ops::addElementwiseOps(added);
-    ops::addLinearAlgebraOps(added);
-    ops::addReductionOps(added);
-    ops::addConvolutionOps(added);
-    ops::addShapeOps(added);
-    ops::addLossOps(added);
-    ops::addGradientOps(added);
-    ops::addOptimizerOps(added);
-    ops::addCommunicationOps(added);
+    auto add_family = [&added](OpFamily family, void (*add)(std::vector<OpDef>&)) {
+      size_t first = added.size();
+      add(added);
+      for (size_t i = first; i < added.size(); ++i) added[i].family = family;
+    };
+    add_family(OpFamily::kElementwise, ops::addElementwiseOps);
+    add_family(OpFamily::kLinearAlgebra, ops::addLinearAlgebraOps);
+    add_family(OpFamily::kReduction, ops::addReductionOps);
+    add_family(OpFamily::kConvolution, ops::addConvolutionOps);
+    add_family(OpFamily::kShape, ops::addShapeOps);
+    add_family(OpFamily::kLoss, ops::addLossOps);
+    add_family(OpFamily::kGradient, ops::addGradientOps);
+    add_family(OpFamily::kOptimizer, ops::addOptimizerOps);
+    add_family(OpFamily::kCommunication, ops::addCommunicationOps);
     // Every id in op_list.def must have exactly one definition: a broken table is a build bug.
     std::vector<bool> seen(kNumOps, false);
     for (const auto& def : added) {
@@ -51,6 +56,25 @@ struct OpTable {
     std::exit(4);
   }
 };
+
+}  // namespace
+
+std::string_view opFamilyName(OpFamily family) {
+  switch (family) {
+    case OpFamily::kElementwise: return "elementwise";
+    case OpFamily::kLinearAlgebra: return "linear_algebra";
+    case OpFamily::kReduction: return "reduction";
+    case OpFamily::kConvolution: return "convolution";
+    case OpFamily::kShape: return "shape";
+    case OpFamily::kLoss: return "loss";
+    case OpFamily::kGradient: return "gradient";
+    case OpFamily::kOptimizer: return "optimizer";
+    case OpFamily::kCommunication: return "communication";
+  }
+  return "unknown";
+}
+
+namespace {
 
 const OpTable& table() {
   static const OpTable instance;

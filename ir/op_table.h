@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/attribute.h"
+#include "ir/comm_kind.h"
 #include "ir/sharding_rule.h"
 #include "ir/status.h"
 #include "ir/tensor_type.h"
@@ -70,6 +71,13 @@ using ShardingRuleFn = ShardingRule (*)(const OpContext&);
 // Emits operand gradients given result gradients (reverse mode). Null: not differentiable.
 using GradientRule = Status (*)(GradientContext&);
 
+// The family file an op is defined in (ir/ops/<family>.cpp); docs and the harness group ops by it.
+enum class OpFamily : uint8_t {
+  kElementwise, kLinearAlgebra, kReduction, kConvolution, kShape, kLoss, kGradient, kOptimizer, kCommunication
+};
+// "elementwise", "linear_algebra", ...
+std::string_view opFamilyName(OpFamily family);
+
 // The single definition of an op.
 struct OpDef {
   OpId id;
@@ -82,7 +90,24 @@ struct OpDef {
   CostRule cost = nullptr;
   ShardingRuleFn sharding = nullptr;
   GradientRule gradient = nullptr;
+
+  // Properties the passes ask about (each pass reads them here; no pass keeps a list of op ids).
   bool side_effects = false;  // kept by dce and cse even when no result is used (send)
+  bool random = false;        // draws random numbers: never merged by cse nor folded to a constant (dropout)
+  bool view = false;          // the result is operand 0's bytes under another type: lowered as an alias
+  bool in_place = false;      // the kernel may write its result over a same-typed operand
+  bool reshape_like = false;  // only regroups operand 0's dims (reshape, flatten, squeeze, unsqueeze)
+  // A reduction factor split over a mesh axis leaves each device a partial mean, not a partial sum.
+  bool averages_over_reduction = false;
+  // The operand that holds a layer's weights, which tensor parallelism splits by output features
+  // (Megatron's column split); -1: none.
+  int weight_operand = -1;
+  // The communication the op runs in the forward pass, and the one its gradient runs.
+  std::optional<CommKind> communication;
+  std::optional<CommKind> gradient_communication;
+  // A communication-family op that is not a view: lowered to a communication instruction.
+  bool isCommunication() const { return family == OpFamily::kCommunication && !view; }
+  OpFamily family = OpFamily::kElementwise;  // set by the table from the family function that added it
 
   const AttrSpec* findAttr(std::string_view attr_name) const;
 };

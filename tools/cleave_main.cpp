@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "frontend/model_generators.h"
-#include "frontend/onnx_importer.h"
+#include "frontend/onnx/onnx_importer.h"
 #include "ir/graph_summary.h"
 #include "ir/status.h"
 #include "ir/text_format.h"

@@ -14,7 +14,7 @@
 #include "ir/status.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
-#include "passes/pass_manager.h"
+#include "passes/core/pass_manager.h"
 #include "tools/cli_common.h"
 
 namespace cleave {

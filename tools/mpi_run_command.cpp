@@ -7,12 +7,12 @@
 
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
-#include "passes/memory_planner.h"
-#include "runtime/checkpoint.h"
-#include "runtime/mpi_communicator.h"
-#include "runtime/nccl_communicator.h"
-#include "runtime/rank_group.h"
-#include "runtime/trainer.h"
+#include "passes/lowering/memory_planner.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/comm/nccl_communicator.h"
+#include "runtime/exec/rank_group.h"
+#include "runtime/train/trainer.h"
 #include "tools/plan_commands.h"
 #include "tools/units_text.h"
 

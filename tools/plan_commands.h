@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 namespace cleave::cli {
 

@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages cleave needs (DESIGN.md's table); a no-op when all are present.
+# Usage: tools/setup.sh [--peers]. Plain: everything the build, the tests and the scripts they call
+# need. --peers adds what the benchmarks and the fixture generator need (Debian's PyTorch and
+# torchvision, python3-venv for the PyPI peers of ../shared/peers/current).
 set -euo pipefail
+with_peers=0
+for argument in "$@"; do
+  case $argument in
+    --peers) with_peers=1 ;;
+    *) echo "usage: tools/setup.sh [--peers]" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   cmake g++ ninja-build clang-14                # build
@@ -14,8 +24,16 @@ packages=(
   nlohmann-json3-dev libcli11-dev               # JSON output and command-line flags
   dataset-fashion-mnist                         # the default training data
   python3 python3-numpy                         # lit; .npy fixtures in end-to-end tests
+  python3-onnx                                  # end-to-end tests that write ONNX models (bad_input.sh)
+  python3-pip                                   # downloads the ONNX conformance data (step 3)
   zlib1g-dev                                    # gzip-compressed IDX data files
 )
+if [[ $with_peers == 1 ]]; then
+  packages+=(
+    python3-torch python3-torchvision           # tests/fixtures/make_onnx.py, bench/*.sh peers
+    python3-venv                                # venvs for PyPI peers (torch 2.x, onnxruntime)
+  )
+fi
 
 # 1. Find the packages that are not installed yet.
 missing=()

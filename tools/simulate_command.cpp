@@ -6,8 +6,8 @@
 
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
-#include "passes/cluster_json.h"
-#include "passes/plan_prediction.h"
+#include "analysis/cluster_json.h"
+#include "analysis/plan_prediction.h"
 #include "tools/cli_common.h"
 #include "tools/cost_commands.h"
 #include "tools/units_text.h"

@@ -157,6 +157,21 @@ void addCommunicationOps(std::vector<OpDef>& table) {
   recv.min_operands = recv.max_operands = 0;
   recv.side_effects = true;
   table.push_back(std::move(recv));
+
+  // What each op moves, and what its gradient moves (docs/ops.md): grad_all_reduce is an identity
+  // whose gradient is all-reduced; reduce_scatter's and shard_slice's gradients are all-gathers;
+  // all_reduce's and all_gather's gradients move nothing.
+  appendedDef(table, OpId::all_reduce).communication = CommKind::kAllReduce;
+  appendedDef(table, OpId::all_gather).communication = CommKind::kAllGather;
+  appendedDef(table, OpId::reduce_scatter).communication = CommKind::kReduceScatter;
+  appendedDef(table, OpId::all_to_all).communication = CommKind::kAllToAll;
+  appendedDef(table, OpId::send).communication = CommKind::kSend;
+  appendedDef(table, OpId::recv).communication = CommKind::kRecv;
+  appendedDef(table, OpId::grad_all_reduce).gradient_communication = CommKind::kAllReduce;
+  appendedDef(table, OpId::reduce_scatter).gradient_communication = CommKind::kAllGather;
+  appendedDef(table, OpId::shard_slice).gradient_communication = CommKind::kAllGather;
+  appendedDef(table, OpId::all_to_all).gradient_communication = CommKind::kAllToAll;
+  appendedDef(table, OpId::grad_all_reduce).view = true;  // the forward is an identity
 }
 
 }  // namespace cleave::ops

@@ -244,7 +244,8 @@ void addConvolutionOps(std::vector<OpDef>& table) {
                                   optionalInts("dilations", {1, 1}), optionalInt("groups", 1)},
                         .shape = checkedShapeRule<conv2dShape>,
                         .cost = conv2dCost,
-                        .sharding = conv2dShardingRule});
+                        .sharding = conv2dShardingRule,
+                        .weight_operand = 1});
   table.push_back(poolOp(OpId::max_pool2d, "max_pool2d", "max over kernel windows of NCHW images"));
   table.push_back(poolOp(OpId::avg_pool2d, "avg_pool2d", "mean over kernel windows of NCHW images"));
   table.push_back(OpDef{.id = OpId::global_avg_pool,

@@ -190,6 +190,13 @@ void addElementwiseOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<identityShape>,
                         .cost = identityCost,
                         .sharding = broadcastShardingRule});
+
+  // Kernels that may write their result over a same-typed operand (see docs/ops.md).
+  for (OpId id : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::neg, OpId::sqrt, OpId::exp, OpId::log,
+                  OpId::sigmoid, OpId::tanh, OpId::relu, OpId::clip})
+    appendedDef(table, id).in_place = true;
+  appendedDef(table, OpId::identity).view = true;
+  appendedDef(table, OpId::dropout).random = true;
 }
 
 }  // namespace cleave::ops

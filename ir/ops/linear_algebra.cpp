@@ -122,7 +122,8 @@ void addLinearAlgebraOps(std::vector<OpDef>& table) {
                         .attrs = {optionalInt("transpose_a", 0), optionalInt("transpose_b", 0)},
                         .shape = checkedShapeRule<matmulShape>,
                         .cost = matrixProductCost,
-                        .sharding = matrixProductRule});
+                        .sharding = matrixProductRule,
+                        .weight_operand = 1});
   table.push_back(OpDef{.id = OpId::gemm,
                         .name = "gemm",
                         .summary = "alpha·op(a)·op(b) + beta·c for 2-D a and b",

@@ -86,6 +86,9 @@ void addLossOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<mseShape>,
                         .cost = mseCost,
                         .sharding = mseShardingRule});
+  // Both are means over the batch: a batch split leaves each device a partial mean.
+  appendedDef(table, OpId::softmax_cross_entropy).averages_over_reduction = true;
+  appendedDef(table, OpId::mse).averages_over_reduction = true;
 }
 
 }  // namespace cleave::ops

@@ -12,6 +12,11 @@
 
 namespace cleave::ops {
 
+// ---- Table building ----
+
+// The definition of `id` that a family function already appended to `table` (a build bug if absent).
+OpDef& appendedDef(std::vector<OpDef>& table, OpId id);
+
 // ---- Attribute specs ----
 
 // An optional int attribute and its default.

@@ -83,6 +83,9 @@ void addOptimizerOps(std::vector<OpDef>& table) {
                          {"eps", AttrKind::kFloat, false, 1e-8},
                          {"weight_decay", AttrKind::kFloat, false, 1e-2}},
                         adamwShape, updateCost, updateSharding});
+  // The parameter and its states are updated in place.
+  appendedDef(table, OpId::sgd_update).in_place = true;
+  appendedDef(table, OpId::adamw_update).in_place = true;
 }
 
 }  // namespace cleave::ops

@@ -206,6 +206,7 @@ void addReductionOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<batchNormShape>,
                         .cost = normalizationCost,
                         .sharding = batchNormShardingRule});
+  appendedDef(table, OpId::reduce_mean).averages_over_reduction = true;
 }
 
 }  // namespace cleave::ops

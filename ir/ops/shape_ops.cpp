@@ -533,6 +533,12 @@ void addShapeOps(std::vector<OpDef>& table) {
                            constantShardingRule);
   constant.min_operands = constant.max_operands = 0;
   table.push_back(std::move(constant));
+
+  for (OpId id : {OpId::reshape, OpId::flatten, OpId::squeeze, OpId::unsqueeze}) {
+    OpDef& def = appendedDef(table, id);
+    def.view = true;
+    def.reshape_like = true;
+  }
 }
 
 }  // namespace cleave::ops

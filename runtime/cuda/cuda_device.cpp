@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/cuda/cuda_kernels.h"
-#include "runtime/kernel.h"
+#include "runtime/device/kernel.h"
 
 namespace cleave::runtime {
 namespace {

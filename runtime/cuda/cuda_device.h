@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "runtime/cuda/cuda_context.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 namespace cleave::runtime {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cpu_kernel_support.h"
+#include "runtime/cpu/cpu_kernel_support.h"
 
 namespace cleave::runtime::cuda {
 namespace {

@@ -15,7 +15,7 @@ namespace cleave::runtime::cuda {
 using CudaKernelTable = std::array<CudaKernel, kNumOps>;
 
 // Each family file (runtime/cuda/cuda_kernels_*.cu) puts its kernels into the table; the op
-// families are those of the CPU table (runtime/cpu_kernels.h).
+// families are those of the CPU table (runtime/cpu/cpu_kernels.h).
 void registerElementwiseKernels(CudaKernelTable& table);
 void registerLinearAlgebraKernels(CudaKernelTable& table);
 void registerReductionKernels(CudaKernelTable& table);

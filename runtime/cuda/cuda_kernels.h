@@ -1,11 +1,11 @@
-// CUDA kernels: the GPU implementations of ops, keyed by op id (the CPU's are in runtime/kernel.h).
+// CUDA kernels: the GPU implementations of ops, keyed by op id (the CPU's are in runtime/device/kernel.h).
 // Only files under runtime/cuda include this header.
 #pragma once
 
 #include "ir/op_table.h"
 #include "ir/status.h"
 #include "runtime/cuda/cuda_context.h"
-#include "runtime/kernel.h"
+#include "runtime/device/kernel.h"
 
 namespace cleave::runtime {
 

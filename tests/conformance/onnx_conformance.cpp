@@ -29,11 +29,11 @@
 #include <string>
 #include <vector>
 
-#include "frontend/onnx_importer.h"
+#include "frontend/onnx/onnx_importer.h"
 #include "ir/plan.pb.h"
-#include "passes/compile_pipeline.h"
-#include "runtime/device.h"
-#include "runtime/executor.h"
+#include "passes/core/compile_pipeline.h"
+#include "runtime/device/device.h"
+#include "runtime/exec/executor.h"
 
 namespace cleave {
 namespace {

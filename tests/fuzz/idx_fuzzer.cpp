@@ -1,7 +1,7 @@
 // Fuzz target: the IDX reader, plain and gzip-compressed (the Fashion-MNIST files `cleave run` trains on).
 #include <cstdint>
 
-#include "runtime/idx.h"
+#include "runtime/io/idx.h"
 #include "tests/fuzz/fuzz_input_file.h"
 
 // Any input must read or fail with an error; an array read must hold exactly its dims' bytes.

@@ -1,7 +1,7 @@
 // Fuzz target: the .npy reader (`cleave run --inputs` and `--data npy:DIR` read every array through it).
 #include <cstdint>
 
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 #include "tests/fuzz/fuzz_input_file.h"
 
 // Any input must read or fail with an error; an array read must hold exactly its type's bytes.

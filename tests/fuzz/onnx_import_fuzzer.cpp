@@ -1,7 +1,7 @@
 // Fuzz target: ONNX import (protobuf, libonnx's checks and shape inference, conversion), as `cleave import` runs it.
 #include <cstdint>
 
-#include "frontend/onnx_importer.h"
+#include "frontend/onnx/onnx_importer.h"
 #include "tests/fuzz/fuzz_input_file.h"
 
 // Any input must import or fail with an error; both the import and the support check are run.

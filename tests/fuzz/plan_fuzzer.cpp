@@ -4,9 +4,9 @@
 
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
-#include "passes/plan_report.h"
-#include "runtime/device.h"
-#include "runtime/executor.h"
+#include "analysis/plan_report.h"
+#include "runtime/device/device.h"
+#include "runtime/exec/executor.h"
 #include "tests/fuzz/fuzz_input_file.h"
 
 namespace {

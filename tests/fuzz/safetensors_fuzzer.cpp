@@ -1,7 +1,7 @@
 // Fuzz target: the safetensors reader (`cleave run --resume` loads checkpoints through it).
 #include <cstdint>
 
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 #include "tests/fuzz/fuzz_input_file.h"
 
 // Any input must read or fail with an error; every tensor read must hold exactly its type's bytes.

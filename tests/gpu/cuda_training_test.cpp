@@ -13,14 +13,14 @@
 
 #include "frontend/model_generators.h"
 #include "ir/plan.pb.h"
-#include "passes/compile_pipeline.h"
-#include "passes/loss_head.h"
-#include "passes/optimizer.h"
-#include "runtime/checkpoint.h"
+#include "passes/core/compile_pipeline.h"
+#include "passes/training/loss_head.h"
+#include "passes/training/optimizer.h"
+#include "runtime/train/checkpoint.h"
 #include "runtime/cuda/cuda_context.h"
-#include "runtime/data_source.h"
-#include "runtime/element_access.h"
-#include "runtime/rank_group.h"
+#include "runtime/io/data_source.h"
+#include "runtime/device/element_access.h"
+#include "runtime/exec/rank_group.h"
 
 namespace cleave::runtime {
 namespace {

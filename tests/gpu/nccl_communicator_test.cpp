@@ -1,6 +1,6 @@
 // GPU tests of the NCCL communicators: one rank on one GPU, and (with two GPUs) every collective against
 // host-computed values, crossing sends, lazily created groups, timeouts and aborts.
-#include "runtime/nccl_communicator.h"
+#include "runtime/comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/local_communicator.h"
-#include "runtime/mpi_communicator.h"
+#include "runtime/comm/local_communicator.h"
+#include "runtime/comm/mpi_communicator.h"
 
 namespace cleave::runtime {
 namespace {

@@ -12,11 +12,11 @@
 
 #include "frontend/model_generators.h"
 #include "ir/plan.pb.h"
-#include "passes/compile_pipeline.h"
-#include "runtime/communicator.h"
-#include "runtime/device.h"
-#include "runtime/executor.h"
-#include "runtime/local_communicator.h"
+#include "passes/core/compile_pipeline.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device/device.h"
+#include "runtime/exec/executor.h"
+#include "runtime/comm/local_communicator.h"
 
 namespace cleave::runtime {
 namespace {

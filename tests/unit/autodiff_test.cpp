@@ -11,11 +11,11 @@
 #include "ir/gradient.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
-#include "passes/autodiff.h"
-#include "passes/loss_head.h"
-#include "passes/optimizer.h"
-#include "passes/training_pipeline.h"
-#include "runtime/initializers.h"
+#include "passes/training/autodiff.h"
+#include "passes/training/loss_head.h"
+#include "passes/training/optimizer.h"
+#include "passes/training/training_pipeline.h"
+#include "runtime/train/initializers.h"
 #include "tests/unit/graph_interpreter.h"
 
 namespace cleave {

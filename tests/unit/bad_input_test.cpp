@@ -6,11 +6,11 @@
 #include <string>
 
 #include "frontend/model_generators.h"
-#include "frontend/onnx_importer.h"
+#include "frontend/onnx/onnx_importer.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
-#include "passes/compile_pipeline.h"
-#include "runtime/idx.h"
+#include "passes/core/compile_pipeline.h"
+#include "runtime/io/idx.h"
 #include "tests/unit/temp_dir.h"
 
 namespace cleave {

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/collective_algorithms.h"
-#include "runtime/local_communicator.h"
+#include "runtime/comm/collective_algorithms.h"
+#include "runtime/comm/local_communicator.h"
 
 namespace cleave::runtime {
 namespace {

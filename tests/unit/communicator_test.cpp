@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/local_communicator.h"
+#include "runtime/comm/local_communicator.h"
 
 namespace cleave::runtime {
 namespace {

@@ -1,5 +1,5 @@
 // Unit tests of compileModel's use of the cluster: pipeline stages are balanced for its devices.
-#include "passes/compile_pipeline.h"
+#include "passes/core/compile_pipeline.h"
 
 #include <gtest/gtest.h>
 

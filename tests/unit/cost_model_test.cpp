@@ -1,14 +1,14 @@
 // Unit tests of the cost model (roofline, alpha-beta, graph nodes) and the plan schedule simulator.
-#include "passes/cost_model.h"
+#include "analysis/cost_model.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
 
-#include "passes/cluster_json.h"
-#include "passes/plan_prediction.h"
-#include "passes/plan_timeline.h"
+#include "analysis/cluster_json.h"
+#include "analysis/plan_prediction.h"
+#include "analysis/plan_timeline.h"
 #include "tests/unit/plan_test_builder.h"
 
 namespace cleave {

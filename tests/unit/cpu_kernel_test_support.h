@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "ir/op_table.h"
-#include "runtime/element_access.h"
-#include "runtime/kernel.h"
+#include "runtime/device/element_access.h"
+#include "runtime/device/kernel.h"
 
 namespace cleave::runtime::kernel_test {
 

@@ -6,7 +6,7 @@
 #include <numbers>
 #include <random>
 
-#include "runtime/kernel.h"
+#include "runtime/device/kernel.h"
 #include "tests/unit/cpu_kernel_test_support.h"
 
 namespace cleave::runtime::kernel_test {

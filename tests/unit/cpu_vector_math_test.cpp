@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "runtime/cpu_vector_math.h"
+#include "runtime/cpu/cpu_vector_math.h"
 
 namespace cleave::runtime::cpu {
 namespace {

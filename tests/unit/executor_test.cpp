@@ -15,13 +15,13 @@
 
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
-#include "runtime/checkpoint.h"
-#include "runtime/device.h"
-#include "runtime/evaluation.h"
-#include "runtime/executor.h"
-#include "runtime/inference.h"
-#include "runtime/npy.h"
-#include "runtime/trainer.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/device/device.h"
+#include "runtime/train/evaluation.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/inference.h"
+#include "runtime/io/npy.h"
+#include "runtime/train/trainer.h"
 #include "tests/unit/temp_dir.h"
 
 namespace cleave::runtime {

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "runtime/kernel.h"
+#include "runtime/device/kernel.h"
 
 namespace cleave::test {
 namespace {

@@ -5,9 +5,9 @@
 #include <regex>
 #include <set>
 
-#include "passes/plan_dot.h"
-#include "passes/plan_report.h"
-#include "passes/plan_timeline.h"
+#include "analysis/plan_dot.h"
+#include "analysis/plan_report.h"
+#include "analysis/plan_timeline.h"
 #include "tests/unit/plan_test_builder.h"
 
 namespace cleave {

@@ -1,5 +1,5 @@
 // Unit tests of lowering to a plan, memory planning, plan validation and .cplan reading and writing.
-#include "passes/lower_to_plan.h"
+#include "passes/lowering/lower_to_plan.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "ir/plan_storage.h"
-#include "passes/memory_planner.h"
+#include "passes/lowering/memory_planner.h"
 
 namespace cleave {
 namespace {

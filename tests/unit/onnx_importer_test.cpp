@@ -1,5 +1,5 @@
 // Tests for the ONNX importer on the committed fixtures (tests/fixtures, made by make_onnx.py).
-#include "frontend/onnx_importer.h"
+#include "frontend/onnx/onnx_importer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Unit tests of the pass registry, pipeline parsing, the pass manager and the first passes.
-#include "passes/pass_manager.h"
+#include "passes/core/pass_manager.h"
 
 #include <gtest/gtest.h>
 

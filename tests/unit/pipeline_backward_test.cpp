@@ -1,6 +1,6 @@
 // Unit tests of seeded autodiff and of pipelined training: stage graphs run together (sends and
 // receives through a mailbox) compute the one-device loss and gradients.
-#include "passes/pipeline_backward.h"
+#include "passes/partition/pipeline_backward.h"
 
 #include <gtest/gtest.h>
 
@@ -9,10 +9,10 @@
 
 #include "ir/text_format.h"
 #include "ir/verifier.h"
-#include "passes/autodiff.h"
-#include "passes/microbatching.h"
-#include "passes/pipeline_schedule.h"
-#include "runtime/kernel.h"
+#include "passes/training/autodiff.h"
+#include "passes/partition/microbatching.h"
+#include "passes/lowering/pipeline_schedule.h"
+#include "runtime/device/kernel.h"
 #include "tests/unit/pipeline_test_support.h"
 
 namespace cleave {

@@ -1,6 +1,6 @@
 // Unit tests of microbatching: the unrolled graph's structure, and (one stage, lowered and run by the
 // executor) the loss and gradients of M microbatches against the full batch's.
-#include "passes/microbatching.h"
+#include "passes/partition/microbatching.h"
 
 #include <gtest/gtest.h>
 
@@ -11,13 +11,13 @@
 #include "ir/plan.pb.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
-#include "passes/autodiff.h"
-#include "passes/lower_to_plan.h"
-#include "passes/pipeline_backward.h"
-#include "passes/pipeline_schedule.h"
-#include "passes/pipeline_stages.h"
-#include "runtime/device.h"
-#include "runtime/executor.h"
+#include "passes/training/autodiff.h"
+#include "passes/lowering/lower_to_plan.h"
+#include "passes/partition/pipeline_backward.h"
+#include "passes/lowering/pipeline_schedule.h"
+#include "passes/partition/pipeline_stages.h"
+#include "runtime/device/device.h"
+#include "runtime/exec/executor.h"
 #include "tests/unit/pipeline_test_support.h"
 
 namespace cleave {

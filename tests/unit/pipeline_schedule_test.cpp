@@ -1,5 +1,5 @@
 // Unit tests of the pipeline schedules: every step once, in-flight limits, and no deadlock across stages.
-#include "passes/pipeline_schedule.h"
+#include "passes/lowering/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Unit tests of pipeline stage assignment (against brute force) and stage graph extraction.
-#include "passes/pipeline_stages.h"
+#include "passes/partition/pipeline_stages.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include "frontend/model_generators.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
-#include "passes/cost_model.h"
-#include "passes/loss_head.h"
+#include "analysis/cost_model.h"
+#include "passes/training/loss_head.h"
 
 namespace cleave {
 namespace {

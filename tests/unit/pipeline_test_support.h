@@ -9,7 +9,7 @@
 
 #include "frontend/model_generators.h"
 #include "ir/graph.h"
-#include "passes/loss_head.h"
+#include "passes/training/loss_head.h"
 #include "tests/unit/graph_interpreter.h"
 
 namespace cleave::test {

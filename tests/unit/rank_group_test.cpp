@@ -1,6 +1,6 @@
 // Tests of multi-rank runs on small hand-built plans: tensor- and data-parallel programs against one
 // device, split parameters, checkpoints of whole tensors, sends, and failures that stop every rank.
-#include "runtime/rank_group.h"
+#include "runtime/exec/rank_group.h"
 
 #include <gtest/gtest.h>
 
@@ -18,14 +18,14 @@
 
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
-#include "runtime/checkpoint.h"
-#include "runtime/device.h"
-#include "runtime/evaluation.h"
-#include "runtime/executor.h"
-#include "runtime/inference.h"
-#include "runtime/npy.h"
-#include "runtime/safetensors.h"
-#include "runtime/trainer.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/device/device.h"
+#include "runtime/train/evaluation.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/inference.h"
+#include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/train/trainer.h"
 #include "tests/unit/temp_dir.h"
 
 namespace cleave::runtime {

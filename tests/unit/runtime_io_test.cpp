@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/data_source.h"
-#include "runtime/element_access.h"
-#include "runtime/idx.h"
-#include "runtime/initializers.h"
-#include "runtime/npy.h"
-#include "runtime/random.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/data_source.h"
+#include "runtime/device/element_access.h"
+#include "runtime/io/idx.h"
+#include "runtime/train/initializers.h"
+#include "runtime/io/npy.h"
+#include "runtime/train/random.h"
+#include "runtime/io/safetensors.h"
 #include "tests/unit/temp_dir.h"
 
 namespace cleave::runtime {

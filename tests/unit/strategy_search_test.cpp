@@ -1,6 +1,6 @@
 // Unit tests of the automatic strategy search: exhaustive optimality, balanced stages, the estimate's
 // terms, search times on GPT shapes, and auto against pure dp, pure tp and a Megatron-style grid.
-#include "passes/strategy_search.h"
+#include "passes/partition/strategy_search.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 
 #include "frontend/model_generators.h"
 #include "ir/plan.pb.h"
-#include "passes/compile_pipeline.h"
-#include "passes/plan_prediction.h"
+#include "passes/core/compile_pipeline.h"
+#include "analysis/plan_prediction.h"
 
 namespace cleave {
 namespace {

@@ -1,0 +1,95 @@
+// What `cleave simulate` predicts for a plan: the simulated step plus throughput, FLOPs, MFU and memory per rank.
+#include "analysis/plan_prediction.h"
+
+#include <algorithm>
+
+#include "ir/plan.h"
+#include "analysis/plan_report.h"
+
+namespace cleave {
+namespace {
+
+// FLOPs of the kernels of `program` on `rank`, by their ops' cost rules.
+Expected<double> programFlops(const planpb::RankPlan& rank, const planpb::Program& program) {
+  double flops = 0;
+  auto typesOf = [&](const google::protobuf::RepeatedField<int32_t>& ids) -> Expected<std::vector<TensorType>> {
+    std::vector<TensorType> types;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= rank.buffers_size())
+        return Status::badInput("rank " + std::to_string(rank.rank()) + ": buffer id " + std::to_string(id) +
+                                " is out of range");
+      CLEAVE_ASSIGN_OR_RETURN(TensorType type, fromProto(rank.buffers(id).type()));
+      types.push_back(std::move(type));
+    }
+    return types;
+  };
+  for (const planpb::Instruction& instruction : program.instructions()) {
+    if (instruction.kind() != planpb::KERNEL) continue;
+    std::optional<OpId> op = lookupOp(instruction.op());
+    if (!op) return Status::badInput("rank " + std::to_string(rank.rank()) + ": unknown op '" + instruction.op() + "'");
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorType> operands, typesOf(instruction.operands()));
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorType> results, typesOf(instruction.results()));
+    AttrMap attrs;
+    for (const auto& [name, attr] : instruction.attrs()) {
+      CLEAVE_ASSIGN_OR_RETURN(Attribute value, fromProto(attr));
+      attrs.emplace(name, std::move(value));
+    }
+    flops += opDef(*op).cost(OpContext{opDef(*op), operands, results, attrs}).flops;
+  }
+  return flops;
+}
+
+// The dtype of the plan's first float parameter (f32 when it has none).
+DType parameterDType(const planpb::Plan& plan) {
+  for (const auto& rank : plan.ranks())
+    for (const auto& param : rank.parameters()) {
+      if (param.buffer() < 0 || param.buffer() >= rank.buffers_size()) continue;
+      std::optional<DType> dtype = parseDType(rank.buffers(param.buffer()).type().dtype());
+      if (dtype && isFloat(*dtype)) return *dtype;
+    }
+  return DType::kF32;
+}
+
+}  // namespace
+
+Expected<PlanPrediction> predictPlan(const planpb::Plan& plan, const CostModel& model) {
+  PlanPrediction prediction;
+  prediction.program = mainProgramName(plan);
+  if (prediction.program.empty()) return Status::badInput("the plan has no program to simulate");
+  CLEAVE_ASSIGN_OR_RETURN(prediction.timeline, simulateProgram(plan, prediction.program, model));
+  prediction.step_time_s = prediction.timeline.step_time_s;
+  if (prediction.step_time_s > 0)
+    prediction.samples_per_s = static_cast<double>(plan.global_batch()) / prediction.step_time_s;
+
+  // Per rank: memory, end, busy compute time and kernel FLOPs.
+  const DeviceSpec& device = model.cluster().device;
+  prediction.memory_limit_bytes = device.memory_bytes;
+  for (int r = 0; r < plan.ranks_size(); ++r) {
+    const planpb::RankPlan& rank = plan.ranks(r);
+    const RankTimeline& ranked = prediction.timeline.ranks[r];
+    RankPrediction figures;
+    figures.rank = rank.rank();
+    figures.stage = rank.stage();
+    figures.peak_memory_bytes = reportRank(rank, prediction.program).peak_memory_bytes;
+    figures.end_s = ranked.end_s;
+    for (const TimelineEvent& event : ranked.events)
+      if (event.stream == 0) figures.busy_s += event.duration_s;
+    if (const planpb::Program* program = findProgram(rank, prediction.program)) {
+      CLEAVE_ASSIGN_OR_RETURN(double flops, programFlops(rank, *program));
+      prediction.model_flops += flops;
+    }
+    prediction.max_memory_bytes = std::max(prediction.max_memory_bytes, figures.peak_memory_bytes);
+    prediction.ranks.push_back(figures);
+  }
+  prediction.fits_memory = device.memory_bytes <= 0 || prediction.max_memory_bytes <= device.memory_bytes;
+
+  // MFU: the FLOPs done per second over what every device could do at its peak.
+  prediction.dtype = parameterDType(plan);
+  prediction.peak_flops_per_device = device.peakFlops(prediction.dtype);
+  const double capacity = prediction.peak_flops_per_device * std::max(1, plan.ranks_size());
+  if (prediction.step_time_s > 0 && capacity > 0)
+    prediction.mfu = prediction.model_flops / prediction.step_time_s / capacity;
+  return prediction;
+}
+
+}  // namespace cleave

@@ -1,0 +1,41 @@
+// Per-rank figures of a plan for inspect: instructions, memory at the peak by kind, bytes moved per comm kind.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "ir/plan.pb.h"
+#include "analysis/cost_model.h"
+
+namespace cleave {
+
+// What one rank of a plan holds and moves, as `cleave inspect` shows it.
+struct RankReport {
+  int32_t rank = 0;
+  int32_t stage = 0;
+  int32_t dp_index = 0;
+  int32_t tp_index = 0;
+  int64_t instructions = 0;       // in all programs
+  int64_t peak_memory_bytes = 0;  // the largest planned arena high-water mark of any program
+  // Bytes live at the reported program's peak (the moment the most non-persistent bytes are live),
+  // by what they hold (a storage holds gradients when any buffer in it is one). Parameters and
+  // optimizer state are always live. Activations include the program's inputs and outputs.
+  // Sizes are the tensors' own (before alignment and reuse).
+  int64_t param_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t activation_bytes = 0;
+  // Bytes this rank moves in one run of the reported program, per CommKind (indexed by its value):
+  // collectives as their algorithm moves them (commBytesPerRank), sends and recvs in full.
+  std::array<double, kNumCommKinds> comm_bytes_by_kind{};
+
+  // All bytes moved, every kind together.
+  double commBytes() const;
+};
+
+// The figures of `rank` for program `program` (memory split and communication; a rank without
+// that program reports its persistent bytes only).
+RankReport reportRank(const planpb::RankPlan& rank, std::string_view program);
+
+}  // namespace cleave

@@ -1,0 +1,283 @@
+// The compile pipeline `cleave compile` runs: model graph -> shapes fixed -> (training) -> plan.
+#include "passes/core/compile_pipeline.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "ir/plan.pb.h"
+#include "analysis/cost_model.h"
+#include "passes/training/gradient_buckets.h"
+#include "passes/lowering/lower_to_plan.h"
+#include "passes/lowering/memory_planner.h"
+#include "passes/training/optimizer.h"
+#include "passes/partition/microbatching.h"
+#include "passes/core/pass_manager.h"
+#include "passes/partition/pipeline_backward.h"
+#include "passes/lowering/pipeline_schedule.h"
+#include "passes/partition/pipeline_stages.h"
+#include "passes/partition/spmd_partitioner.h"
+
+namespace cleave {
+namespace {
+
+// The values an integer input may take, read off its users (through slices, such as a
+// microbatch's rows, and views): a gather's indexed dim, or the class count of the loss that reads
+// it as labels. 0 when no user tells.
+int64_t valueLimit(const Graph& graph, ValueId value, const std::vector<std::vector<int32_t>>& users) {
+  for (int32_t user : users[value]) {
+    const Node& node = graph.nodes[user];
+    const TensorType& first = graph.values[node.operands[0]].type;
+    if (node.op == OpId::gather && node.operands[1] == value) {
+      int64_t axis = normalizeAxis(OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("axis"), first.rank());
+      if (axis >= 0) return first.shape[axis];
+    }
+    if (node.op == OpId::softmax_cross_entropy && node.operands[1] == value && first.rank() > 0)
+      return first.shape.back();
+    if (node.op == OpId::slice || opDef(node.op).view)
+      if (int64_t limit = valueLimit(graph, node.results[0], users)) return limit;
+  }
+  return 0;
+}
+
+void setValueLimits(const Graph& graph, planpb::Program& program) {
+  std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  for (auto& input : *program.mutable_inputs()) {
+    ValueId v = graph.findValue(input.name());
+    if (v != kNoValue && isInteger(graph.values[v].type.dtype)) input.set_value_limit(valueLimit(graph, v, users));
+  }
+}
+
+Status fixShapes(Graph& graph, int64_t batch) {
+  // The pass manager verifies the graph after every pass.
+  std::string pipeline = "infer-shapes{batch=" + std::to_string(batch) + "}";
+  CLEAVE_ASSIGN_OR_RETURN(Pipeline passes, parsePipeline(pipeline));
+  return PassManager(std::move(passes)).run(graph);
+}
+
+// Training metadata the runtime reads: loss, optimizer and the names of the loss, logits and labels.
+void describeTraining(const CompileOptions& options, const std::string& logits_name, planpb::Plan& plan) {
+  planpb::Training* info = plan.mutable_training();
+  const OptimizerSpec& opt = options.training.optimizer;
+  info->set_loss(std::string(lossKindName(options.training.loss)));
+  info->set_optimizer(opt.kind == OptimizerKind::kSgd ? "sgd" : "adamw");
+  auto& args = *info->mutable_optimizer_args();
+  args["lr"] = opt.lr;
+  args["weight_decay"] = opt.weight_decay;
+  if (opt.kind == OptimizerKind::kSgd) {
+    args["momentum"] = opt.momentum;
+    args["dampening"] = opt.dampening;
+    args["nesterov"] = opt.nesterov ? 1 : 0;
+  } else {
+    args["beta1"] = opt.beta1;
+    args["beta2"] = opt.beta2;
+    args["eps"] = opt.eps;
+  }
+  info->set_loss_output("loss");
+  info->set_logits_output(logits_name);
+  info->set_labels_input(options.training.loss == LossKind::kSoftmaxCrossEntropy ? "labels" : "targets");
+}
+
+// The graphs of every device of a multi-device plan, owned here; lowering reads them.
+struct DeviceGraphs {
+  std::vector<std::unique_ptr<Graph>> owned;
+  std::vector<RankGraphs> ranks;
+};
+
+// Where each forward node runs: pipeline stages balanced by the cost model on options.cluster (one
+// stage: all of them).
+Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptions& options, PipelineScheduleKind schedule) {
+  if (options.pp == 1) return StageAssignment{1, std::vector<int>(forward.nodes.size(), 0), {}, {}};
+  ClusterSpec cluster;
+  if (options.cluster) {
+    cluster = *options.cluster;
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(cluster, builtinCluster("cpu-local"));
+  }
+  StageCostModel model = stageCostModel(forward, CostModel(std::move(cluster)));
+  const OptimizerSpec& opt = options.training.optimizer;
+  model.param_memory_factor = !options.train ? 1 : opt.kind == OptimizerKind::kAdamW ? 4 : opt.momentum != 0 ? 3 : 2;
+  model.schedule = schedule;
+  model.num_microbatches = options.microbatches;
+  model.memory_limit_bytes = options.memory_limit_bytes;
+  return assignStages(forward, options.pp, model);
+}
+
+// A per-device program graph and the pipeline step of each of its nodes.
+ProgramGraph programOf(std::string name, Graph* graph, const std::vector<PipelineNodeLabel>& labels) {
+  ProgramGraph program(std::move(name), graph);
+  for (const PipelineNodeLabel& label : labels) {
+    program.node_microbatch.push_back(label.microbatch);
+    program.node_backward.push_back(label.backward);
+  }
+  return program;
+}
+
+// Builds the programs of every device. Per device (stage s, dp index d, tp index t):
+//  1. the forward graph (with the loss when training) at microbatch rows, its nodes balanced over stages;
+//  2. stage s's part, with sends and receives to the other stages;
+//  3. the dp x tp partition for (d, t);
+//  4. M microbatches unrolled;
+//  5. training: the backward pass (seeded by the loss, or by gradients received from the next
+//     stage), bucketed dp gradient all-reduces and the optimizer; nodes ordered by the schedule.
+Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOptions& options, const DeviceMesh& mesh,
+                                         std::string& logits_name) {
+  CLEAVE_ASSIGN_OR_RETURN(PipelineScheduleKind schedule, parsePipelineSchedule(options.schedule));
+  Graph forward;
+  if (options.train) {
+    CLEAVE_ASSIGN_OR_RETURN(forward, buildLossGraph(model, options.training));
+    logits_name = forward.values[forward.outputs[1]].name;
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(forward, buildInferenceGraph(model));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(StageAssignment stages, balanceStages(forward, options, schedule));
+  // The train program outputs the loss; eval outputs [logits, loss]; both share the forward's nodes.
+  Graph train_forward = forward, eval_forward = forward;
+  if (options.train) {
+    train_forward.outputs.resize(1);
+    std::swap(eval_forward.outputs[0], eval_forward.outputs[1]);
+  }
+
+  auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
+    CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage));
+    if (boundary) *boundary = stage.boundary;
+    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord));
+    // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
+    // pass reads: it runs for every pipeline, even with one microbatch.
+    if (options.microbatches == 1 && mesh.pp == 1) return partitioned;
+    return unrollMicrobatches(partitioned, options.microbatches);
+  };
+
+  DeviceGraphs result;
+  for (int r = 0; r < mesh.size(); ++r) {
+    MeshCoord coord = mesh.coordOf(r);
+    const std::vector<PipelineStep> steps = stageSchedule(schedule, coord.stage, mesh.pp, options.microbatches);
+    RankGraphs rank{coord, {}, {}};
+    if (options.train) {
+      StageBoundary boundary;
+      CLEAVE_ASSIGN_OR_RETURN(Graph train_graph, devicePart(train_forward, coord, &boundary));
+      auto train = std::make_unique<Graph>(std::move(train_graph));
+      TrainingStepHooks hooks;
+      hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
+      hooks.after_backward = [&](Graph& g) { return bucketGradientAllReduces(g, options.bucket_bytes); };
+      hooks.parameters_optional = mesh.pp > 1;  // a stage may hold no parameters (a loss, a relu)
+      CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,
+                              orderNodesBySchedule(*train, coord.stage, options.microbatches, steps));
+      CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));
+      auto eval = std::make_unique<Graph>(std::move(eval_graph));
+      std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage, options.microbatches);
+      rank.programs = {programOf("train", train.get(), train_labels), programOf("eval", eval.get(), eval_labels)};
+      result.owned.push_back(std::move(train));
+      result.owned.push_back(std::move(eval));
+    } else {
+      CLEAVE_ASSIGN_OR_RETURN(Graph infer_graph, devicePart(forward, coord, nullptr));
+      auto infer = std::make_unique<Graph>(std::move(infer_graph));
+      std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage, options.microbatches);
+      rank.programs = {programOf("infer", infer.get(), labels)};
+      result.owned.push_back(std::move(infer));
+    }
+    // Batch rows, split over dp (the partitioner's layout of data inputs and outputs): every data
+    // input, and every output but a scalar (the loss).
+    for (const ProgramGraph& program : rank.programs) {
+      for (ValueId v : program.graph->inputs) rank.batch_split.insert(program.graph->values[v].name);
+      for (ValueId v : program.graph->outputs)
+        if (program.graph->values[v].type.rank() > 0) rank.batch_split.insert(program.graph->values[v].name);
+    }
+    result.ranks.push_back(std::move(rank));
+  }
+  return result;
+}
+
+std::string mebibytes(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+// Every rank's planned arena must fit the device memory limit; the error names the fullest rank,
+// what its arena holds, and the limit.
+Status checkMemoryLimit(const planpb::Plan& plan, int64_t limit_bytes) {
+  if (limit_bytes <= 0) return Status::ok();
+  const planpb::RankPlan* fullest = nullptr;
+  int over = 0;
+  for (const auto& rank : plan.ranks()) {
+    if (rank.arena_bytes() <= limit_bytes) continue;
+    ++over;
+    if (!fullest || rank.arena_bytes() > fullest->arena_bytes()) fullest = &rank;
+  }
+  if (!fullest) return Status::ok();
+  MemoryReport memory = memoryReport(*fullest);
+  std::string ranks = plan.ranks_size() == 1 ? "the plan" : "rank " + std::to_string(fullest->rank());
+  if (over > 1) ranks += " (the fullest of " + std::to_string(over) + " ranks over the limit)";
+  return Status::badInput(
+      ranks + " needs " + std::to_string(memory.arena_bytes) + " bytes (" + mebibytes(memory.arena_bytes) +
+      ": parameters " + mebibytes(memory.param_bytes) + ", optimizer state " + mebibytes(memory.optimizer_state_bytes) +
+      ", gradients and activations " + mebibytes(memory.activation_region_bytes) + "), over the memory limit of " +
+      std::to_string(limit_bytes) + " bytes (" + mebibytes(limit_bytes) +
+      ") per device; split it over more devices (--tp, --pp) or use a smaller --batch");
+}
+
+}  // namespace
+
+Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& options) {
+  const DeviceMesh mesh{options.dp, options.tp, options.pp};
+  if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.microbatches < 1)
+    return Status::usage("compile: --dp, --tp, --pp and --microbatches must be at least 1");
+  // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
+  Graph graph = model;
+  Status shaped = fixShapes(graph, options.batch);
+  if (!shaped) return shaped.withContext(options.model_file + ": ");
+  const int64_t global_batch = graph.inputs.empty() || graph.values[graph.inputs[0]].type.rank() == 0
+                                   ? 0
+                                   : graph.values[graph.inputs[0]].type.shape[0];
+  if (options.microbatches > 1) {
+    if (global_batch % (options.microbatches * options.dp) != 0)
+      return Status::badInput(options.model_file + ": batch " + std::to_string(global_batch) +
+                              " does not divide into " + std::to_string(options.dp) + " data-parallel shards x " +
+                              std::to_string(options.microbatches) + " microbatches");
+    Status micro = fixShapes(graph, global_batch / options.microbatches);
+    if (!micro) return micro.withContext(options.model_file + ": ");
+  }
+
+  // 2. Build the programs' graphs: one device's, or every device's after partitioning.
+  LoweringInput lowering;
+  lowering.producer = options.producer;
+  lowering.model_name = graph.name;
+  lowering.model_file = options.model_file;
+  lowering.schedule = options.schedule;
+  lowering.mesh = mesh;
+  lowering.microbatches = options.microbatches;
+  lowering.global_batch = global_batch;
+  TrainingGraphs training;
+  Graph inference;
+  DeviceGraphs devices;
+  std::string logits_name;
+  if (mesh.size() > 1 || options.microbatches > 1) {
+    auto built = buildDeviceGraphs(graph, options, mesh, logits_name);
+    if (!built) return built.status().withContext(options.model_file + ": ");
+    devices = std::move(*built);
+    lowering.ranks = devices.ranks;
+  } else if (options.train) {
+    CLEAVE_ASSIGN_OR_RETURN(training, buildTrainingGraphs(graph, options.training));
+    lowering.programs = {{"train", &training.train}, {"eval", &training.eval}};
+    logits_name = training.eval.values[training.eval.outputs[0]].name;
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(inference, buildInferenceGraph(graph));
+    lowering.programs = {{"infer", &inference}};
+  }
+
+  // 3. Lower to a plan and record what the runtime needs to feed and read it.
+  CLEAVE_ASSIGN_OR_RETURN(planpb::Plan plan, lowerToPlan(lowering));
+  for (auto& rank : *plan.mutable_ranks()) {
+    const std::vector<ProgramGraph>& programs =
+        lowering.ranks.empty() ? lowering.programs : lowering.ranks[rank.rank()].programs;
+    for (auto& program : *rank.mutable_programs())
+      for (const auto& entry : programs)
+        if (entry.name == program.name()) setValueLimits(*entry.graph, program);
+  }
+  if (options.train) describeTraining(options, logits_name, plan);
+  CLEAVE_TRY(checkMemoryLimit(plan, options.memory_limit_bytes).withContext(options.model_file + ": "));
+  return plan;
+}
+
+}  // namespace cleave

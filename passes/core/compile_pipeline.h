@@ -1,0 +1,40 @@
+// The compile pipeline `cleave compile` runs: model graph -> shapes fixed -> (training) -> plan.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ir/graph.h"
+#include "ir/status.h"
+#include "analysis/cost_model.h"
+#include "passes/training/training_pipeline.h"
+
+namespace cleave {
+namespace planpb {
+class Plan;
+}  // namespace planpb
+
+// What to compile a model into.
+struct CompileOptions {
+  std::string model_file;       // recorded in the plan and in diagnostics
+  std::string producer;         // e.g. "cleave 0.1.0"
+  int64_t batch = 0;            // global batch: replaces dim 0 of every input; 0 keeps the model's
+  int dp = 1, tp = 1, pp = 1;   // parallel degrees; their product is the device count
+  int64_t bucket_bytes = 25 * 1000 * 1000;  // data-parallel gradient all-reduce buckets
+  int microbatches = 1;
+  std::string schedule = "1f1b";
+  bool train = false;
+  TrainingOptions training;     // used when `train`
+  int64_t memory_limit_bytes = 0;  // per device: pipeline stages are balanced under it and every
+                                   // rank's planned arena must fit in it; 0: no limit
+  std::optional<ClusterSpec> cluster;  // the devices pipeline stages are balanced for; none: cpu-local
+};
+
+// Compiles `model` into a memory-planned, validated plan: programs "train" and "eval" for a
+// training plan, "infer" otherwise. A rank whose arena exceeds options.memory_limit_bytes is a
+// kBadInput error giving both sizes. Integer inputs get their value range (labels: the class count;
+// indices feeding gather: the gathered dim) so synthetic data can be made for them.
+Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& options);
+
+}  // namespace cleave

@@ -1,0 +1,467 @@
+// SPMD partitioning: rewrites a model graph into one device's graph with local shapes and collectives.
+#include "passes/partition/spmd_partitioner.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "ir/op_table.h"
+#include "ir/sharding_rule.h"
+
+namespace cleave {
+
+bool ValueSharding::isPartial() const {
+  return std::any_of(partial.begin(), partial.end(), [](Partial p) { return p != Partial::kNone; });
+}
+
+bool ValueSharding::replicatedOver(MeshAxis axis) const {
+  if (partial[static_cast<int>(axis)] != Partial::kNone) return false;
+  return std::none_of(dim_axis.begin(), dim_axis.end(), [&](int8_t a) { return a == static_cast<int8_t>(axis); });
+}
+
+std::string ValueSharding::str() const {
+  std::string s = "[";
+  for (size_t i = 0; i < dim_axis.size(); ++i) {
+    if (i) s += ',';
+    s += dim_axis[i] == kReplicated ? std::string("-") : std::string(meshAxisName(static_cast<MeshAxis>(dim_axis[i])));
+  }
+  s += ']';
+  for (int a = 0; a < kNumMeshAxes; ++a)
+    if (partial[a] != Partial::kNone)
+      s += std::string(" partial(") + std::string(meshAxisName(static_cast<MeshAxis>(a))) +
+           (partial[a] == Partial::kSum ? ":sum)" : ":mean)");
+  return s;
+}
+
+namespace {
+
+constexpr int8_t kNoAxis = ValueSharding::kReplicated;
+
+class DevicePartitioner {
+ public:
+  DevicePartitioner(const Graph& global, const DeviceMesh& mesh, MeshCoord coord)
+      : global_(global),
+        mesh_(mesh),
+        coord_(coord),
+        local_of_(global.values.size(), kNoValue),
+        sharding_of_(global.values.size()),
+        carries_gradient_(global.values.size(), false),
+        batch_dependent_(global.values.size(), false) {
+    local_.name = global.name;
+  }
+
+  Expected<Graph> run() {
+    markDependencies();
+    CLEAVE_TRY(partitionInputs());
+    for (const Node& node : global_.nodes) CLEAVE_TRY(partitionNode(node));
+    for (const Param& param : global_.params)
+      if (local_of_[param.value] == kNoValue) CLEAVE_TRY(createParam(param.value, ValueSharding::replicated(rankOf(param.value))));
+    CLEAVE_TRY(partitionOutputs());
+    for (const StateUpdate& update : global_.updates)
+      local_.updates.push_back({local_of_[update.target], local_of_[update.new_value]});
+    return std::move(local_);
+  }
+
+ private:
+  size_t rankOf(ValueId v) const { return global_.values[v].type.shape.size(); }
+  int axisSize(int8_t axis) const { return mesh_.axisSize(static_cast<MeshAxis>(axis)); }
+  int indexOn(int8_t axis) const { return DeviceMesh::indexOn(coord_, static_cast<MeshAxis>(axis)); }
+  std::string where(const Node& node) const { return "partitioning for rank " + std::to_string(mesh_.rankOf(coord_)) + ": " + nodeContext(global_, node); }
+
+  // Which values get gradients (they depend on a trainable parameter) and which scale with the
+  // batch (they depend on a graph input or a received value).
+  void markDependencies() {
+    for (const Param& param : global_.params) carries_gradient_[param.value] = param.trainable;
+    for (ValueId v : global_.inputs) batch_dependent_[v] = true;
+    for (const Node& node : global_.nodes) {
+      bool grad = false, batch = node.op == OpId::recv;
+      for (ValueId v : node.operands) {
+        grad = grad || carries_gradient_[v];
+        batch = batch || batch_dependent_[v];
+      }
+      for (ValueId r : node.results) {
+        // A received activation carries the gradient the stage sends back.
+        carries_gradient_[r] = (grad || node.op == OpId::recv) && isFloat(global_.values[r].type.dtype);
+        batch_dependent_[r] = batch;
+      }
+    }
+  }
+
+  // The local type of a value of global type `type` laid out as `sharding`.
+  TensorType localType(TensorType type, const ValueSharding& sharding) const {
+    for (size_t d = 0; d < type.shape.size(); ++d)
+      if (sharding.dim_axis[d] != kNoAxis) type.shape[d] /= axisSize(sharding.dim_axis[d]);
+    return type;
+  }
+
+  // The layout pipeline boundaries and data inputs take: batch rows split over dp.
+  ValueSharding batchLayout(ValueId v) const {
+    ValueSharding s = ValueSharding::replicated(rankOf(v));
+    if (mesh_.dp > 1 && !s.dim_axis.empty() && batch_dependent_[v]) s.dim_axis[0] = static_cast<int8_t>(MeshAxis::kDp);
+    return s;
+  }
+
+  Status partitionInputs() {
+    for (ValueId v : global_.inputs) {
+      const Value& value = global_.values[v];
+      ValueSharding s = batchLayout(v);
+      if (!s.dim_axis.empty() && s.dim_axis[0] != kNoAxis) {
+        if (value.type.shape[0] % mesh_.dp != 0)
+          return Status::badInput("input '%" + value.name + "' has batch " + std::to_string(value.type.shape[0]) +
+                                  ", which does not divide into " + std::to_string(mesh_.dp) +
+                                  " data-parallel shards (--dp)");
+      }
+      CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addInput(value.name, localType(value.type, s)));
+      bind(v, local, s);
+    }
+    return Status::ok();
+  }
+
+  void bind(ValueId global, ValueId local, ValueSharding s) {
+    local_of_[global] = local;
+    sharding_of_[global] = std::move(s);
+  }
+
+  // Creates parameter `v` in the local graph with layout `s` (its block of the whole tensor).
+  Status createParam(ValueId v, ValueSharding s) {
+    const Param& param = *global_.findParam(v);
+    const Value& value = global_.values[v];
+    TensorType local_type = localType(value.type, s);
+    CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addParam(value.name, local_type, param.init, param.trainable));
+    Param& added = local_.params.back();
+    if (local_type != value.type) {
+      added.full_shape = value.type.shape;
+      for (size_t d = 0; d < s.dim_axis.size(); ++d)
+        added.shard_offset.push_back(s.dim_axis[d] == kNoAxis ? 0 : indexOn(s.dim_axis[d]) * local_type.shape[d]);
+    }
+    bind(v, local, std::move(s));
+    return Status::ok();
+  }
+
+  bool isPendingParam(ValueId v) const { return local_of_[v] == kNoValue && global_.findParam(v) != nullptr; }
+
+  // ---- Communication emitted while resharding ----
+
+  AttrMap groupAttrs(int8_t axis) const {
+    return AttrMap{{"axis", std::string(meshAxisName(static_cast<MeshAxis>(axis)))},
+                   {"group_size", static_cast<int64_t>(axisSize(axis))}};
+  }
+
+  Expected<ValueId> emit(OpId op, std::vector<ValueId> operands, AttrMap attrs, const std::string& name) {
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                            local_.addNode(op, std::move(operands), std::move(attrs), {}, {name}));
+    return results[0];
+  }
+
+  // Makes `v` (global) whole over every axis it is partial over.
+  Status resolvePartial(ValueId v) {
+    ValueSharding& s = sharding_of_[v];
+    for (int a = 0; a < kNumMeshAxes; ++a) {
+      if (s.partial[a] == ValueSharding::Partial::kNone) continue;
+      AttrMap attrs = groupAttrs(static_cast<int8_t>(a));
+      attrs.emplace("reduce", std::string(s.partial[a] == ValueSharding::Partial::kSum ? "sum" : "mean"));
+      CLEAVE_ASSIGN_OR_RETURN(local_of_[v], emit(OpId::all_reduce, {local_of_[v]}, std::move(attrs),
+                                                 global_.values[v].name + ".reduced"));
+      s.partial[a] = ValueSharding::Partial::kNone;
+    }
+    return Status::ok();
+  }
+
+  // The local value of `v` laid out as `target` (which has no partial axes; `v` has none either).
+  Expected<ValueId> reshard(ValueId v, const ValueSharding& target) {
+    ValueSharding current = sharding_of_[v];
+    if (current == target) return local_of_[v];
+    auto cached = reshard_cache_.find({v, target.str()});
+    if (cached != reshard_cache_.end()) return cached->second;
+    ValueId local = local_of_[v];
+    const std::string& name = global_.values[v].name;
+    for (size_t d = 0; d < target.dim_axis.size(); ++d) {
+      if (current.dim_axis[d] == target.dim_axis[d]) continue;
+      AttrMap dim_attr{{"dim", static_cast<int64_t>(d)}};
+      if (current.dim_axis[d] != kNoAxis) {
+        AttrMap attrs = groupAttrs(current.dim_axis[d]);
+        attrs.merge(AttrMap(dim_attr));
+        CLEAVE_ASSIGN_OR_RETURN(local, emit(OpId::all_gather, {local}, std::move(attrs), name + ".gathered"));
+      }
+      if (target.dim_axis[d] != kNoAxis) {
+        AttrMap attrs = groupAttrs(target.dim_axis[d]);
+        attrs.merge(dim_attr);
+        CLEAVE_ASSIGN_OR_RETURN(local, emit(OpId::shard_slice, {local}, std::move(attrs), name + ".block"));
+      }
+    }
+    reshard_cache_.emplace(std::make_pair(v, target.str()), local);
+    return local;
+  }
+
+  // `local` (the layout of global `v`) marked so its gradient is summed over `axis`; one mark per value and axis.
+  Expected<ValueId> gradientSync(ValueId v, ValueId local, int8_t axis) {
+    auto key = std::make_pair(local, axis);
+    auto cached = sync_cache_.find(key);
+    if (cached != sync_cache_.end()) return cached->second;
+    CLEAVE_ASSIGN_OR_RETURN(ValueId synced, emit(OpId::grad_all_reduce, {local}, groupAttrs(axis),
+                                                 global_.values[v].name + ".synced"));
+    sync_cache_.emplace(key, synced);
+    return synced;
+  }
+
+  // ---- Nodes ----
+
+  Status partitionNode(const Node& node) {
+    if (node.op == OpId::constant) return copyReplicated(node);
+    if (node.op == OpId::recv) return partitionRecv(node);
+    for (ValueId v : node.operands)
+      if (!isPendingParam(v)) CLEAVE_TRY(resolvePartial(v));
+    if (opDef(node.op).reshape_like) return partitionReshape(node);
+    if (node.op == OpId::send) return partitionSend(node);
+    return partitionByRule(node);
+  }
+
+  // Sources without operands: the same on every device.
+  Status copyReplicated(const Node& node) {
+    std::vector<TensorType> types;
+    std::vector<std::string> names;
+    for (ValueId r : node.results) {
+      types.push_back(global_.values[r].type);
+      names.push_back(global_.values[r].name);
+    }
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                            local_.addNodeWithTypes(node.op, {}, node.attrs, node.loc, names, types));
+    for (size_t i = 0; i < results.size(); ++i) bind(node.results[i], results[i], ValueSharding::replicated(rankOf(node.results[i])));
+    return Status::ok();
+  }
+
+  // Pipeline boundaries carry batch rows split over dp, whole otherwise.
+  Status partitionRecv(const Node& node) {
+    ValueId r = node.results[0];
+    ValueSharding s = batchLayout(r);
+    TensorType local_type = localType(global_.values[r].type, s);
+    AttrMap attrs = node.attrs;
+    attrs["shape"] = local_type.shape;
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                            local_.addNodeWithTypes(node.op, {}, std::move(attrs), node.loc, {global_.values[r].name}, {local_type}));
+    bind(r, results[0], std::move(s));
+    return Status::ok();
+  }
+
+  Status partitionSend(const Node& node) {
+    ValueId v = node.operands[0];
+    CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, batchLayout(v)));
+    return local_.addNodeWithTypes(node.op, {local}, node.attrs, node.loc, {}, {}).status();
+  }
+
+  // reshape, flatten, squeeze, unsqueeze: a split dim survives when it is the leading dim (of size
+  // above 1) of a group of dims the reshape merges or splits, and the group's leading result dim
+  // divides by the axis size; other splits are gathered first.
+  Status partitionReshape(const Node& node) {
+    ValueId x = node.operands[0], y = node.results[0];
+    const Shape& in = global_.values[x].type.shape;
+    const Shape& out = global_.values[y].type.shape;
+    // 1. Group dims: walk both shapes, closing a group when the element counts agree.
+    std::vector<int> in_group(in.size()), out_group(out.size());
+    std::vector<int> group_lead_in, group_lead_out;  // first dim of size > 1 in each group (-1: none)
+    size_t i = 0, j = 0;
+    int group = 0;
+    while (i < in.size() || j < out.size()) {
+      int64_t in_count = 1, out_count = 1;
+      int lead_in = -1, lead_out = -1;
+      bool started = false;
+      while (!started || in_count != out_count) {
+        started = true;
+        if ((in_count <= out_count && i < in.size()) || j >= out.size()) {
+          if (lead_in < 0 && in[i] > 1) lead_in = static_cast<int>(i);
+          in_count *= in[i];
+          in_group[i++] = group;
+        } else {
+          if (lead_out < 0 && out[j] > 1) lead_out = static_cast<int>(j);
+          out_count *= out[j];
+          out_group[j++] = group;
+        }
+        if (i >= in.size() && j >= out.size()) break;
+      }
+      group_lead_in.push_back(lead_in);
+      group_lead_out.push_back(lead_out);
+      ++group;
+    }
+    // 2. Keep each split that sits on its group's leading dim; gather the others.
+    ValueSharding in_target = sharding_of_[x];
+    ValueSharding out_sharding = ValueSharding::replicated(out.size());
+    for (size_t d = 0; d < in.size(); ++d) {
+      int8_t axis = in_target.dim_axis[d];
+      if (axis == kNoAxis) continue;
+      int g = in_group[d];
+      int lead_out = group_lead_out[g];
+      if (group_lead_in[g] == static_cast<int>(d) && lead_out >= 0 && out[lead_out] % axisSize(axis) == 0) {
+        out_sharding.dim_axis[lead_out] = axis;
+      } else {
+        in_target.dim_axis[d] = kNoAxis;
+      }
+    }
+    CLEAVE_ASSIGN_OR_RETURN(ValueId local_x, reshard(x, in_target));
+    TensorType local_out = localType(global_.values[y].type, out_sharding);
+    AttrMap attrs = node.attrs;
+    if (node.op == OpId::reshape) attrs["shape"] = local_out.shape;
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                            local_.addNode(node.op, {local_x}, std::move(attrs), node.loc, {global_.values[y].name}));
+    if (local_.values[results[0]].type != local_out)
+      return Status::internal(where(node) + "the local result is " + local_.values[results[0]].type.str() + ", expected " +
+                              local_out.str());
+    bind(y, results[0], std::move(out_sharding));
+    return Status::ok();
+  }
+
+  // Every other op: factors from its sharding rule.
+  Status partitionByRule(const Node& node) {
+    const OpDef& def = opDef(node.op);
+    std::vector<TensorType> operand_types, result_types;
+    for (ValueId v : node.operands) operand_types.push_back(global_.values[v].type);
+    for (ValueId v : node.results) result_types.push_back(global_.values[v].type);
+    ShardingRule rule = def.sharding(OpContext{def, operand_types, result_types, node.attrs});
+    if (rule.operand_dims.size() != node.operands.size())
+      return Status::internal(where(node) + "the op's sharding rule does not describe its operands");
+    std::vector<FactorKind> kinds = rule.factor_kinds;
+    if (node.op == OpId::reduce_max)  // a partial max has no gradient rule: keep reduced dims whole
+      for (FactorKind& k : kinds)
+        if (k == FactorKind::kReduction) k = FactorKind::kNeedReplication;
+
+    // 1. Factors take the axes of the operands that already have a layout, first come first served.
+    std::vector<int8_t> factor_axis(rule.numFactors(), kNoAxis);
+    auto axisUsed = [&](int8_t axis) { return std::find(factor_axis.begin(), factor_axis.end(), axis) != factor_axis.end(); };
+    for (size_t o = 0; o < node.operands.size(); ++o) {
+      ValueId v = node.operands[o];
+      if (isPendingParam(v)) continue;
+      const ValueSharding& s = sharding_of_[v];
+      for (size_t d = 0; d < s.dim_axis.size(); ++d) {
+        int8_t axis = s.dim_axis[d];
+        int f = rule.operand_dims[o][d];
+        if (axis == kNoAxis || f == ShardingRule::kNoFactor || kinds[f] == FactorKind::kNeedReplication) continue;
+        if (factor_axis[f] == kNoAxis && !axisUsed(axis) && rule.factor_sizes[f] % axisSize(axis) == 0) factor_axis[f] = axis;
+      }
+    }
+    // 2. A split reduction factor with an operand that does not carry it (conv2d's bias) would add
+    //    that operand on every device: keep such reductions whole.
+    for (int f = 0; f < rule.numFactors(); ++f) {
+      if (factor_axis[f] == kNoAxis || kinds[f] != FactorKind::kReduction) continue;
+      for (const auto& dims : rule.operand_dims)
+        if (!dims.empty() && std::find(dims.begin(), dims.end(), f) == dims.end()) factor_axis[f] = kNoAxis;
+    }
+    // 3. Megatron's column split: a weight op whose weight has no layout yet and no factor over tp.
+    const int8_t tp = static_cast<int8_t>(MeshAxis::kTp);
+    if (mesh_.tp > 1 && opDef(node.op).weight_operand == 1 && node.operands.size() >= 2 && isPendingParam(node.operands[1]) &&
+        !axisUsed(tp))
+      chooseColumnSplit(node, rule, kinds, factor_axis);
+
+    // 4. Operands take the chosen layout: parameters are created in it; other values are resharded,
+    //    and marked for a gradient sum over each axis they are replicated over but the op splits.
+    std::vector<ValueId> local_operands;
+    for (size_t o = 0; o < node.operands.size(); ++o) {
+      ValueId v = node.operands[o];
+      ValueSharding target = ValueSharding::replicated(rankOf(v));
+      for (size_t d = 0; d < target.dim_axis.size(); ++d) {
+        int f = rule.operand_dims[o][d];
+        if (f != ShardingRule::kNoFactor) target.dim_axis[d] = factor_axis[f];
+      }
+      if (isPendingParam(v)) {
+        ValueSharding param_layout = target;
+        for (int8_t& a : param_layout.dim_axis)
+          if (a == static_cast<int8_t>(MeshAxis::kDp)) a = kNoAxis;  // weights are never split over dp
+        CLEAVE_TRY(createParam(v, std::move(param_layout)));
+      }
+      CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, target));
+      if (carries_gradient_[v])
+        for (int8_t axis : {static_cast<int8_t>(MeshAxis::kDp), tp})
+          if (axisUsed(axis) && target.replicatedOver(static_cast<MeshAxis>(axis))) {
+            CLEAVE_ASSIGN_OR_RETURN(local, gradientSync(v, local, axis));
+          }
+      local_operands.push_back(local);
+    }
+
+    // 5. The local node; attributes that spell out shapes take the local shapes.
+    std::vector<ValueSharding> result_shardings;
+    for (size_t r = 0; r < node.results.size(); ++r) {
+      ValueSharding s = ValueSharding::replicated(rankOf(node.results[r]));
+      for (size_t d = 0; d < s.dim_axis.size(); ++d) {
+        int f = rule.result_dims[r][d];
+        if (f != ShardingRule::kNoFactor) s.dim_axis[d] = factor_axis[f];
+      }
+      for (int f = 0; f < rule.numFactors(); ++f)
+        if (factor_axis[f] != kNoAxis && kinds[f] == FactorKind::kReduction)
+          s.partial[factor_axis[f]] = opDef(node.op).averages_over_reduction ? ValueSharding::Partial::kMean : ValueSharding::Partial::kSum;
+      result_shardings.push_back(std::move(s));
+    }
+    AttrMap attrs = node.attrs;
+    if (node.op == OpId::expand) attrs["shape"] = localType(global_.values[node.results[0]].type, result_shardings[0]).shape;
+    std::vector<std::string> names;
+    for (ValueId r : node.results) names.push_back(global_.values[r].name);
+    auto results = local_.addNode(node.op, local_operands, std::move(attrs), node.loc, names);
+    if (!results) return Status::internal(where(node) + "the local node is invalid: " + results.status().message());
+    for (size_t r = 0; r < node.results.size(); ++r) {
+      TensorType expected = localType(global_.values[node.results[r]].type, result_shardings[r]);
+      if (local_.values[(*results)[r]].type != expected)
+        return Status::internal(where(node) + "the local result is " + local_.values[(*results)[r]].type.str() +
+                                ", expected " + expected.str());
+      bind(node.results[r], (*results)[r], std::move(result_shardings[r]));
+    }
+    return Status::ok();
+  }
+
+  // Splits the weight's output-feature factor over tp: a pass-through factor of the weight that
+  // reaches the result and no operand with a layout (a bias without one follows the weight), divisible by tp.
+  void chooseColumnSplit(const Node& node, const ShardingRule& rule, const std::vector<FactorKind>& kinds,
+                         std::vector<int8_t>& factor_axis) const {
+    for (int f : rule.operand_dims[1]) {
+      if (f == ShardingRule::kNoFactor || kinds[f] != FactorKind::kPassThrough || factor_axis[f] != kNoAxis) continue;
+      if (rule.factor_sizes[f] % mesh_.tp != 0) continue;
+      bool in_result = std::find(rule.result_dims[0].begin(), rule.result_dims[0].end(), f) != rule.result_dims[0].end();
+      bool in_other = false;
+      for (size_t o = 0; o < rule.operand_dims.size(); ++o)
+        if (o != 1 && !isPendingParam(node.operands[o]) &&
+            std::find(rule.operand_dims[o].begin(), rule.operand_dims[o].end(), f) != rule.operand_dims[o].end())
+          in_other = true;
+      if (in_result && !in_other) {
+        factor_axis[f] = static_cast<int8_t>(MeshAxis::kTp);
+        return;
+      }
+    }
+  }
+
+  // Outputs are whole, except the batch rows of batch outputs, which stay split over dp.
+  Status partitionOutputs() {
+    for (ValueId v : global_.outputs) {
+      CLEAVE_TRY(resolvePartial(v));
+      ValueSharding target = ValueSharding::replicated(rankOf(v));
+      bool rows_split = !target.dim_axis.empty() && sharding_of_[v].dim_axis[0] == static_cast<int8_t>(MeshAxis::kDp);
+      if (rows_split) target.dim_axis[0] = static_cast<int8_t>(MeshAxis::kDp);
+      CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, target));
+      const std::string& name = global_.values[v].name;
+      if (local_.values[local].name != name) {
+        CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> named, local_.addNode(OpId::identity, {local}, {}, {}, {}));
+        local = named[0];
+        ValueId taken = local_.findValue(name);
+        if (taken != kNoValue) CLEAVE_TRY(local_.renameValue(taken, local_.uniqueName(name + ".local")));
+        CLEAVE_TRY(local_.renameValue(local, name));
+      }
+      local_.outputs.push_back(local);
+    }
+    return Status::ok();
+  }
+
+  const Graph& global_;
+  const DeviceMesh& mesh_;
+  const MeshCoord coord_;
+  Graph local_;
+  std::vector<ValueId> local_of_;             // global value -> its local value (in sharding_of_)
+  std::vector<ValueSharding> sharding_of_;    // global value -> layout of local_of_
+  std::vector<bool> carries_gradient_;        // global value depends on a trainable parameter
+  std::vector<bool> batch_dependent_;         // global value depends on an input or a recv
+  std::map<std::pair<ValueId, std::string>, ValueId> reshard_cache_;
+  std::map<std::pair<ValueId, int8_t>, ValueId> sync_cache_;
+};
+
+}  // namespace
+
+Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord) {
+  return DevicePartitioner(global, mesh, coord).run();
+}
+
+}  // namespace cleave

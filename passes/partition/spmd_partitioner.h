@@ -1,0 +1,52 @@
+// SPMD partitioning: one device's graph of a model split over the dp and tp axes of a device mesh.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/status.h"
+#include "ir/device_mesh.h"
+
+namespace cleave {
+
+// How a value is laid out over the mesh: per dim, the mesh axis splitting it into equal blocks (or
+// none: the dim is whole on every device), and per axis whether each device holds only a partial
+// sum (or partial mean) of the value.
+struct ValueSharding {
+  enum class Partial : uint8_t { kNone, kSum, kMean };
+  static constexpr int8_t kReplicated = -1;
+
+  std::vector<int8_t> dim_axis;                 // per dim: kReplicated or a MeshAxis value
+  std::array<Partial, kNumMeshAxes> partial{};  // per axis
+
+  static ValueSharding replicated(size_t rank) { return ValueSharding{std::vector<int8_t>(rank, kReplicated), {}}; }
+  bool isPartial() const;
+  // True when no dim is split over `axis` and the value is not partial over it.
+  bool replicatedOver(MeshAxis axis) const;
+  bool operator==(const ValueSharding&) const = default;
+  // Text form, e.g. "[dp,-,tp] partial(tp:sum)".
+  std::string str() const;
+};
+
+// Partitions `global` (forward graph, shapes fixed at the global batch) for the device at `coord`
+// of `mesh`, in one pass over the nodes in program order:
+//  - data inputs are split over dp along dim 0 (the batch must divide by dp);
+//  - with tp > 1, a weight op (matmul or conv2d) meeting a parameter that has no layout yet and
+//    an input not split over tp splits the weight's output-feature dim over tp (Megatron's column
+//    split); a weight op whose input arrives split on its reduction dim takes the weight split the
+//    same way (the row split), giving a partial sum;
+//  - every other layout follows from the ops' sharding rules (ir/op_table.h): split factors pass
+//    through, a split reduction factor makes a partial sum, and operands that do not fit the
+//    chosen factors are resharded (all_gather, shard_slice, all_reduce for partial sums);
+//  - where a value replicated over an axis enters a computation split over it, grad_all_reduce
+//    marks it, so its gradient is summed over the axis (the data-parallel gradient all-reduce, and
+//    Megatron's "f");
+//  - outputs are whole, except dim 0 of batch outputs, which stays split over dp.
+// Parameters of the result hold their block of the whole tensor (Param::full_shape/shard_offset).
+// Errors: a batch not divisible by dp (kBadInput), a node that cannot be split (kInternal, naming it).
+Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord);
+
+}  // namespace cleave

@@ -1,0 +1,686 @@
+// Automatic parallelization: the model profile per tp degree, the analytic estimate per strategy, and the pruned search.
+#include "passes/partition/strategy_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+#include "passes/training/autodiff.h"
+#include "ir/device_mesh.h"
+#include "passes/lowering/lower_to_plan.h"
+#include "passes/core/pass_manager.h"
+#include "passes/partition/spmd_partitioner.h"
+
+namespace cleave {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// A figure that grows linearly with the microbatch rows: at_zero + per_row x rows (never below 0).
+struct Affine {
+  double at_zero = 0;
+  double per_row = 0;
+
+  double at(double rows) const { return std::max(0.0, at_zero + per_row * rows); }
+  // The line through (rows1, value1) and (rows2, value2).
+  static Affine fit(double rows1, double value1, double rows2, double value2) {
+    double slope = (value2 - value1) / (rows2 - rows1);
+    return {value1 - slope * rows1, slope};
+  }
+};
+
+// One node of a device's forward graph as the estimate sees it.
+struct ProfileNode {
+  bool kernel = false;  // runs a kernel (roofline time); collectives and grad_all_reduce do not
+  Affine flops, bytes;  // the kernel's cost rule
+  DType dtype = DType::kF32;
+  double efficiency = 1;  // the device's kernel efficiency for the node's op
+  std::optional<CommKind> forward_comm, backward_comm;  // tp collectives in each pass
+  int group_size = 1;
+  Affine comm_bytes;         // the full buffer each collective moves
+  Affine activation_bytes;   // results kept for the backward pass, per microbatch
+  Affine result_bytes;       // all its results
+  Affine cut_bytes;          // values a stage starting here receives from earlier stages
+  double param_bytes = 0;    // parameters first used here (this device's blocks)
+  double grad_bytes = 0;     // of them, trainable (their gradients)
+  double optimizer_s = 0;    // the optimizer's updates of those trainable parameters
+};
+
+// One tensor-parallel degree's profile: the nodes of one device's forward graph split over tp.
+struct TpProfile {
+  int tp = 1;
+  std::string infeasible;  // the partitioner's error, when it cannot split the model over tp
+  std::vector<ProfileNode> nodes;
+  LinkSpec tp_link;
+};
+
+// Prefix sums over the profile nodes at one (tp, microbatch rows): entry i covers nodes [0, i).
+struct StageTable {
+  std::vector<double> time;        // forward + backward + tp collectives of one microbatch
+  std::vector<double> backward;    // backward pass (its kernels and collectives)
+  std::vector<double> tp_comm;     // tp collectives, both passes
+  std::vector<double> activation;  // activation bytes per microbatch
+  std::vector<double> params, grads, optimizer;
+  std::vector<double> cut_bytes;   // per node (not a prefix sum)
+  double max_node_time = 0;
+  double max_result_bytes = 0;     // the largest node's results: working memory any stage may need
+};
+
+Status fixShapes(Graph& graph, int64_t batch) {
+  std::string pipeline = "infer-shapes{batch=" + std::to_string(batch) + "}";
+  CLEAVE_ASSIGN_OR_RETURN(Pipeline passes, parsePipeline(pipeline));
+  return PassManager(std::move(passes)).run(graph);
+}
+
+double totalBytes(const Graph& graph, const std::vector<ValueId>& values) {
+  double bytes = 0;
+  for (ValueId v : values) bytes += static_cast<double>(graph.values[v].type.bytes());
+  return bytes;
+}
+
+std::vector<TensorType> typesOf(const Graph& graph, const std::vector<ValueId>& values) {
+  std::vector<TensorType> types;
+  for (ValueId v : values) types.push_back(graph.values[v].type);
+  return types;
+}
+
+// The time of one optimizer update of a parameter of `type`.
+double optimizerTime(const TensorType& type, const OptimizerSpec& optimizer, const CostModel& model) {
+  const TensorType step{DType::kI64, {}};
+  if (optimizer.kind == OptimizerKind::kAdamW) {
+    std::vector<TensorType> operands = {type, type, type, type, step}, results = {type, type, type};
+    return model.kernelTime(opDef(OpId::adamw_update), operands, results, AttrMap{});
+  }
+  bool momentum = optimizer.momentum != 0;
+  std::vector<TensorType> operands = {type, type, step}, results = {type};
+  AttrMap attrs = {{"lr", optimizer.lr}, {"momentum", optimizer.momentum}};
+  if (momentum) {
+    operands.push_back(type);
+    results.push_back(type);
+  }
+  return model.kernelTime(opDef(OpId::sgd_update), operands, results, attrs);
+}
+
+// Optimizer state per parameter byte: SGD 0 (1 with momentum), AdamW 2.
+double optimizerStatePerParam(const OptimizerSpec& optimizer) {
+  if (optimizer.kind == OptimizerKind::kAdamW) return 2;
+  return optimizer.momentum != 0 ? 1 : 0;
+}
+
+// Every divisor of n, increasing.
+std::vector<int> divisorsOf(int64_t n) {
+  std::vector<int> divisors;
+  for (int64_t d = 1; d <= n && d <= std::numeric_limits<int>::max(); ++d)
+    if (n % d == 0) divisors.push_back(static_cast<int>(d));
+  return divisors;
+}
+
+// The ranks 0, stride, 2·stride, ... (count of them): one group of a mesh axis.
+std::vector<int32_t> strideGroup(int count, int stride) {
+  std::vector<int32_t> ranks;
+  for (int i = 0; i < count; ++i) ranks.push_back(i * stride);
+  return ranks;
+}
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+// The forward values of `forward` its backward pass reads (the activations a training step keeps
+// until then): appendBackward's nodes come after the forward's, and ids of forward values stay.
+Expected<std::vector<bool>> valuesKeptForBackward(const Graph& forward) {
+  if (forward.outputs.empty()) return Status::internal("strategy search: the forward graph has no loss output");
+  Graph training = forward;
+  CLEAVE_TRY(appendBackward(training, forward.outputs[0]));
+  std::vector<bool> kept(forward.values.size(), false);
+  for (size_t n = forward.nodes.size(); n < training.nodes.size(); ++n)
+    for (ValueId v : training.nodes[n].operands)
+      if (static_cast<size_t>(v) < forward.values.size()) kept[v] = true;
+  return kept;
+}
+
+// Profiles one device's forward graph at two row counts (the same graph structure, so nodes pair
+// up). `kept` marks the values the backward pass reads (training), whose storage a node keeps.
+Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double rows1, const Graph& at_rows2, double rows2,
+                                                const std::vector<bool>& kept, const OptimizerSpec& optimizer,
+                                                bool train, const CostModel& model) {
+  if (at_rows1.nodes.size() != at_rows2.nodes.size())
+    return Status::internal("strategy search: the partitioned graph's nodes differ between batch sizes");
+  const Graph& graph = at_rows1;
+  const size_t num_values = graph.values.size();
+
+  // 1. Each value's storage root (a view shares its operand's), whether it depends on a data
+  //    input (only those travel between stages), and the last node using it or any of its views.
+  std::vector<ValueId> root(num_values);
+  for (size_t v = 0; v < num_values; ++v) root[v] = static_cast<ValueId>(v);
+  std::vector<bool> from_input(num_values, false);
+  for (ValueId v : graph.inputs) from_input[v] = true;
+  std::vector<int32_t> last_use(num_values, -1);
+  for (int32_t n = 0; n < static_cast<int32_t>(graph.nodes.size()); ++n) {
+    const Node& node = graph.nodes[n];
+    bool depends = false;
+    for (ValueId v : node.operands) {
+      depends = depends || from_input[v];
+      last_use[root[v]] = n;
+    }
+    for (ValueId r : node.results) {
+      from_input[r] = depends;
+      if (opDef(node.op).view && !node.operands.empty()) root[r] = root[node.operands[0]];
+    }
+  }
+
+  // 2. The storages the backward pass reads (through any view of them). Inference keeps every
+  //    result (a conservative bound of what is live at once).
+  std::vector<bool> root_kept(num_values, !train);
+  for (size_t v = 0; v < num_values && train; ++v)
+    if (kept[v]) root_kept[root[v]] = true;
+
+  // 3. The profile nodes: every node but views, in program order.
+  std::vector<ProfileNode> nodes;
+  std::vector<int32_t> unit_of_node(graph.nodes.size(), -1);
+  std::vector<bool> param_seen(num_values, false);
+  for (int32_t n = 0; n < static_cast<int32_t>(graph.nodes.size()); ++n) {
+    const Node& node = graph.nodes[n];
+    const Node& node2 = at_rows2.nodes[n];
+    if (node.op != node2.op) return Status::internal("strategy search: partitioned graphs differ at node " + std::to_string(n));
+    if (opDef(node.op).view) continue;
+    ProfileNode unit;
+    std::optional<CommKind> forward = opDef(node.op).communication;
+    if (forward == CommKind::kSend || forward == CommKind::kRecv) forward.reset();  // stage boundaries, not collectives
+    if (forward || node.op == OpId::grad_all_reduce) {
+      unit.forward_comm = forward;
+      unit.group_size = static_cast<int>(OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("group_size"));
+    } else {
+      unit.kernel = true;
+      std::vector<TensorType> operands1 = typesOf(graph, node.operands), results1 = typesOf(graph, node.results);
+      std::vector<TensorType> operands2 = typesOf(at_rows2, node2.operands), results2 = typesOf(at_rows2, node2.results);
+      OpCost cost1 = CostModel::kernelCost(opDef(node.op), operands1, results1, node.attrs);
+      OpCost cost2 = CostModel::kernelCost(opDef(node2.op), operands2, results2, node2.attrs);
+      unit.flops = Affine::fit(rows1, cost1.flops, rows2, cost2.flops);
+      unit.bytes = Affine::fit(rows1, cost1.bytes, rows2, cost2.bytes);
+      unit.dtype = arithmeticDType(operands1, results1);
+      unit.efficiency = model.cluster().device.efficiency(node.op);
+      if (node.op == OpId::shard_slice)
+        unit.group_size = static_cast<int>(OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("group_size"));
+    }
+    if (train) unit.backward_comm = opDef(node.op).gradient_communication;
+    if (unit.forward_comm || unit.backward_comm) {
+      double full1 = std::max(totalBytes(graph, node.operands), totalBytes(graph, node.results));
+      double full2 = std::max(totalBytes(at_rows2, node2.operands), totalBytes(at_rows2, node2.results));
+      unit.comm_bytes = Affine::fit(rows1, full1, rows2, full2);
+    }
+    double kept1 = 0, kept2 = 0;
+    for (ValueId r : node.results)
+      if (root_kept[r]) {
+        kept1 += static_cast<double>(graph.values[r].type.bytes());
+        kept2 += static_cast<double>(at_rows2.values[r].type.bytes());
+      }
+    unit.activation_bytes = Affine::fit(rows1, kept1, rows2, kept2);
+    unit.result_bytes = Affine::fit(rows1, totalBytes(graph, node.results), rows2, totalBytes(at_rows2, node2.results));
+    for (ValueId v : node.operands) {
+      ValueId r = root[v];
+      const Param* param = graph.findParam(r);
+      if (!param || param_seen[r]) continue;
+      param_seen[r] = true;
+      const TensorType& type = graph.values[r].type;
+      unit.param_bytes += static_cast<double>(type.bytes());
+      if (param->trainable && train) {
+        unit.grad_bytes += static_cast<double>(type.bytes());
+        unit.optimizer_s += optimizerTime(type, optimizer, model);
+      }
+    }
+    unit_of_node[n] = static_cast<int32_t>(nodes.size());
+    nodes.push_back(std::move(unit));
+  }
+
+  // 4. Bytes crossing into a stage that starts at each profile node: values computed from the
+  //    data before it and used at or after it (a difference array over the cuts they span). The
+  //    outputs of an inference graph are used at its end (the last stage returns them).
+  if (!train)
+    for (ValueId v : graph.outputs) last_use[root[v]] = static_cast<int32_t>(graph.nodes.size()) - 1;
+  const int32_t num_units = static_cast<int32_t>(nodes.size());
+  auto firstUnitFrom = [&](int32_t n) {  // the first profile node at or after graph node n
+    while (n < static_cast<int32_t>(graph.nodes.size()) && unit_of_node[n] < 0) ++n;
+    return n < static_cast<int32_t>(graph.nodes.size()) ? unit_of_node[n] : num_units;
+  };
+  std::vector<double> starts1(nodes.size() + 1, 0.0), starts2(nodes.size() + 1, 0.0);
+  for (size_t v = 0; v < num_values; ++v) {
+    const int32_t producer = graph.values[v].producer;
+    // Data inputs go to the stages that use them; parameters and constants are never sent.
+    if (root[v] != static_cast<ValueId>(v) || !from_input[v] || last_use[v] < 0 || producer < 0) continue;
+    // It crosses the cuts before units first..last: after its producer, up to its last user.
+    const int32_t first = firstUnitFrom(producer + 1), end = std::min(firstUnitFrom(last_use[v]) + 1, num_units);
+    if (first >= end) continue;
+    starts1[first] += static_cast<double>(graph.values[v].type.bytes());
+    starts1[end] -= static_cast<double>(graph.values[v].type.bytes());
+    starts2[first] += static_cast<double>(at_rows2.values[v].type.bytes());
+    starts2[end] -= static_cast<double>(at_rows2.values[v].type.bytes());
+  }
+  double running1 = 0, running2 = 0;
+  for (size_t u = 0; u < nodes.size(); ++u) {
+    running1 += starts1[u];
+    running2 += starts2[u];
+    nodes[u].cut_bytes = Affine::fit(rows1, running1, rows2, running2);
+  }
+  return nodes;
+}
+
+}  // namespace
+
+std::string ParallelStrategy::str() const {
+  return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + ", " +
+         std::to_string(microbatches) + (microbatches == 1 ? " microbatch, " : " microbatches, ") +
+         std::string(pipelineScheduleName(schedule));
+}
+
+struct StrategyEstimator::Impl {
+  StrategySearchOptions options;
+  CostModel model;
+  int64_t global_batch = 0;
+  int64_t memory_limit = 0;
+  std::map<int, TpProfile> profiles;  // by tp degree
+  mutable std::map<std::pair<int, int64_t>, std::unique_ptr<StageTable>> tables;
+
+  explicit Impl(const CostModel& cost_model) : model(cost_model) {}
+
+  const TpProfile* profile(int tp) const {
+    auto found = profiles.find(tp);
+    return found == profiles.end() || !found->second.infeasible.empty() ? nullptr : &found->second;
+  }
+
+  // The prefix sums of one (tp, rows), built on first use.
+  const StageTable& table(const TpProfile& profile, int64_t rows) const {
+    auto& slot = tables[{profile.tp, rows}];
+    if (slot) return *slot;
+    slot = std::make_unique<StageTable>();
+    StageTable& t = *slot;
+    const DeviceSpec& device = model.cluster().device;
+    const size_t n = profile.nodes.size();
+    for (auto* prefix : {&t.time, &t.backward, &t.tp_comm, &t.activation, &t.params, &t.grads, &t.optimizer})
+      prefix->assign(n + 1, 0.0);
+    t.cut_bytes.resize(n);
+    const double r = static_cast<double>(rows);
+    for (size_t i = 0; i < n; ++i) {
+      const ProfileNode& node = profile.nodes[i];
+      double forward =
+          node.kernel ? rooflineTime(OpCost{node.flops.at(r), node.bytes.at(r)}, node.dtype, device, node.efficiency) : 0.0;
+      double backward = options.train ? 2 * forward : 0.0;
+      double comm = 0;
+      if (node.forward_comm) comm += commTime(*node.forward_comm, node.group_size, node.comm_bytes.at(r), profile.tp_link);
+      double backward_comm =
+          node.backward_comm ? commTime(*node.backward_comm, node.group_size, node.comm_bytes.at(r), profile.tp_link) : 0;
+      double time = forward + backward + comm + backward_comm;
+      t.max_node_time = std::max(t.max_node_time, time);
+      t.time[i + 1] = t.time[i] + time;
+      t.backward[i + 1] = t.backward[i] + backward + backward_comm;
+      t.tp_comm[i + 1] = t.tp_comm[i] + comm + backward_comm;
+      t.activation[i + 1] = t.activation[i] + node.activation_bytes.at(r);
+      t.params[i + 1] = t.params[i] + node.param_bytes;
+      t.grads[i + 1] = t.grads[i] + node.grad_bytes;
+      t.optimizer[i + 1] = t.optimizer[i] + node.optimizer_s;
+      t.cut_bytes[i] = node.cut_bytes.at(r);
+      t.max_result_bytes = std::max(t.max_result_bytes, node.result_bytes.at(r));
+    }
+    return t;
+  }
+
+  // Bytes per device of a stage holding nodes [first, last) with `in_flight` microbatches'
+  // activations: parameters, optimizer state, gradients (two copies when there are several
+  // microbatches: the running sum and the microbatch being differentiated), the activations the backward pass
+  // reads, and working memory for the largest node's results and their gradients. Inference: the
+  // parameters, one microbatch's results and the largest node's.
+  double stageMemory(const StageTable& t, int first, int last, int in_flight, int microbatches) const {
+    double params = t.params[last] - t.params[first];
+    double activations = t.activation[last] - t.activation[first];
+    if (!options.train) return params + activations + t.max_result_bytes;
+    double grads = t.grads[last] - t.grads[first];
+    return params + grads * optimizerStatePerParam(options.training.optimizer) + grads * std::min(microbatches, 2) +
+           in_flight * activations + 2 * t.max_result_bytes;
+  }
+
+  // Greedy split of the nodes into `stages` non-empty stages, each as long as the time bound and
+  // its memory allow; the stage starts, or nullopt when it cannot be done. Taking the longest
+  // feasible stage each time is optimal: any feasible split's k-th stage ends no later.
+  std::optional<std::vector<int>> greedySplit(const StageTable& t, const ParallelStrategy& s, double time_bound,
+                                              double memory_limit) const {
+    const int n = static_cast<int>(t.time.size()) - 1;
+    std::vector<int> starts;
+    int first = 0;
+    for (int stage = 0; stage < s.pp; ++stage) {
+      starts.push_back(first);
+      const int latest = n - (s.pp - stage - 1);  // leave a node for every later stage
+      const int in_flight = microbatchesInFlight(s.schedule, stage, s.pp, s.microbatches);
+      // The last end in (first, latest] within the time bound and within memory (both monotone).
+      int low = first, high = latest;
+      while (low < high) {
+        int mid = low + (high - low + 1) / 2;
+        bool fits = t.time[mid] - t.time[first] <= time_bound &&
+                    stageMemory(t, first, mid, in_flight, s.microbatches) <= memory_limit;
+        if (fits)
+          low = mid;
+        else
+          high = mid - 1;
+      }
+      if (low == first) return std::nullopt;
+      first = low;
+    }
+    if (first != n) return std::nullopt;
+    return starts;
+  }
+
+  // Stage starts whose slowest stage is as fast as any split within memory allows (bisection on
+  // the bound; greedySplit decides each bound); nullopt when no split fits in `memory_limit`.
+  std::optional<std::vector<int>> balance(const StageTable& t, const ParallelStrategy& s, double memory_limit) const {
+    const int n = static_cast<int>(t.time.size()) - 1;
+    if (s.pp == 1) return stageMemory(t, 0, n, microbatchesInFlight(s.schedule, 0, 1, s.microbatches), s.microbatches) <=
+                                  memory_limit
+                              ? std::optional<std::vector<int>>(std::vector<int>{0})
+                              : std::nullopt;
+    double high = t.time[n];
+    std::optional<std::vector<int>> best = greedySplit(t, s, high, memory_limit);
+    if (!best) return std::nullopt;
+    double low = std::max(t.max_node_time, t.time[n] / s.pp);
+    for (int iteration = 0; iteration < 100 && high - low > 1e-12 * high; ++iteration) {
+      double middle = low + (high - low) / 2;
+      if (auto split = greedySplit(t, s, middle, memory_limit)) {
+        high = middle;
+        best = std::move(split);
+      } else {
+        low = middle;
+      }
+    }
+    return best;
+  }
+
+  // Why `s` cannot be estimated at all (empty when it can), and its rows per microbatch.
+  std::string invalid(const ParallelStrategy& s, int64_t& rows) const {
+    if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.microbatches < 1) return "degrees and microbatches must be at least 1";
+    if (int64_t{s.dp} * s.tp * s.pp != options.devices)
+      return "dp x tp x pp = " + std::to_string(int64_t{s.dp} * s.tp * s.pp) + ", not the " +
+             std::to_string(options.devices) + " devices";
+    if (global_batch % (int64_t{s.dp} * s.microbatches) != 0)
+      return "batch " + std::to_string(global_batch) + " does not split into dp x microbatches = " +
+             std::to_string(int64_t{s.dp} * s.microbatches);
+    auto found = profiles.find(s.tp);
+    if (found == profiles.end()) return "tp " + std::to_string(s.tp) + " was not profiled";
+    if (!found->second.infeasible.empty()) return found->second.infeasible;
+    if (s.pp > static_cast<int>(found->second.nodes.size()))
+      return "more stages than the model's " + std::to_string(found->second.nodes.size()) + " nodes";
+    rows = global_batch / (int64_t{s.dp} * s.microbatches);
+    return "";
+  }
+
+  StrategyEstimate estimate(const ParallelStrategy& s, const std::vector<int>* given_starts) const;
+};
+
+StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, const std::vector<int>* given_starts) const {
+  StrategyEstimate e;
+  e.strategy = s;
+  int64_t rows = 0;
+  e.infeasible = invalid(s, rows);
+  if (!e.infeasible.empty()) return e;
+  const TpProfile& tp_profile = *profile(s.tp);
+  const StageTable& t = table(tp_profile, rows);
+  const int n = static_cast<int>(tp_profile.nodes.size());
+  const ClusterSpec& cluster = model.cluster();
+
+  // 1. Stages: given, or balanced within memory (else balanced without a limit, to say how much is needed).
+  std::vector<int> starts;
+  if (given_starts) {
+    starts = *given_starts;
+    bool valid = static_cast<int>(starts.size()) == s.pp && starts[0] == 0;
+    for (size_t k = 1; valid && k < starts.size(); ++k) valid = starts[k] > starts[k - 1] && starts[k] < n;
+    if (!valid) {
+      e.infeasible = "stage starts must be " + std::to_string(s.pp) + " increasing node indices from 0";
+      return e;
+    }
+  } else if (auto balanced = balance(t, s, static_cast<double>(memory_limit))) {
+    starts = std::move(*balanced);
+  } else {
+    starts = *balance(t, s, kInfinity);
+  }
+  e.stage_starts = starts;
+
+  // 2. Per stage: its time per microbatch, memory, the transfer to the next stage, and its tail
+  //    (the exposed gradient all-reduce and the optimizer after its last backward step).
+  const LinkSpec& pp_link = cluster.linkFor(strideGroup(s.pp, s.dp * s.tp));
+  const LinkSpec& dp_link = cluster.linkFor(strideGroup(s.dp, s.tp));
+  double sum_stage = 0, slowest_throughput = 0, fill_transfers = 0, tail = -1, memory = 0;
+  for (int stage = 0; stage < s.pp; ++stage) {
+    const int first = starts[stage], last = stage + 1 < s.pp ? starts[stage + 1] : n;
+    const double stage_time = t.time[last] - t.time[first];
+    double transfer = 0;
+    if (stage + 1 < s.pp) {
+      double bytes = t.cut_bytes[last];
+      transfer = commTime(CommKind::kSend, 2, bytes, pp_link) * (options.train ? 2 : 1);
+      fill_transfers += transfer;
+    }
+    sum_stage += stage_time;
+    slowest_throughput = std::max(slowest_throughput, std::max(stage_time, transfer));
+    if (stage_time > e.slowest_stage_s) {
+      e.slowest_stage_s = stage_time;
+      e.tp_comm_s = t.tp_comm[last] - t.tp_comm[first];
+    }
+    memory = std::max(memory, stageMemory(t, first, last, microbatchesInFlight(s.schedule, stage, s.pp, s.microbatches),
+                                          s.microbatches));
+    if (!options.train) continue;
+    double grads = t.grads[last] - t.grads[first];
+    double all_reduce = 0, exposed = 0;
+    if (s.dp > 1 && grads > 0) {
+      double buckets = std::max(1.0, std::ceil(grads / static_cast<double>(std::max<int64_t>(options.bucket_bytes, 1))));
+      all_reduce = buckets * commLatencySteps(CommKind::kAllReduce, s.dp) * dp_link.latency +
+                   commBytesPerRank(CommKind::kAllReduce, s.dp, grads) / dp_link.bandwidth;
+      double hidden_by = t.backward[last] - t.backward[first];  // the last microbatch's backward pass
+      exposed = std::max(all_reduce / buckets, all_reduce - hidden_by);
+    }
+    double optimizer = t.optimizer[last] - t.optimizer[first];
+    if (exposed + optimizer > tail) {
+      tail = exposed + optimizer;
+      e.dp_comm_s = all_reduce;
+      e.dp_exposed_s = exposed;
+      e.optimizer_s = optimizer;
+    }
+  }
+
+  // 3. The step: the pipeline ((M - 1) x the slowest stage + every stage once + the transfers
+  //    filling it), then the slowest tail.
+  const double pipeline = (s.microbatches - 1) * slowest_throughput + sum_stage + fill_transfers;
+  e.pp_comm_s = fill_transfers;
+  e.bubble_fraction = pipeline > 0 ? std::max(0.0, 1 - s.microbatches * sum_stage / s.pp / pipeline) : 0;
+  e.step_time_s = pipeline + std::max(tail, 0.0);
+  e.memory_bytes = static_cast<int64_t>(std::ceil(memory));
+  if (memory > static_cast<double>(memory_limit))
+    e.infeasible = "needs " + gib(memory) + " per device, over the " + gib(static_cast<double>(memory_limit)) + " limit";
+  return e;
+}
+
+StrategyEstimator::StrategyEstimator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StrategyEstimator::StrategyEstimator(StrategyEstimator&&) noexcept = default;
+StrategyEstimator& StrategyEstimator::operator=(StrategyEstimator&&) noexcept = default;
+StrategyEstimator::~StrategyEstimator() = default;
+
+Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const StrategySearchOptions& options,
+                                                      const CostModel& cost_model) {
+  if (options.devices < 1) return Status::usage("strategy search: --devices must be at least 1");
+  auto impl = std::make_unique<Impl>(cost_model);
+  impl->options = options;
+  impl->memory_limit =
+      options.memory_limit_bytes > 0 ? options.memory_limit_bytes : cost_model.cluster().device.memory_bytes;
+  if (impl->memory_limit <= 0) impl->memory_limit = std::numeric_limits<int64_t>::max();
+
+  // 1. The global batch: the option's, else the model's first input's dim 0.
+  if (options.batch > 0) {
+    impl->global_batch = options.batch;
+  } else if (!model.inputs.empty() && model.values[model.inputs[0]].type.rank() > 0) {
+    impl->global_batch = model.values[model.inputs[0]].type.shape[0];
+  }
+  if (impl->global_batch <= 0)
+    return Status::badInput("strategy search: @" + model.name + " has no batch dim to split (give --batch)");
+
+  // 2. The forward graph (with the loss when training) at two row counts; the estimate is affine
+  //    in the rows between and beyond them.
+  const int64_t rows1 = impl->global_batch >= 4 ? 2 : 1, rows2 = 2 * rows1;
+  Graph forward[2];
+  for (int k = 0; k < 2; ++k) {
+    Graph shaped = model;
+    CLEAVE_TRY(fixShapes(shaped, k == 0 ? rows1 : rows2));
+    if (options.train) {
+      CLEAVE_ASSIGN_OR_RETURN(forward[k], buildLossGraph(shaped, options.training));
+    } else {
+      CLEAVE_ASSIGN_OR_RETURN(forward[k], buildInferenceGraph(shaped));
+    }
+  }
+
+  // 3. One device's graph per tp degree dividing the devices (a degree the partitioner rejects is infeasible).
+  for (int tp : divisorsOf(options.devices)) {
+    TpProfile profile;
+    profile.tp = tp;
+    profile.tp_link = cost_model.cluster().linkFor(strideGroup(tp, 1));
+    const DeviceMesh mesh{1, tp, 1};
+    auto part1 = tp == 1 ? Expected<Graph>(forward[0]) : partitionForDevice(forward[0], mesh, MeshCoord{});
+    auto part2 = tp == 1 ? Expected<Graph>(forward[1]) : partitionForDevice(forward[1], mesh, MeshCoord{});
+    if (!part1 || !part2) {
+      profile.infeasible = "tp " + std::to_string(tp) + ": " + (!part1 ? part1 : part2).status().message();
+    } else {
+      std::vector<bool> kept;
+      if (options.train) {
+        auto backward_reads = valuesKeptForBackward(*part1);
+        if (!backward_reads) return backward_reads.status().withContext("strategy search: tp " + std::to_string(tp) + ": ");
+        kept = std::move(*backward_reads);
+      }
+      auto nodes = profileGraph(*part1, static_cast<double>(rows1), *part2, static_cast<double>(rows2), kept,
+                                options.training.optimizer, options.train, cost_model);
+      if (!nodes) return nodes.status();
+      profile.nodes = std::move(*nodes);
+      if (profile.nodes.empty()) profile.infeasible = "tp " + std::to_string(tp) + ": the model has no work";
+    }
+    impl->profiles.emplace(tp, std::move(profile));
+  }
+  return StrategyEstimator(std::move(impl));
+}
+
+int64_t StrategyEstimator::globalBatch() const { return impl_->global_batch; }
+
+std::vector<ParallelStrategy> StrategyEstimator::candidates() const {
+  std::vector<ParallelStrategy> all;
+  const int devices = impl_->options.devices;
+  for (const auto& [tp, profile] : impl_->profiles) {
+    if (!profile.infeasible.empty()) continue;
+    for (int pp : divisorsOf(devices / tp)) {
+      if (pp > static_cast<int>(profile.nodes.size())) break;
+      const int dp = devices / tp / pp;
+      if (impl_->global_batch % dp != 0) continue;
+      for (int microbatches : divisorsOf(impl_->global_batch / dp)) {
+        if (microbatches > impl_->options.max_microbatches) break;
+        if (pp == 1) {
+          all.push_back({dp, tp, pp, microbatches, PipelineScheduleKind::kOneForwardOneBackward});
+          continue;
+        }
+        for (PipelineScheduleKind schedule : impl_->options.schedules) all.push_back({dp, tp, pp, microbatches, schedule});
+      }
+    }
+  }
+  return all;
+}
+
+StrategyEstimate StrategyEstimator::estimate(const ParallelStrategy& strategy) const {
+  return impl_->estimate(strategy, nullptr);
+}
+
+StrategyEstimate StrategyEstimator::estimateWithStages(const ParallelStrategy& strategy,
+                                                       std::span<const int> stage_starts) const {
+  std::vector<int> starts(stage_starts.begin(), stage_starts.end());
+  return impl_->estimate(strategy, &starts);
+}
+
+int StrategyEstimator::profileNodes(int tp) const {
+  const TpProfile* profile = impl_->profile(tp);
+  return profile ? static_cast<int>(profile->nodes.size()) : 0;
+}
+
+double StrategyEstimator::lowerBound(const ParallelStrategy& s) const {
+  int64_t rows = 0;
+  if (!impl_->invalid(s, rows).empty()) return kInfinity;
+  const StageTable& t = impl_->table(*impl_->profile(s.tp), rows);
+  // The pipeline takes at least (M - 1) x the average stage + every stage once; some stage's
+  // optimizer update at least the average one.
+  const double total = t.time.back();
+  return (s.microbatches - 1) * total / s.pp + total + t.optimizer.back() / s.pp;
+}
+
+Expected<StrategySearchResult> searchStrategy(const StrategyEstimator& estimator, const StrategySearchOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  StrategySearchResult result;
+
+  // 1. Every candidate with its lower bound, most promising first (ties in candidate order).
+  std::vector<ParallelStrategy> candidates = estimator.candidates();
+  result.candidates = static_cast<int64_t>(candidates.size());
+  std::vector<std::pair<double, size_t>> order;
+  for (size_t i = 0; i < candidates.size(); ++i) order.emplace_back(estimator.lowerBound(candidates[i]), i);
+  std::sort(order.begin(), order.end());
+
+  // 2. Estimate in that order, keeping the fastest feasible ones (best + alternatives), until a
+  //    lower bound says no later candidate can join them.
+  const size_t keep = options.alternatives + 1;
+  std::vector<std::pair<StrategyEstimate, size_t>> kept, over_memory;
+  auto faster = [](const auto& a, const auto& b) {
+    return a.first.step_time_s < b.first.step_time_s ||
+           (a.first.step_time_s == b.first.step_time_s && a.second < b.second);
+  };
+  std::string any_error;
+  for (const auto& [bound, index] : order) {
+    if (kept.size() == keep && bound >= kept.back().first.step_time_s) break;
+    if (!std::isfinite(bound)) break;
+    StrategyEstimate estimate = estimator.estimate(candidates[index]);
+    ++result.estimated;
+    if (estimate.feasible()) {
+      kept.emplace_back(std::move(estimate), index);
+      std::sort(kept.begin(), kept.end(), faster);
+      if (kept.size() > keep) kept.pop_back();
+    } else if (estimate.memory_bytes > 0) {
+      over_memory.emplace_back(std::move(estimate), index);
+    } else if (any_error.empty()) {
+      any_error = candidates[index].str() + ": " + estimate.infeasible;
+    }
+  }
+
+  // 3. The answer, or why there is none.
+  if (kept.empty()) {
+    if (!over_memory.empty()) {
+      auto least = std::min_element(over_memory.begin(), over_memory.end(), [](const auto& a, const auto& b) {
+        return a.first.memory_bytes < b.first.memory_bytes;
+      });
+      return Status::badInput("no strategy for " + std::to_string(options.devices) +
+                              " devices fits in device memory; the least any needs is " +
+                              gib(static_cast<double>(least->first.memory_bytes)) + " per device (" +
+                              least->first.strategy.str() + ": " + least->first.infeasible + ")");
+    }
+    return Status::badInput("no strategy splits the model over " + std::to_string(options.devices) + " devices" +
+                            (any_error.empty() ? "" : " (" + any_error + ")"));
+  }
+  result.best = kept.front().first;
+  for (size_t k = 1; k < kept.size(); ++k) result.alternatives.push_back(kept[k].first);
+  std::sort(over_memory.begin(), over_memory.end(), faster);
+  for (const auto& [estimate, index] : over_memory) {
+    if (estimate.step_time_s >= result.best.step_time_s || result.over_memory.size() >= options.alternatives) break;
+    result.over_memory.push_back(estimate);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+Expected<StrategySearchResult> searchStrategy(const Graph& model, const StrategySearchOptions& options,
+                                              const CostModel& cost_model) {
+  const auto started = std::chrono::steady_clock::now();
+  CLEAVE_ASSIGN_OR_RETURN(StrategyEstimator estimator, StrategyEstimator::create(model, options, cost_model));
+  CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(estimator, options));
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+}  // namespace cleave

@@ -1,0 +1,106 @@
+// The training pipeline: loss head, autodiff and optimizer over a copy of the model, cleaned by cse and dce.
+#include "passes/training/training_pipeline.h"
+
+#include <functional>
+
+#include "ir/verifier.h"
+#include "passes/training/autodiff.h"
+#include "passes/core/pass_manager.h"
+
+namespace cleave {
+namespace {
+
+Status runPass(Graph& graph, const std::string& name) {
+  const PassInfo* pass = findPass(name);
+  if (!pass) return Status::internal("training pipeline: pass '" + name + "' is not registered");
+  return pass->run(graph, PassOptions::defaultsFor(*pass));
+}
+
+Status simplify(Graph& graph) {
+  CLEAVE_TRY(runPass(graph, "cse"));
+  return runPass(graph, "dce");
+}
+
+Status checkResult(const Graph& graph, const char* which) {
+  Status valid = verifyGraph(graph);
+  if (valid) return valid;
+  return Status::internal(std::string("training pipeline: the ") + which + " graph is invalid: " + valid.message());
+}
+
+// The model with its loss attached; outputs [loss]. `logits` is set to the value the loss reads.
+Expected<Graph> withLoss(const Graph& model, const TrainingOptions& options, ValueId& logits) {
+  Graph graph = model;
+  CLEAVE_ASSIGN_OR_RETURN(ValueId loss, attachLoss(graph, options.loss, options.logits_output));
+  logits = graph.nodes[graph.values[loss].producer].operands[0];
+  return graph;
+}
+
+Expected<Graph> buildTrainGraph(const Graph& model, const TrainingOptions& options) {
+  // 1. Model and loss, simplified before differentiating so the backward pass is small too.
+  ValueId logits = kNoValue;
+  CLEAVE_ASSIGN_OR_RETURN(Graph graph, withLoss(model, options, logits));
+  CLEAVE_TRY(simplify(graph));
+  CLEAVE_TRY(appendTrainingStep(graph, options));
+  CLEAVE_TRY(checkResult(graph, "train"));
+  return graph;
+}
+
+Expected<Graph> buildEvalGraph(const Graph& model, const TrainingOptions& options) {
+  ValueId logits = kNoValue;
+  CLEAVE_ASSIGN_OR_RETURN(Graph graph, withLoss(model, options, logits));
+  graph.outputs.insert(graph.outputs.begin(), logits);
+  CLEAVE_TRY(simplify(graph));
+  CLEAVE_TRY(checkResult(graph, "eval"));
+  return graph;
+}
+
+}  // namespace
+
+Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const TrainingStepHooks& hooks) {
+  // 1. Backward pass. cse and dce run with the gradients as outputs: outputs keep their names, and
+  //    plan lowering finds gradients by name (P.grad).
+  const std::vector<ValueId> outputs = graph.outputs;
+  if (hooks.backward) {
+    CLEAVE_TRY(hooks.backward(graph));
+  } else {
+    if (outputs.empty()) return Status::internal("training step: the graph has no loss output");
+    CLEAVE_TRY(appendBackward(graph, outputs[0]));
+  }
+  bool any_gradient = false;
+  for (const Param& param : graph.params) {
+    ValueId grad = graph.findValue(gradientName(graph.values[param.value].name));
+    if (param.trainable && grad != kNoValue) {
+      graph.outputs.push_back(grad);
+      any_gradient = true;
+    }
+  }
+  CLEAVE_TRY(simplify(graph));
+  if (hooks.after_backward) CLEAVE_TRY(hooks.after_backward(graph));
+  // 2. Optimizer step; then the outputs are those given (the updates keep the rest alive).
+  if (any_gradient || !hooks.parameters_optional) CLEAVE_TRY(appendOptimizer(graph, options.optimizer));
+  graph.outputs.resize(outputs.size());
+  return runPass(graph, "dce");
+}
+
+Expected<Graph> buildLossGraph(const Graph& model, const TrainingOptions& options) {
+  CLEAVE_TRY(verifyGraph(model));
+  ValueId logits = kNoValue;
+  CLEAVE_ASSIGN_OR_RETURN(Graph graph, withLoss(model, options, logits));
+  graph.outputs.push_back(logits);
+  CLEAVE_TRY(simplify(graph));
+  return graph;
+}
+
+Expected<TrainingGraphs> buildTrainingGraphs(const Graph& model, const TrainingOptions& options) {
+  CLEAVE_TRY(verifyGraph(model));
+  CLEAVE_ASSIGN_OR_RETURN(Graph train, buildTrainGraph(model, options));
+  CLEAVE_ASSIGN_OR_RETURN(Graph eval, buildEvalGraph(model, options));
+  return TrainingGraphs{std::move(train), std::move(eval)};
+}
+
+Expected<Graph> buildInferenceGraph(const Graph& model) {
+  CLEAVE_TRY(verifyGraph(model));
+  return model;
+}
+
+}  // namespace cleave

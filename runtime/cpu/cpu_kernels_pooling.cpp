@@ -1,0 +1,212 @@
+// CPU kernels of the pools over NCHW images and their gradients: max_pool2d, avg_pool2d,
+// global_avg_pool, max_pool2d_grad, avg_pool2d_grad (PyTorch's window and divisor rules).
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernel_support.h"
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_vector_math.h"
+
+namespace cleave::runtime::cpu {
+namespace {
+
+// The windows of one spatial dim, per output index: input range [first, last) clipped to the
+// image, and the window's length inside the padded image. As PyTorch, a window may reach into the
+// padding on either side and, with ceil_mode, past the end padding (where it is cut off).
+struct DimWindows {
+  std::vector<int64_t> first, last, padded_length;
+};
+
+DimWindows dimWindows(int64_t outputs, int64_t stride, int64_t pad_begin, int64_t pad_end, int64_t kernel,
+                      int64_t size) {
+  DimWindows d;
+  for (int64_t o = 0; o < outputs; ++o) {
+    const int64_t start = o * stride - pad_begin;
+    const int64_t end = std::min(start + kernel, size + pad_end);
+    d.first.push_back(std::max<int64_t>(start, 0));
+    d.last.push_back(std::max(std::min(end, size), d.first.back()));
+    d.padded_length.push_back(end - start);
+  }
+  return d;
+}
+
+// Both dims' windows of a pool.
+struct PoolWindows {
+  Window2d window;
+  DimWindows rows, columns;
+  int64_t planes = 0;  // N·C
+};
+
+PoolWindows poolWindows(const KernelCall& call, const Shape& input, const Shape& output) {
+  const std::vector<int64_t>& kernel = call.op.getInts("kernel");
+  PoolWindows p;
+  p.window = readWindow(call.op, input, output, kernel[0], kernel[1], true);
+  const Window2d& w = p.window;
+  p.rows = dimWindows(w.out_height, w.stride_h, w.pad_top, w.pad_bottom, w.kernel_h, w.height);
+  p.columns = dimWindows(w.out_width, w.stride_w, w.pad_left, w.pad_right, w.kernel_w, w.width);
+  p.planes = input[0] * input[1];
+  return p;
+}
+
+// avg_pool2d's divisor for output (oh, ow): the window's size inside the padded image with
+// count_include_pad, else inside the image.
+int64_t avgDivisor(const PoolWindows& p, int64_t oh, int64_t ow, bool count_include_pad) {
+  if (count_include_pad) return p.rows.padded_length[oh] * p.columns.padded_length[ow];
+  return (p.rows.last[oh] - p.rows.first[oh]) * (p.columns.last[ow] - p.columns.first[ow]);
+}
+
+// Calls visit(oh, ow, argmax, max) for every output of one plane, argmax being the plane offset of
+// the window's first maximum. A NaN counts as a maximum, so the last NaN wins (PyTorch's rule). An
+// empty window (impossible for valid pads) reports its start and −inf.
+template <class T, class Visit>
+void forEachWindowMax(const PoolWindows& p, const T* plane, Visit&& visit) {
+  const int64_t width = p.window.width;
+  for (int64_t oh = 0; oh < p.window.out_height; ++oh) {
+    const int64_t h_first = p.rows.first[oh], h_last = p.rows.last[oh];
+    for (int64_t ow = 0; ow < p.window.out_width; ++ow) {
+      const int64_t w_first = p.columns.first[ow], w_last = p.columns.last[ow];
+      // Selects rather than branches (which element is largest is unpredictable): the first
+      // strict maximum and the last NaN are tracked apart and combined at the end.
+      int64_t best = h_first * width + w_first, last_nan = -1;
+      T max = -std::numeric_limits<T>::infinity();
+      for (int64_t ih = h_first; ih < h_last; ++ih) {
+        const T* row = plane + ih * width;
+        for (int64_t iw = w_first; iw < w_last; ++iw) {
+          const T v = row[iw];
+          best = v > max ? ih * width + iw : best;
+          max = v > max ? v : max;
+          last_nan = v != v ? ih * width + iw : last_nan;
+        }
+      }
+      if (last_nan >= 0) visit(oh, ow, last_nan, plane[last_nan]);
+      else visit(oh, ow, best, max);
+    }
+  }
+}
+
+Status maxPoolKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const PoolWindows p = poolWindows(call, call.op.operands[0].shape, call.op.results[0].shape);
+    const Window2d& w = p.window;
+    const int64_t in_plane = w.height * w.width, out_plane = w.out_height * w.out_width;
+    const T* x = call.in<T>(0);
+    T* y = call.out<T>(0);
+    parallelFor(p.planes, threadCount(call), out_plane * w.kernel_h * w.kernel_w, [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        T* out = y + plane * out_plane;
+        forEachWindowMax<T>(p, x + plane * in_plane,
+                            [&](int64_t oh, int64_t ow, int64_t, T max) { out[oh * w.out_width + ow] = max; });
+      }
+    });
+    return Status::ok();
+  });
+}
+
+Status avgPoolKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const PoolWindows p = poolWindows(call, call.op.operands[0].shape, call.op.results[0].shape);
+    const Window2d& w = p.window;
+    const bool count_include_pad = call.op.getInt("count_include_pad") != 0;
+    const int64_t in_plane = w.height * w.width, out_plane = w.out_height * w.out_width;
+    const T* x = call.in<T>(0);
+    T* y = call.out<T>(0);
+    parallelFor(p.planes, threadCount(call), out_plane * w.kernel_h * w.kernel_w, [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const T* in = x + plane * in_plane;
+        T* out = y + plane * out_plane;
+        for (int64_t oh = 0; oh < w.out_height; ++oh)
+          for (int64_t ow = 0; ow < w.out_width; ++ow) {
+            double sum = 0;
+            for (int64_t ih = p.rows.first[oh]; ih < p.rows.last[oh]; ++ih)
+              for (int64_t iw = p.columns.first[ow]; iw < p.columns.last[ow]; ++iw)
+                sum += static_cast<double>(in[ih * w.width + iw]);
+            const int64_t divisor = avgDivisor(p, oh, ow, count_include_pad);
+            out[oh * w.out_width + ow] = divisor > 0 ? static_cast<T>(sum / static_cast<double>(divisor)) : T{0};
+          }
+      }
+    });
+    return Status::ok();
+  });
+}
+
+Status globalAvgPoolKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const Shape& shape = call.op.operands[0].shape;
+    const int64_t planes = shape[0] * shape[1], plane_size = shape[2] * shape[3];
+    const T* x = call.in<T>(0);
+    T* y = call.out<T>(0);
+    parallelFor(planes, threadCount(call), plane_size, [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const T* in = x + plane * plane_size;
+        y[plane] = static_cast<T>(sumOf(plane_size, [in](int64_t i) { return in[i]; }) / static_cast<double>(plane_size));
+      }
+    });
+    return Status::ok();
+  });
+}
+
+// dx: each window's dy goes to the window's first maximum (recomputed from x).
+Status maxPoolGradKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const PoolWindows p = poolWindows(call, call.op.operands[1].shape, call.op.operands[0].shape);
+    const Window2d& w = p.window;
+    const int64_t in_plane = w.height * w.width, out_plane = w.out_height * w.out_width;
+    const T* dy = call.in<T>(0);
+    const T* x = call.in<T>(1);
+    T* dx = call.out<T>(0);
+    parallelFor(p.planes, threadCount(call), out_plane * w.kernel_h * w.kernel_w, [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const T* grad = dy + plane * out_plane;
+        T* out = dx + plane * in_plane;
+        std::fill_n(out, in_plane, T{0});
+        forEachWindowMax<T>(p, x + plane * in_plane, [&](int64_t oh, int64_t ow, int64_t argmax, T) {
+          if (p.rows.first[oh] < p.rows.last[oh] && p.columns.first[ow] < p.columns.last[ow])
+            out[argmax] += grad[oh * w.out_width + ow];
+        });
+      }
+    });
+    return Status::ok();
+  });
+}
+
+// dx: each window's dy / divisor is added to every input element of the window.
+Status avgPoolGradKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const PoolWindows p = poolWindows(call, call.op.results[0].shape, call.op.operands[0].shape);
+    const Window2d& w = p.window;
+    const bool count_include_pad = call.op.getInt("count_include_pad") != 0;
+    const int64_t in_plane = w.height * w.width, out_plane = w.out_height * w.out_width;
+    const T* dy = call.in<T>(0);
+    T* dx = call.out<T>(0);
+    parallelFor(p.planes, threadCount(call), out_plane * w.kernel_h * w.kernel_w, [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const T* grad = dy + plane * out_plane;
+        T* out = dx + plane * in_plane;
+        std::fill_n(out, in_plane, T{0});
+        for (int64_t oh = 0; oh < w.out_height; ++oh)
+          for (int64_t ow = 0; ow < w.out_width; ++ow) {
+            const int64_t divisor = avgDivisor(p, oh, ow, count_include_pad);
+            if (divisor <= 0) continue;
+            const T share = grad[oh * w.out_width + ow] / static_cast<T>(divisor);
+            for (int64_t ih = p.rows.first[oh]; ih < p.rows.last[oh]; ++ih)
+              for (int64_t iw = p.columns.first[ow]; iw < p.columns.last[ow]; ++iw) out[ih * w.width + iw] += share;
+          }
+      }
+    });
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+void registerPoolingKernels(CpuKernelTable& table) {
+  table[static_cast<int>(OpId::max_pool2d)] = maxPoolKernel;
+  table[static_cast<int>(OpId::avg_pool2d)] = avgPoolKernel;
+  table[static_cast<int>(OpId::global_avg_pool)] = globalAvgPoolKernel;
+  table[static_cast<int>(OpId::max_pool2d_grad)] = maxPoolGradKernel;
+  table[static_cast<int>(OpId::avg_pool2d_grad)] = avgPoolGradKernel;
+}
+
+}  // namespace cleave::runtime::cpu
