@@ -70,6 +70,13 @@ using CostRule = OpCost (*)(const OpContext&);
 using ShardingRuleFn = ShardingRule (*)(const OpContext&);
 // Emits operand gradients given result gradients (reverse mode). Null: not differentiable.
 using GradientRule = Status (*)(GradientContext&);
+// The reference computation of an op (docs/ops.md semantics, floats in double precision): results
+// from operand tensors whose types are `ctx.operands`, for the result types `ctx.results`. Constant
+// folding, the op harness and the kernels' tests all check against it. Errors: bad data (kBadInput).
+using ReferenceRule = Expected<std::vector<TensorData>> (*)(const OpContext& ctx,
+                                                            std::span<const TensorData* const> operands);
+// Whether the reference handles the dtypes (and any other property) of `ctx`'s operands and results.
+using ReferenceSupportRule = bool (*)(const OpContext& ctx);
 
 // The family file an op is defined in (ir/ops/<family>.cpp); docs and the harness group ops by it.
 enum class OpFamily : uint8_t {
@@ -90,6 +97,8 @@ struct OpDef {
   CostRule cost = nullptr;
   ShardingRuleFn sharding = nullptr;
   GradientRule gradient = nullptr;
+  ReferenceRule reference = nullptr;                  // null: no reference (communication ops)
+  ReferenceSupportRule reference_supports = nullptr;  // null with a reference: every dtype the shape rule accepts
 
   // Properties the passes ask about (each pass reads them here; no pass keeps a list of op ids).
   bool side_effects = false;  // kept by dce and cse even when no result is used (send)
