@@ -116,33 +116,46 @@ std::optional<Expected<std::vector<TensorData>>> referenceResults(OpId op, const
   if (def.reference && (!def.reference_supports || def.reference_supports(ctx))) return def.reference(ctx, pointers);
   if (isConstantEvaluable(op, operand_types, result_types))
     return evaluateConstantNode(op, attrs, pointers, result_types);
+  if (op == OpId::constant && !def.reference) {  // until constant's OpDef::reference lands: its value attribute
+    const TensorData* value = ctx.getTensor("value");
+    if (value) return std::vector<TensorData>{*value};
+  }
   return std::nullopt;
 }
 
-Expected<std::vector<TensorData>> runCpuKernel(const OpCase& c, int threads) {
-  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorType> result_types, resultTypes(c));
-  runtime::CpuKernel kernel = runtime::findCpuKernel(c.op);
-  if (!kernel) return Status::internal("no cpu kernel for " + std::string(opName(c.op)));
-  std::vector<TensorType> operand_types;
+Expected<CpuCall> CpuCall::prepare(const OpCase& c, int threads) {
+  CpuCall call;
+  call.case_ = &c;
+  call.threads_ = threads;
+  CLEAVE_ASSIGN_OR_RETURN(call.result_types_, resultTypes(c));
+  if (!runtime::findCpuKernel(c.op)) return Status::internal("no cpu kernel for " + std::string(opName(c.op)));
+  for (const TensorData& t : c.operands) call.operand_types_.push_back(t.type);
+  for (const TensorType& type : call.result_types_) call.buffers_.emplace_back(static_cast<size_t>(type.bytes() + 16), 0xFF);
+  return call;
+}
+
+Status CpuCall::run() {
   std::vector<const void*> inputs;
-  for (const TensorData& t : c.operands) {
-    operand_types.push_back(t.type);
-    inputs.push_back(t.bytes.data());
-  }
-  // Result buffers with slack, so that an empty result still has a valid pointer.
-  std::vector<std::vector<uint8_t>> buffers;
+  for (const TensorData& t : case_->operands) inputs.push_back(t.bytes.data());
   std::vector<void*> outputs;
-  for (const TensorType& type : result_types) {
-    buffers.emplace_back(static_cast<size_t>(type.bytes() + 16), 0xFF);
-    outputs.push_back(buffers.back().data());
-  }
-  runtime::KernelCall call{OpContext{opDef(c.op), operand_types, result_types, c.attrs}, inputs, outputs, threads};
-  CLEAVE_TRY(kernel(call));
+  for (std::vector<uint8_t>& buffer : buffers_) outputs.push_back(buffer.data());
+  runtime::KernelCall call{OpContext{opDef(case_->op), operand_types_, result_types_, case_->attrs}, inputs, outputs,
+                           threads_};
+  return runtime::findCpuKernel(case_->op)(call);
+}
+
+std::vector<TensorData> CpuCall::results() const {
   std::vector<TensorData> results;
-  for (size_t i = 0; i < result_types.size(); ++i)
-    results.push_back(TensorData{result_types[i], std::vector<uint8_t>(buffers[i].begin(),
-                                                                       buffers[i].begin() + result_types[i].bytes())});
+  for (size_t i = 0; i < result_types_.size(); ++i)
+    results.push_back(TensorData{result_types_[i], std::vector<uint8_t>(buffers_[i].begin(),
+                                                                        buffers_[i].begin() + result_types_[i].bytes())});
   return results;
+}
+
+Expected<std::vector<TensorData>> runCpuKernel(const OpCase& c, int threads) {
+  CLEAVE_ASSIGN_OR_RETURN(CpuCall call, CpuCall::prepare(c, threads));
+  CLEAVE_TRY(call.run());
+  return call.results();
 }
 
 Tolerance defaultTolerance(DType dtype, bool device_slack) {
@@ -214,6 +227,10 @@ std::string checkGradient(const OpCase& c, bool& applies) {
   std::vector<TensorType> reference_types = *graph_results;
   if (def.reference)
     for (TensorType& t : reference_types) t.dtype = DType::kF64;
+  else if (std::any_of(reference_types.begin(), reference_types.end(), [](const TensorType& t) { return t.dtype != DType::kF64; })) {
+    applies = false;
+    return "";  // evaluateConstantNode rounds to the result dtype, which hides the derivative at this step
+  }
   // 3. Fixed random cotangents, one per result (in the result's dtype, so the graph sees the same values).
   std::mt19937 rng(1234);
   std::uniform_real_distribution<double> dist(-1, 1);
@@ -310,7 +327,7 @@ void reportPerf(const OpCase& c, const std::string& backend, const std::function
   int64_t calls = 0;
   const auto start = Clock::now();
   double seconds = 0;
-  while (seconds < 0.05) {
+  while (seconds < 0.01) {
     (void)run();
     ++calls;
     seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -80,6 +80,23 @@ Expected<std::vector<TensorType>> resultTypes(const OpCase& c);
 std::optional<Expected<std::vector<TensorData>>> referenceResults(OpId op, const AttrMap& attrs,
                                                                   const std::vector<TensorData>& operands,
                                                                   const std::vector<TensorType>& result_types);
+// One CPU kernel call of a case with its result buffers allocated, so that it can run (and be timed)
+// repeatedly.
+class CpuCall {
+ public:
+  // Prepares `c`'s call; errors: the case is invalid or the op has no CPU kernel.
+  static Expected<CpuCall> prepare(const OpCase& c, int threads);
+  // Runs the kernel once.
+  Status run();
+  // The results of the last run.
+  std::vector<TensorData> results() const;
+
+ private:
+  const OpCase* case_ = nullptr;
+  int threads_ = 1;
+  std::vector<TensorType> operand_types_, result_types_;
+  std::vector<std::vector<uint8_t>> buffers_;  // result bytes, with slack so empty results have a pointer
+};
 // Runs the op's CPU kernel on `c` (with `threads` threads).
 Expected<std::vector<TensorData>> runCpuKernel(const OpCase& c, int threads = 2);
 // The default tolerance of a kernel in `dtype` against the f64 reference (integers and bool: exact);
@@ -101,7 +118,7 @@ bool isCommunicationOp(OpId op);
 
 // Whether perf mode is on (environment variable CLEAVE_OP_HARNESS_PERF=1).
 bool perfModeEnabled();
-// Times `run` (repeated until about 50 ms have passed) and prints one line for `c`: microseconds
+// Times `run` (repeated until about 10 ms have passed) and prints one line for `c`: microseconds
 // per call and the op's bytes (GB/s) and FLOPs (GFLOP/s) from its cost rule.
 void reportPerf(const OpCase& c, const std::string& backend, const std::function<Status()>& run);
 

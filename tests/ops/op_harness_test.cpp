@@ -90,11 +90,11 @@ TEST(OpHarnessTable, CasesCoverTheTable) {
 TEST(OpHarnessPerf, CpuKernelTimes) {
   if (!perfModeEnabled()) GTEST_SKIP() << "perf mode: set CLEAVE_OP_HARNESS_PERF=1";
   for (const auto& [op, list] : casesByOp())
-    for (const OpCase& c : list)
-      reportPerf(c, "cpu", [&]() -> Status {
-        auto results = runCpuKernel(c, 1);
-        return results ? Status::ok() : results.status();
-      });
+    for (const OpCase& c : list) {
+      auto call = CpuCall::prepare(c, 1);
+      ASSERT_TRUE(call) << c.describe() << ": " << call.status().message();
+      reportPerf(c, "cpu", [&] { return call->run(); });
+    }
 }
 
 }  // namespace

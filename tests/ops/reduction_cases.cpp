@@ -47,13 +47,16 @@ CaseList reductionCases() {
     b.add(OpId::layer_norm, dt + " [3,4,6] axis -2",
           {b.uniform(dtype, {3, 4, 6}, -3, 3), b.uniform(dtype, {4, 6}), b.uniform(dtype, {4, 6})},
           {{"axis", int64_t{-2}}, {"epsilon", 1e-3}});
+    // Inference batch_norm treats mean and var as constants: its gradient covers x, scale and bias.
     b.add(OpId::batch_norm, dt + " [2,3,4,5]",
           {b.uniform(dtype, {2, 3, 4, 5}, -2, 2), b.uniform(dtype, {3}), b.uniform(dtype, {3}), b.uniform(dtype, {3}),
            b.uniform(dtype, {3}, 0.5, 2)},
-          {{"epsilon", 1e-4}});
+          {{"epsilon", 1e-4}})
+        .gradient_operands = {0, 1, 2};
     b.add(OpId::batch_norm, dt + " [4,2] (no spatial dims)",
           {b.uniform(dtype, {4, 2}), b.uniform(dtype, {2}), b.uniform(dtype, {2}), b.uniform(dtype, {2}),
-           b.uniform(dtype, {2}, 0.5, 2)});
+           b.uniform(dtype, {2}, 0.5, 2)})
+        .gradient_operands = {0, 1, 2};
   }
   return b.take();
 }
