@@ -1,5 +1,8 @@
 // Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, global_avg_pool.
+#include <cmath>
+
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_helpers.h"
 
 namespace cleave::ops {
 namespace {
@@ -232,6 +235,56 @@ OpDef poolOp(OpId id, std::string_view name, std::string_view summary) {
                .sharding = poolShardingRule};
 }
 
+// ---- Reference computations (double precision, naive loops) ----
+
+Expected<std::vector<TensorData>> conv2dReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> x = referenceValues(*operands[0]), w = referenceValues(*operands[1]);
+  const Shape& y_shape = ctx.results[0].shape;
+  std::vector<double> y(static_cast<size_t>(ctx.results[0].numel()), 0.0);
+  if (operands.size() == 3) {
+    const std::vector<double> b = referenceValues(*operands[2]);
+    for (int64_t i = 0; i < static_cast<int64_t>(y.size()); ++i) y[i] = b[i / (y_shape[2] * y_shape[3]) % y_shape[1]];
+  }
+  forEachConvTap(ctx.operands[0].shape, ctx.operands[1].shape, y_shape, ctx,
+                 [&](int64_t yi, int64_t xi, int64_t wi) { y[yi] += x[xi] * w[wi]; });
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
+Expected<std::vector<TensorData>> maxPoolReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> x = referenceValues(*operands[0]);
+  std::vector<double> y(static_cast<size_t>(ctx.results[0].numel()));
+  forEachPoolWindow(ctx.operands[0].shape, ctx.results[0].shape, ctx, [&](int64_t yi, const PoolWindow& p) {
+    const int64_t argmax = poolWindowArgmax(x, p);
+    y[yi] = argmax < 0 ? -INFINITY : x[argmax];
+  });
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
+Expected<std::vector<TensorData>> avgPoolReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> x = referenceValues(*operands[0]);
+  const bool count_include_pad = ctx.getInt("count_include_pad") == 1;
+  std::vector<double> y(static_cast<size_t>(ctx.results[0].numel()));
+  forEachPoolWindow(ctx.operands[0].shape, ctx.results[0].shape, ctx, [&](int64_t yi, const PoolWindow& p) {
+    double sum = 0;
+    for (int64_t ih = p.h_first; ih < p.h_last; ++ih)
+      for (int64_t iw = p.w_first; iw < p.w_last; ++iw) sum += x[p.plane + ih * p.width + iw];
+    const int64_t inside = (p.h_last - p.h_first) * (p.w_last - p.w_first);
+    y[yi] = sum / static_cast<double>(count_include_pad ? p.padded_count : inside);
+  });
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
+Expected<std::vector<TensorData>> globalAvgPoolReference(const OpContext& ctx,
+                                                         std::span<const TensorData* const> operands) {
+  const std::vector<double> x = referenceValues(*operands[0]);
+  const Shape& s = ctx.operands[0].shape;
+  const int64_t plane = s[2] * s[3];
+  std::vector<double> y(static_cast<size_t>(s[0] * s[1]), 0.0);
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) y[i / plane] += x[i];
+  for (double& v : y) v /= static_cast<double>(plane);
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
 }  // namespace
 
 void addConvolutionOps(std::vector<OpDef>& table) {
@@ -255,6 +308,12 @@ void addConvolutionOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<globalAvgPoolShape>,
                         .cost = globalAvgPoolCost,
                         .sharding = globalAvgPoolShardingRule});
+  appendedDef(table, OpId::conv2d).reference = conv2dReference;
+  appendedDef(table, OpId::max_pool2d).reference = maxPoolReference;
+  appendedDef(table, OpId::avg_pool2d).reference = avgPoolReference;
+  appendedDef(table, OpId::global_avg_pool).reference = globalAvgPoolReference;
+  for (OpId id : {OpId::conv2d, OpId::max_pool2d, OpId::avg_pool2d, OpId::global_avg_pool})
+    appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
 }
 
 }  // namespace cleave::ops

@@ -126,6 +126,13 @@ OpDef unaryOp(OpId id, std::string_view name, std::string_view summary) {
                .sharding = broadcastShardingRule};
 }
 
+// ---- Reference computations ----
+
+// identity, and dropout at inference (as the kernels run it): the operand unchanged.
+Expected<std::vector<TensorData>> copyReference(const OpContext&, std::span<const TensorData* const> operands) {
+  return std::vector<TensorData>{*operands[0]};
+}
+
 }  // namespace
 
 void addElementwiseOps(std::vector<OpDef>& table) {
@@ -197,6 +204,8 @@ void addElementwiseOps(std::vector<OpDef>& table) {
     appendedDef(table, id).in_place = true;
   appendedDef(table, OpId::identity).view = true;
   appendedDef(table, OpId::dropout).random = true;
+  appendedDef(table, OpId::identity).reference = copyReference;
+  appendedDef(table, OpId::dropout).reference = copyReference;
 }
 
 }  // namespace cleave::ops

@@ -1,7 +1,12 @@
 // Gradient ops: the backward kernels autodiff emits (relu_grad, conv2d_grad_input, ...).
 
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_helpers.h"
 
 namespace cleave::ops {
 namespace {
@@ -297,6 +302,217 @@ std::vector<AttrSpec> poolAttrs(bool avg) {
   return attrs;
 }
 
+// ---- Reference computations (double precision, naive loops) ----
+
+using References = Expected<std::vector<TensorData>>;
+using Operands = std::span<const TensorData* const>;
+
+// dx = fn(dy, v) elementwise, v being the forward op's input or result (operand 1).
+template <class Fn>
+References mapGradientReference(const OpContext& c, Operands operands, Fn fn) {
+  const std::vector<double> dy = referenceValues(*operands[0]), v = referenceValues(*operands[1]);
+  std::vector<double> dx(dy.size());
+  for (size_t i = 0; i < dy.size(); ++i) dx[i] = fn(dy[i], v[i]);
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+References reluGradReference(const OpContext& c, Operands operands) {
+  return mapGradientReference(c, operands, [](double dy, double x) { return x > 0 ? dy : 0.0; });
+}
+
+// gelu'(x) = Φ(x) + x·φ(x), or the derivative of the tanh approximation.
+References geluGradReference(const OpContext& c, Operands operands) {
+  if (c.getString("approximate") == "tanh")
+    return mapGradientReference(c, operands, [](double dy, double x) {
+      const double beta = std::numbers::sqrt2 * std::numbers::inv_sqrtpi, kappa = 0.044715;
+      const double t = std::tanh(beta * (x + kappa * x * x * x));
+      return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * beta * (1 + 3 * kappa * x * x));
+    });
+  return mapGradientReference(c, operands, [](double dy, double x) {
+    const double cdf = 0.5 * (1 + std::erf(x / std::numbers::sqrt2));
+    const double pdf = std::exp(-0.5 * x * x) * std::numbers::inv_sqrtpi / std::numbers::sqrt2;
+    return dy * (cdf + x * pdf);
+  });
+}
+
+References tanhGradReference(const OpContext& c, Operands operands) {
+  return mapGradientReference(c, operands, [](double dy, double y) { return dy * (1 - y * y); });
+}
+
+References sigmoidGradReference(const OpContext& c, Operands operands) {
+  return mapGradientReference(c, operands, [](double dy, double y) { return dy * (1 - y) * y; });
+}
+
+// softmax: dx = y·(dy − Σ dy·y); log_softmax: dx = dy − exp(y)·Σ dy (sums along the axis).
+template <bool kLog>
+References softmaxGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]), y = referenceValues(*operands[1]);
+  const AxisSplit s = splitAroundAxis(c.operands[0].shape, normalizeAxis(c.getInt("axis"), c.operands[0].rank()));
+  std::vector<double> dx(dy.size());
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t i = 0; i < s.inner; ++i) {
+      auto at = [&](int64_t l) { return (o * s.length + l) * s.inner + i; };
+      double sum = 0;
+      for (int64_t l = 0; l < s.length; ++l) sum += kLog ? dy[at(l)] : dy[at(l)] * y[at(l)];
+      for (int64_t l = 0; l < s.length; ++l)
+        dx[at(l)] = kLog ? dy[at(l)] - std::exp(y[at(l)]) * sum : y[at(l)] * (dy[at(l)] - sum);
+    }
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+// With x̂ = (x − mean)·rstd and g = dy·scale per row: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)),
+// dscale = Σ_rows dy·x̂, dbias = Σ_rows dy.
+References layerNormGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]), x = referenceValues(*operands[1]);
+  const std::vector<double> scale = referenceValues(*operands[2]);
+  const double epsilon = c.getFloat("epsilon");
+  const int64_t cols = static_cast<int64_t>(scale.size()), rows = cols == 0 ? 0 : static_cast<int64_t>(x.size()) / cols;
+  std::vector<double> dx(x.size()), dscale(scale.size(), 0.0), dbias(scale.size(), 0.0), xhat(scale.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = x.data() + r * cols;
+    const double* dyr = dy.data() + r * cols;
+    double mean = 0, var = 0, g_mean = 0, g_xhat_mean = 0;
+    for (int64_t i = 0; i < cols; ++i) mean += xr[i] / static_cast<double>(cols);
+    for (int64_t i = 0; i < cols; ++i) var += (xr[i] - mean) * (xr[i] - mean) / static_cast<double>(cols);
+    const double rstd = 1 / std::sqrt(var + epsilon);
+    for (int64_t i = 0; i < cols; ++i) {
+      xhat[i] = (xr[i] - mean) * rstd;
+      dscale[i] += dyr[i] * xhat[i];
+      dbias[i] += dyr[i];
+      g_mean += dyr[i] * scale[i] / static_cast<double>(cols);
+      g_xhat_mean += dyr[i] * scale[i] * xhat[i] / static_cast<double>(cols);
+    }
+    for (int64_t i = 0; i < cols; ++i) dx[r * cols + i] = rstd * (dyr[i] * scale[i] - g_mean - xhat[i] * g_xhat_mean);
+  }
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx), referenceTensor(c.results[1], dscale),
+                                 referenceTensor(c.results[2], dbias)};
+}
+
+// The adjoints of conv2d's multiply-adds: dx[x] += dy[y]·w[w] and dw[w] += dy[y]·x[x].
+References convGradInputReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]), w = referenceValues(*operands[1]);
+  std::vector<double> dx(static_cast<size_t>(c.results[0].numel()), 0.0);
+  forEachConvTap(c.results[0].shape, c.operands[1].shape, c.operands[0].shape, c,
+                 [&](int64_t yi, int64_t xi, int64_t wi) { dx[xi] += dy[yi] * w[wi]; });
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+References convGradWeightReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]), x = referenceValues(*operands[1]);
+  std::vector<double> dw(static_cast<size_t>(c.results[0].numel()), 0.0);
+  forEachConvTap(c.operands[1].shape, c.results[0].shape, c.operands[0].shape, c,
+                 [&](int64_t yi, int64_t xi, int64_t wi) { dw[wi] += dy[yi] * x[xi]; });
+  return std::vector<TensorData>{referenceTensor(c.results[0], dw)};
+}
+
+// Each window's dy goes to its maximum (the first strict one, or the last NaN).
+References maxPoolGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]), x = referenceValues(*operands[1]);
+  std::vector<double> dx(x.size(), 0.0);
+  forEachPoolWindow(c.operands[1].shape, c.operands[0].shape, c, [&](int64_t yi, const PoolWindow& p) {
+    const int64_t argmax = poolWindowArgmax(x, p);
+    if (argmax >= 0) dx[argmax] += dy[yi];
+  });
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+// Each window's dy is spread evenly over the window's elements inside the image.
+References avgPoolGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]);
+  const bool count_include_pad = c.getInt("count_include_pad") == 1;
+  std::vector<double> dx(static_cast<size_t>(c.results[0].numel()), 0.0);
+  forEachPoolWindow(c.results[0].shape, c.operands[0].shape, c, [&](int64_t yi, const PoolWindow& p) {
+    const int64_t inside = (p.h_last - p.h_first) * (p.w_last - p.w_first);
+    const double share = dy[yi] / static_cast<double>(count_include_pad ? p.padded_count : inside);
+    for (int64_t ih = p.h_first; ih < p.h_last; ++ih)
+      for (int64_t iw = p.w_first; iw < p.w_last; ++iw) dx[p.plane + ih * p.width + iw] += share;
+  });
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+// dx = zeros of data_shape; dx[o, indices[j], k] += dy[o, j, k]; negative indices count from the end.
+References gatherGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]), indices = referenceValues(*operands[1]);
+  const Shape& data = c.results[0].shape;
+  const AxisSplit s = splitAroundAxis(data, normalizeAxis(c.getInt("axis"), static_cast<int64_t>(data.size())));
+  const int64_t count = static_cast<int64_t>(indices.size());
+  std::vector<double> dx(static_cast<size_t>(c.results[0].numel()), 0.0);
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t index = static_cast<int64_t>(indices[j]);
+    if (index < -s.length || index >= s.length)
+      return Status::badInput("gather_grad: index " + std::to_string(index) + " (element " + std::to_string(j) +
+                              " of the indices) is out of range");
+    if (index < 0) index += s.length;
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t k = 0; k < s.inner; ++k) dx[(o * s.length + index) * s.inner + k] += dy[(o * count + j) * s.inner + k];
+  }
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+// ONNX Slice's first index and step per dim of `shape` (negative starts/ends count from the end, then
+// clamp: [0, dim] for positive steps, [0, dim-1] and [-1, dim-1] for negative ones).
+void sliceStarts(const OpContext& c, const Shape& shape, std::vector<int64_t>& first, std::vector<int64_t>& step) {
+  const std::vector<int64_t>& starts = c.getInts("starts");
+  std::vector<int64_t> axes = c.getInts("axes"), steps = c.getInts("steps");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  first.assign(shape.size(), 0);
+  step.assign(shape.size(), 1);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t axis = normalizeAxis(axes[i], static_cast<int64_t>(shape.size()));
+    const int64_t dim = shape[axis];
+    const int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];
+    first[axis] = steps[i] > 0 ? std::clamp<int64_t>(start, 0, dim) : std::clamp<int64_t>(start, 0, dim - 1);
+    step[axis] = steps[i];
+  }
+}
+
+// dx = zeros of input_shape with dy written where slice read.
+References sliceGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]);
+  const Shape& in = c.results[0].shape;
+  const Shape& sliced = c.operands[0].shape;
+  std::vector<int64_t> first, step;
+  sliceStarts(c, in, first, step);
+  std::vector<double> dx(static_cast<size_t>(c.results[0].numel()), 0.0);
+  for (int64_t i = 0; i < static_cast<int64_t>(dy.size()); ++i) {
+    const std::vector<int64_t> idx = unravelIndex(i, sliced);
+    int64_t offset = 0;
+    for (size_t d = 0; d < in.size(); ++d) offset = offset * in[d] + first[d] + idx[d] * step[d];
+    dx[offset] = dy[i];
+  }
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+// dlogits = dloss · (softmax(row) − onehot(label)) / count for counted rows; 0 for ignored rows.
+References softmaxCrossEntropyGradReference(const OpContext& c, Operands operands) {
+  const double dloss = referenceValues(*operands[0])[0];
+  const std::vector<double> logits = referenceValues(*operands[1]), labels = referenceValues(*operands[2]);
+  const int64_t classes = c.operands[1].shape.back(), ignore_index = c.getInt("ignore_index");
+  int64_t count = 0;
+  for (size_t r = 0; r < labels.size(); ++r) {
+    const int64_t label = static_cast<int64_t>(labels[r]);
+    if (label == ignore_index) continue;
+    if (label < 0 || label >= classes)
+      return Status::badInput("softmax_cross_entropy_grad: label " + std::to_string(label) + " at position " +
+                              std::to_string(r) + " is out of range [0, " + std::to_string(classes) + ")");
+    ++count;
+  }
+  std::vector<double> dlogits(logits.size(), 0.0);
+  for (int64_t r = 0; r < static_cast<int64_t>(labels.size()); ++r) {
+    const int64_t label = static_cast<int64_t>(labels[r]);
+    if (label == ignore_index) continue;
+    double max = -INFINITY, sum = 0;
+    for (int64_t k = 0; k < classes; ++k) max = std::max(max, logits[r * classes + k]);
+    for (int64_t k = 0; k < classes; ++k) sum += std::exp(logits[r * classes + k] - max);
+    for (int64_t k = 0; k < classes; ++k)
+      dlogits[r * classes + k] =
+          dloss * (std::exp(logits[r * classes + k] - max) / sum - (k == label ? 1.0 : 0.0)) / static_cast<double>(count);
+  }
+  return std::vector<TensorData>{referenceTensor(c.results[0], dlogits)};
+}
+
 }  // namespace
 
 void addGradientOps(std::vector<OpDef>& table) {
@@ -335,6 +551,26 @@ void addGradientOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::softmax_cross_entropy_grad, "softmax_cross_entropy_grad",
                         "dloss * (softmax(logits) - onehot(labels)) / count", 3, 3, {optionalInt("ignore_index", -100)},
                         softmaxCrossEntropyGradShape, elementwiseGradCost, softmaxCrossEntropyGradSharding});
+  const std::pair<OpId, ReferenceRule> references[] = {
+      {OpId::relu_grad, reluGradReference},
+      {OpId::gelu_grad, geluGradReference},
+      {OpId::tanh_grad, tanhGradReference},
+      {OpId::sigmoid_grad, sigmoidGradReference},
+      {OpId::softmax_grad, softmaxGradReference<false>},
+      {OpId::log_softmax_grad, softmaxGradReference<true>},
+      {OpId::layer_norm_grad, layerNormGradReference},
+      {OpId::conv2d_grad_input, convGradInputReference},
+      {OpId::conv2d_grad_weight, convGradWeightReference},
+      {OpId::max_pool2d_grad, maxPoolGradReference},
+      {OpId::avg_pool2d_grad, avgPoolGradReference},
+      {OpId::gather_grad, gatherGradReference},
+      {OpId::slice_grad, sliceGradReference},
+      {OpId::softmax_cross_entropy_grad, softmaxCrossEntropyGradReference},
+  };
+  for (const auto& [id, reference] : references) {
+    appendedDef(table, id).reference = reference;
+    appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
+  }
 }
 
 }  // namespace cleave::ops

@@ -1,5 +1,6 @@
 // Linear algebra ops: matmul (batched, broadcasting) and gemm (2-D with scaling and an added c).
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_helpers.h"
 
 namespace cleave::ops {
 namespace {
@@ -111,6 +112,55 @@ ShardingRule matrixProductRule(const OpContext& ctx) {
   return rule;
 }
 
+// ---- Reference computations (double precision, naive loops) ----
+
+// op(x)[i][j] of the matrix at `offset` of a row-major tensor whose last two dims are rows × cols.
+double matrixAt(const std::vector<double>& x, int64_t offset, int64_t cols, bool transposed, int64_t i, int64_t j) {
+  return transposed ? x[offset + j * cols + i] : x[offset + i * cols + j];
+}
+
+Expected<std::vector<TensorData>> matmulReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> a = referenceValues(*operands[0]), b = referenceValues(*operands[1]);
+  const Shape& a_shape = ctx.operands[0].shape;
+  const Shape& b_shape = ctx.operands[1].shape;
+  const Shape& result = ctx.results[0].shape;
+  const bool ta = ctx.getInt("transpose_a") == 1, tb = ctx.getInt("transpose_b") == 1;
+  const int64_t m = result[result.size() - 2], n = result.back();
+  const int64_t k = ta ? a_shape[a_shape.size() - 2] : a_shape.back();
+  const Shape batch = batchDims(result), a_batch = batchDims(a_shape), b_batch = batchDims(b_shape);
+  std::vector<double> y(static_cast<size_t>(ctx.results[0].numel()));
+  for (int64_t e = 0; e < static_cast<int64_t>(y.size()); ++e) {
+    const int64_t i = e / n % m, j = e % n, batch_flat = e / (m * n);
+    const std::vector<int64_t> batch_index = unravelIndex(batch_flat, batch);
+    const int64_t a_offset = broadcastOffsetOf(batch_index, a_batch) * m * k;
+    const int64_t b_offset = broadcastOffsetOf(batch_index, b_batch) * k * n;
+    double sum = 0;
+    for (int64_t p = 0; p < k; ++p)
+      sum += matrixAt(a, a_offset, a_shape.back(), ta, i, p) * matrixAt(b, b_offset, b_shape.back(), tb, p, j);
+    y[e] = sum;
+  }
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
+Expected<std::vector<TensorData>> gemmReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> a = referenceValues(*operands[0]), b = referenceValues(*operands[1]);
+  const bool ta = ctx.getInt("transpose_a") == 1, tb = ctx.getInt("transpose_b") == 1;
+  const double alpha = ctx.getFloat("alpha"), beta = ctx.getFloat("beta");
+  const int64_t m = ctx.results[0].shape[0], n = ctx.results[0].shape[1];
+  const int64_t k = ta ? ctx.operands[0].shape[0] : ctx.operands[0].shape[1];
+  const bool with_c = operands.size() == 3;
+  const std::vector<double> c = with_c ? referenceValues(*operands[2]) : std::vector<double>{};
+  std::vector<double> y;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += matrixAt(a, 0, ctx.operands[0].shape[1], ta, i, p) * matrixAt(b, 0, ctx.operands[1].shape[1], tb, p, j);
+      y.push_back(alpha * sum + (with_c ? beta * c[broadcastOffsetOf({i, j}, ctx.operands[2].shape)] : 0));
+    }
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
 }  // namespace
 
 void addLinearAlgebraOps(std::vector<OpDef>& table) {
@@ -134,6 +184,10 @@ void addLinearAlgebraOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<gemmShape>,
                         .cost = matrixProductCost,
                         .sharding = matrixProductRule});
+  appendedDef(table, OpId::matmul).reference = matmulReference;
+  appendedDef(table, OpId::gemm).reference = gemmReference;
+  appendedDef(table, OpId::matmul).reference_supports = referenceReadsAllDTypes;
+  appendedDef(table, OpId::gemm).reference_supports = referenceReadsAllDTypes;
 }
 
 }  // namespace cleave::ops

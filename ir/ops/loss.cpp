@@ -1,5 +1,9 @@
 // Loss ops: softmax_cross_entropy and mse, each a scalar f32 mean as PyTorch computes it.
+#include <algorithm>
+#include <cmath>
+
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_helpers.h"
 
 namespace cleave::ops {
 namespace {
@@ -65,6 +69,38 @@ ShardingRule mseShardingRule(const OpContext& ctx) {
   return rule;
 }
 
+// ---- Reference computations (double precision, naive loops) ----
+
+// The mean over counted label positions of -log_softmax(row)[label]; NaN when none is counted (as
+// PyTorch). A label outside [0, classes) other than ignore_index is bad input.
+Expected<std::vector<TensorData>> softmaxCrossEntropyReference(const OpContext& ctx,
+                                                               std::span<const TensorData* const> operands) {
+  const std::vector<double> logits = referenceValues(*operands[0]), labels = referenceValues(*operands[1]);
+  const int64_t classes = ctx.operands[0].shape.back(), ignore_index = ctx.getInt("ignore_index");
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t r = 0; r < static_cast<int64_t>(labels.size()); ++r) {
+    const int64_t label = static_cast<int64_t>(labels[r]);
+    if (label == ignore_index) continue;
+    if (label < 0 || label >= classes)
+      return Status::badInput("softmax_cross_entropy: label " + std::to_string(label) + " at position " +
+                              std::to_string(r) + " is out of range [0, " + std::to_string(classes) + ")");
+    double max = -INFINITY, exp_sum = 0;
+    for (int64_t c = 0; c < classes; ++c) max = std::max(max, logits[r * classes + c]);
+    for (int64_t c = 0; c < classes; ++c) exp_sum += std::exp(logits[r * classes + c] - max);
+    sum += std::log(exp_sum) + max - logits[r * classes + label];
+    ++count;
+  }
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], {count > 0 ? sum / static_cast<double>(count) : NAN})};
+}
+
+Expected<std::vector<TensorData>> mseReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> p = referenceValues(*operands[0]), t = referenceValues(*operands[1]);
+  double sum = 0;
+  for (size_t i = 0; i < p.size(); ++i) sum += (p[i] - t[i]) * (p[i] - t[i]);
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], {sum / static_cast<double>(p.size())})};
+}
+
 }  // namespace
 
 void addLossOps(std::vector<OpDef>& table) {
@@ -89,6 +125,10 @@ void addLossOps(std::vector<OpDef>& table) {
   // Both are means over the batch: a batch split leaves each device a partial mean.
   appendedDef(table, OpId::softmax_cross_entropy).averages_over_reduction = true;
   appendedDef(table, OpId::mse).averages_over_reduction = true;
+  appendedDef(table, OpId::softmax_cross_entropy).reference = softmaxCrossEntropyReference;
+  appendedDef(table, OpId::mse).reference = mseReference;
+  appendedDef(table, OpId::softmax_cross_entropy).reference_supports = referenceReadsAllDTypes;
+  appendedDef(table, OpId::mse).reference_supports = referenceReadsAllDTypes;
 }
 
 }  // namespace cleave::ops

@@ -1,6 +1,9 @@
 // Optimizer ops: one parameter's update per step, with PyTorch's SGD and AdamW rules.
+#include <cmath>
+
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_helpers.h"
 
 namespace cleave::ops {
 namespace {
@@ -64,6 +67,52 @@ ShardingRule updateSharding(const OpContext& c) {
   return rule;
 }
 
+// ---- Reference computations (PyTorch's documented updates, in double precision) ----
+
+// torch.optim.SGD: d = g + weight_decay·w; with momentum, buf = d on the first step (step 0), else
+// momentum·buf + (1 − dampening)·d, and d = nesterov ? d + momentum·buf : buf; w −= lr·d.
+Expected<std::vector<TensorData>> sgdReference(const OpContext& c, std::span<const TensorData* const> operands) {
+  std::vector<double> w = referenceValues(*operands[0]);
+  const std::vector<double> g = referenceValues(*operands[1]);
+  const double step = referenceValues(*operands[2])[0];
+  const bool has_buffer = operands.size() == 4;
+  std::vector<double> buffer = has_buffer ? referenceValues(*operands[3]) : std::vector<double>{};
+  const double lr = c.getFloat("lr"), momentum = c.getFloat("momentum"), dampening = c.getFloat("dampening");
+  const double weight_decay = c.getFloat("weight_decay");
+  const bool nesterov = c.getInt("nesterov") == 1;
+  for (size_t i = 0; i < w.size(); ++i) {
+    double d = g[i] + weight_decay * w[i];
+    if (has_buffer) {
+      buffer[i] = step == 0 ? d : momentum * buffer[i] + (1 - dampening) * d;
+      d = nesterov ? d + momentum * buffer[i] : buffer[i];
+    }
+    w[i] -= lr * d;
+  }
+  std::vector<TensorData> results = {referenceTensor(c.results[0], w)};
+  if (has_buffer) results.push_back(referenceTensor(c.results[1], buffer));
+  return results;
+}
+
+// torch.optim.AdamW at step t = step + 1: w ·= 1 − lr·weight_decay; m = β1·m + (1 − β1)·g;
+// v = β2·v + (1 − β2)·g²; w −= lr·m̂ / (√v̂ + eps) with the bias-corrected m̂, v̂.
+Expected<std::vector<TensorData>> adamwReference(const OpContext& c, std::span<const TensorData* const> operands) {
+  std::vector<double> w = referenceValues(*operands[0]), m = referenceValues(*operands[2]);
+  std::vector<double> v = referenceValues(*operands[3]);
+  const std::vector<double> g = referenceValues(*operands[1]);
+  const double t = referenceValues(*operands[4])[0] + 1;
+  const double lr = c.getFloat("lr"), beta1 = c.getFloat("beta1"), beta2 = c.getFloat("beta2");
+  const double eps = c.getFloat("eps"), weight_decay = c.getFloat("weight_decay");
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] *= 1 - lr * weight_decay;
+    m[i] = beta1 * m[i] + (1 - beta1) * g[i];
+    v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i];
+    const double m_hat = m[i] / (1 - std::pow(beta1, t)), v_hat = v[i] / (1 - std::pow(beta2, t));
+    w[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+  return std::vector<TensorData>{referenceTensor(c.results[0], w), referenceTensor(c.results[1], m),
+                                 referenceTensor(c.results[2], v)};
+}
+
 }  // namespace
 
 void addOptimizerOps(std::vector<OpDef>& table) {
@@ -86,6 +135,10 @@ void addOptimizerOps(std::vector<OpDef>& table) {
   // The parameter and its states are updated in place.
   appendedDef(table, OpId::sgd_update).in_place = true;
   appendedDef(table, OpId::adamw_update).in_place = true;
+  appendedDef(table, OpId::sgd_update).reference = sgdReference;
+  appendedDef(table, OpId::adamw_update).reference = adamwReference;
+  appendedDef(table, OpId::sgd_update).reference_supports = referenceReadsAllDTypes;
+  appendedDef(table, OpId::adamw_update).reference_supports = referenceReadsAllDTypes;
 }
 
 }  // namespace cleave::ops

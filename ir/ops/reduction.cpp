@@ -1,7 +1,9 @@
 // Reductions and normalisations: reduce_sum/mean/max, softmax, log_softmax, layer_norm, batch_norm.
+#include <algorithm>
 #include <cmath>
 
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_helpers.h"
 
 namespace cleave::ops {
 namespace {
@@ -168,6 +170,61 @@ OpDef reduceOp(OpId id, std::string_view name, std::string_view summary) {
                .sharding = reduceShardingRule};
 }
 
+// ---- Reference computations (double precision, naive loops) ----
+
+// softmax (or log_softmax) of x along `axis`, with the row maximum subtracted first.
+std::vector<double> softmaxAlong(const std::vector<double>& x, const Shape& shape, int64_t axis, bool log) {
+  const AxisSplit s = splitAroundAxis(shape, axis);
+  std::vector<double> y(x.size());
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t i = 0; i < s.inner; ++i) {
+      auto at = [&](int64_t l) { return (o * s.length + l) * s.inner + i; };
+      double max = -INFINITY, sum = 0;
+      for (int64_t l = 0; l < s.length; ++l) max = std::max(max, x[at(l)]);
+      for (int64_t l = 0; l < s.length; ++l) sum += std::exp(x[at(l)] - max);
+      for (int64_t l = 0; l < s.length; ++l)
+        y[at(l)] = log ? x[at(l)] - max - std::log(sum) : std::exp(x[at(l)] - max) / sum;
+    }
+  return y;
+}
+
+template <bool kLog>
+Expected<std::vector<TensorData>> softmaxReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const int64_t axis = normalizeAxis(ctx.getInt("axis"), ctx.operands[0].rank());
+  return std::vector<TensorData>{referenceTensor(
+      ctx.results[0], softmaxAlong(referenceValues(*operands[0]), ctx.operands[0].shape, axis, kLog))};
+}
+
+Expected<std::vector<TensorData>> layerNormReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> x = referenceValues(*operands[0]), scale = referenceValues(*operands[1]);
+  const std::vector<double> bias = operands.size() == 3 ? referenceValues(*operands[2]) : std::vector<double>{};
+  const double epsilon = ctx.getFloat("epsilon");
+  const int64_t cols = static_cast<int64_t>(scale.size()), rows = cols == 0 ? 0 : static_cast<int64_t>(x.size()) / cols;
+  std::vector<double> y;
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += x[r * cols + c] / static_cast<double>(cols);
+    for (int64_t c = 0; c < cols; ++c) var += std::pow(x[r * cols + c] - mean, 2) / static_cast<double>(cols);
+    for (int64_t c = 0; c < cols; ++c)
+      y.push_back((x[r * cols + c] - mean) / std::sqrt(var + epsilon) * scale[c] + (bias.empty() ? 0 : bias[c]));
+  }
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
+Expected<std::vector<TensorData>> batchNormReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> x = referenceValues(*operands[0]), scale = referenceValues(*operands[1]);
+  const std::vector<double> bias = referenceValues(*operands[2]), mean = referenceValues(*operands[3]);
+  const std::vector<double> var = referenceValues(*operands[4]);
+  const double epsilon = ctx.getFloat("epsilon");
+  const AxisSplit s = splitAroundAxis(ctx.operands[0].shape, 1);
+  std::vector<double> y(x.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+    const int64_t c = i / s.inner % s.length;
+    y[i] = (x[i] - mean[c]) / std::sqrt(var[c] + epsilon) * scale[c] + bias[c];
+  }
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
 }  // namespace
 
 void addReductionOps(std::vector<OpDef>& table) {
@@ -207,6 +264,12 @@ void addReductionOps(std::vector<OpDef>& table) {
                         .cost = normalizationCost,
                         .sharding = batchNormShardingRule});
   appendedDef(table, OpId::reduce_mean).averages_over_reduction = true;
+  appendedDef(table, OpId::softmax).reference = softmaxReference<false>;
+  appendedDef(table, OpId::log_softmax).reference = softmaxReference<true>;
+  appendedDef(table, OpId::layer_norm).reference = layerNormReference;
+  appendedDef(table, OpId::batch_norm).reference = batchNormReference;
+  for (OpId id : {OpId::softmax, OpId::log_softmax, OpId::layer_norm, OpId::batch_norm})
+    appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
 }
 
 }  // namespace cleave::ops

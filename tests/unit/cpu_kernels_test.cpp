@@ -14,23 +14,8 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-// Communication ops are not kernels: lowering turns them into communication instructions (or a
-// view, or a slice kernel), which the executor runs through its communicator.
-bool isCommunicationOp(OpId op) {
-  return op == OpId::all_reduce || op == OpId::grad_all_reduce || op == OpId::all_gather ||
-         op == OpId::reduce_scatter || op == OpId::shard_slice || op == OpId::all_to_all || op == OpId::send ||
-         op == OpId::recv;
-}
-
-TEST(CpuKernels, EveryOpHasAKernel) {
-  for (int i = 0; i < kNumOps; ++i) {
-    OpId op = static_cast<OpId>(i);
-    if (isCommunicationOp(op))
-      EXPECT_EQ(findCpuKernel(op), nullptr) << opName(op) << " is communication, not a kernel";
-    else
-      EXPECT_NE(findCpuKernel(op), nullptr) << "no cpu kernel for " << opName(op);
-  }
-}
+// Which ops have a CPU kernel (every op but the communication ops) is checked by the op harness
+// (tests/ops), which runs every op's declared cases against its reference.
 
 // ---- Elementwise arithmetic ----
 

@@ -1,0 +1,89 @@
+// Harness cases of the convolution family (ir/ops/convolution.cpp): conv2d with strides, pads,
+// dilations and groups (depthwise, 1x1, kernels wider than the image), max/avg pools with ceil_mode
+// and padding, global_avg_pool.
+#include <limits>
+
+#include "tests/ops/op_cases.h"
+
+namespace cleave::op_harness {
+
+CaseList convolutionCases() {
+  CaseBuilder b(104);
+  using Ints = std::vector<int64_t>;
+  struct Conv {
+    Shape x, w;
+    Ints strides, pads, dilations;
+    int64_t groups;
+    const char* what;
+  };
+  const std::vector<Conv> convs = {
+      {{2, 3, 7, 6}, {4, 3, 3, 2}, {2, 1}, {1, 0, 2, 1}, {1, 2}, 1, "strides, asymmetric pads, dilation"},
+      {{2, 4, 6, 5}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, "groups"},
+      {{2, 3, 6, 6}, {3, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 3, "depthwise"},
+      {{1, 2, 5, 6}, {4, 1, 2, 3}, {1, 2}, {0, 1, 1, 0}, {2, 1}, 2, "depthwise with a channel multiplier"},
+      {{2, 1, 6, 5}, {3, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, "one input channel"},
+      {{2, 6, 4, 5}, {3, 6, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, "1x1"},
+      {{2, 4, 3, 4}, {6, 2, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 2, "grouped 1x1"},
+      {{2, 3, 5, 5}, {2, 3, 1, 1}, {2, 2}, {1, 0, 0, 1}, {1, 1}, 1, "1x1 with stride and padding"},
+      {{2, 3, 6, 7}, {9, 3, 3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1, "width-keeping with dilation"},
+      {{1, 2, 5, 6}, {9, 2, 4, 4}, {1, 1}, {2, 1, 1, 2}, {1, 1}, 1, "even kernel, asymmetric pads"},
+      {{2, 2, 4, 3}, {8, 2, 1, 7}, {1, 1}, {0, 3, 0, 3}, {1, 1}, 1, "kernel wider than the image"},
+      {{2, 4, 1, 1}, {3, 4, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, "1x1 image, padded 3x3"},
+      {{1, 2, 2, 1}, {3, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, "padding wider than the image"},
+      {{2, 4, 7, 8}, {6, 4, 3, 3}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, "defaults"},
+      {{2, 4, 7, 8}, {6, 2, 3, 3}, {1, 2}, {0, 1, 2, 0}, {1, 1}, 2, "groups with asymmetric pads"},
+  };
+  for (const Conv& c : convs) {
+    const AttrMap attrs = {{"strides", c.strides}, {"pads", c.pads}, {"dilations", c.dilations}, {"groups", c.groups}};
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      const std::string label = std::string(c.what) + " " + std::string(dtypeName(dtype));
+      const TensorData x = b.uniform(dtype, c.x), w = b.uniform(dtype, c.w);
+      b.add(OpId::conv2d, label, {x, w}, attrs);
+      b.add(OpId::conv2d, label + " with bias", {x, w, b.uniform(dtype, {c.w[0]})}, attrs);
+    }
+  }
+  // f32 sums of 400 and 576 products.
+  b.add(OpId::conv2d, "large image",
+        {b.uniform(DType::kF32, {2, 16, 32, 32}), b.uniform(DType::kF32, {4, 16, 5, 5}), b.uniform(DType::kF32, {4})},
+        {{"pads", Ints{2, 2, 2, 2}}})
+      .tolerance = Tolerance{1e-4, 2e-5};
+  OpCase& resnet = b.add(OpId::conv2d, "resnet block (perf)",
+                         {b.uniform(DType::kF32, {8, 64, 28, 28}), b.uniform(DType::kF32, {64, 64, 3, 3})},
+                         {{"pads", Ints{1, 1, 1, 1}}});
+  resnet.perf = true;
+  resnet.tolerance = Tolerance{1e-4, 2e-5};
+
+  struct Pool {
+    Shape x;
+    AttrMap attrs;
+  };
+  const std::vector<Pool> pools = {
+      {{2, 3, 8, 8}, {{"kernel", Ints{2, 2}}}},
+      {{1, 2, 7, 9}, {{"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}}},
+      {{2, 1, 6, 7}, {{"kernel", Ints{3, 2}}, {"strides", Ints{2, 3}}, {"pads", Ints{1, 0, 0, 1}}, {"ceil_mode", int64_t{1}}}},
+      {{1, 2, 5, 5}, {{"kernel", Ints{2, 3}}, {"strides", Ints{1, 1}}, {"pads", Ints{1, 1, 0, 1}}}},
+      {{2, 3, 9, 8}, {{"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}},
+      {{2, 3, 9, 8}, {{"kernel", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 0, 1}}, {"ceil_mode", int64_t{1}}}},
+  };
+  for (const Pool& p : pools)
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      const std::string label = shapeStr(p.x) + " " + std::string(dtypeName(dtype));
+      const TensorData x = b.uniform(dtype, p.x);
+      b.add(OpId::max_pool2d, label, {x}, p.attrs);
+      b.add(OpId::avg_pool2d, label, {x}, p.attrs);
+      AttrMap with_pad = p.attrs;
+      with_pad["count_include_pad"] = int64_t{1};
+      b.add(OpId::avg_pool2d, label + " count_include_pad", {x}, with_pad);
+    }
+  TensorData tie = b.uniform(DType::kF32, {1, 1, 4, 4});
+  reinterpret_cast<float*>(tie.bytes.data())[1] = reinterpret_cast<float*>(tie.bytes.data())[0] = 2.0f;
+  b.addWithoutGradient(OpId::max_pool2d, "tie", {tie}, {{"kernel", Ints{2, 2}}}, "a tie has no derivative");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  b.add(OpId::max_pool2d, "NaN propagates", {CaseBuilder::values(DType::kF32, {1, 1, 2, 2}, {1, nan, 3, 2})},
+        {{"kernel", Ints{2, 2}}});
+  for (const Shape& shape : {Shape{3, 5, 17, 13}, Shape{2, 3, 4, 5}, Shape{1, 2, 1, 1}})
+    for (DType dtype : {DType::kF32, DType::kF64}) b.add(OpId::global_avg_pool, shapeStr(shape), {b.uniform(dtype, shape)});
+  return b.take();
+}
+
+}  // namespace cleave::op_harness
