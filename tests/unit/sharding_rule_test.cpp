@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/op_table.h"
+#include "ir/sharding_rule_builder.h"
 
 namespace cleave {
 namespace {
@@ -258,6 +259,79 @@ TEST(ShardingRuleSnapshots, RulesMatchTheirSnapshots) {
     ShardingRule rule = def.sharding(OpContext{def, c.operands, *results, c.attrs});
     EXPECT_EQ(describe(rule), c.expected) << c.op << " snapshot: " << quoted(describe(rule));
   }
+}
+
+// ---- ShardingRuleBuilder operations ----
+
+TEST(ShardingRuleBuilder, AddFactorMapsChosenDimsAndTakesTheFirstDimsSize) {
+  std::vector<TensorType> operands = {f32({2, 3}), f32({3})}, results = {f32({2})};
+  ShardingRuleBuilder rule(operands, results);
+  EXPECT_EQ(rule.addFactor({0}, {0}), 0);
+  EXPECT_EQ(rule.addFactor({1, 0}, {}, FactorKind::kReduction), 1);
+  EXPECT_EQ(describe(rule.build()), "([i,j],[j])->([i]) {j=reduction} sizes=[2,3]");
+}
+
+TEST(ShardingRuleBuilder, ReferencesToMissingOperandsAndDimsAreSkipped) {
+  std::vector<TensorType> operands = {f32({4})}, results = {f32({4})};
+  ShardingRuleBuilder rule(operands, results);
+  rule.addFactor({0, 0, 0}, {0, 0});  // operands 1 and 2 and result 1 do not exist
+  rule.addOperandFactor(0, 5, FactorKind::kNeedReplication);  // no dim 5: a factor mapped nowhere
+  rule.mapOperand(3, {0});
+  EXPECT_EQ(describe(rule.build()), "([i])->([i]) {j=need_replication} sizes=[4,1]");
+}
+
+TEST(ShardingRuleBuilder, PointwiseMapsTensorsOfTheShapesRank) {
+  std::vector<TensorType> operands = {f32({2, 3}), f32({}), f32({5, 7})}, results = {f32({2, 3})};
+  ShardingRuleBuilder rule(operands, results);
+  rule.addPointwise({2, 3}, [](int d) { return d == 1 ? FactorKind::kNeedReplication : FactorKind::kPassThrough; });
+  EXPECT_EQ(describe(rule.build()), "([i,j],[],[i,j])->([i,j]) {j=need_replication} sizes=[2,3]");
+}
+
+TEST(ShardingRuleBuilder, PointwiseIfSkipsDims) {
+  std::vector<TensorType> operands = {f32({2, 3, 4})}, results = {f32({2, 5, 4})};
+  ShardingRuleBuilder rule(operands, results);
+  EXPECT_EQ(rule.addPointwiseIf({2, 3, 4}, [](int d) { return d != 1; }), (std::vector<int>{0, 1}));
+  EXPECT_EQ(describe(rule.build()), "([i,1,j])->([i,1,j]) sizes=[2,4]");
+}
+
+TEST(ShardingRuleBuilder, BroadcastingPointwiseAlignsFromTheRight) {
+  std::vector<TensorType> operands = {f32({3, 1}), f32({2, 1, 4}), f32({})}, results = {f32({2, 3, 4})};
+  ShardingRuleBuilder rule(operands, results);
+  rule.addBroadcastingPointwise({2, 3, 4});
+  EXPECT_EQ(describe(rule.build()), "([j,1],[i,1,k],[])->([i,j,k]) sizes=[2,3,4]");
+}
+
+TEST(ShardingRuleBuilder, ReductionDropsOrKeepsReducedDims) {
+  std::vector<TensorType> operands = {f32({2, 3, 4})};
+  std::vector<TensorType> dropped = {f32({3})}, kept = {f32({1, 3, 1})};
+  ShardingRuleBuilder drop(operands, dropped), keep(operands, kept);
+  drop.addReduction({true, false, true}, false);
+  keep.addReduction({true, false, true}, true);
+  EXPECT_EQ(describe(drop.build()), "([i,j,k])->([j]) {i=reduction,k=reduction} sizes=[2,3,4]");
+  EXPECT_EQ(describe(keep.build()), "([i,j,k])->([1,j,1]) {i=reduction,k=reduction} sizes=[2,3,4]");
+}
+
+TEST(ShardingRuleBuilder, ContractionGivesBatchThenMKN) {
+  std::vector<TensorType> operands = {f32({2, 1, 3, 4}), f32({5, 6, 4})}, results = {f32({2, 5, 3, 6})};
+  ShardingRuleBuilder rule(operands, results);
+  rule.addContraction(false, true);
+  EXPECT_EQ(describe(rule.build()), "([i,1,k,l],[j,m,l])->([i,j,k,m]) {l=reduction} sizes=[2,5,3,4,6]");
+}
+
+TEST(ShardingRuleBuilder, MapBroadcastOperandTakesTheResultsFactors) {
+  std::vector<TensorType> operands = {f32({3, 4}), f32({4, 5}), f32({1, 5})}, results = {f32({3, 5})};
+  ShardingRuleBuilder rule(operands, results);
+  rule.addContraction(false, false);
+  rule.mapBroadcastOperand(2, 0);
+  EXPECT_EQ(describe(rule.build()), "([i,j],[j,k],[1,k])->([i,k]) {j=reduction} sizes=[3,4,5]");
+}
+
+TEST(ShardingRuleBuilder, ReshapePassesEqualLeadingAndTrailingDims) {
+  std::vector<TensorType> operands = {f32({2, 6, 1, 5})}, results = {f32({2, 3, 2, 5})};
+  ShardingRuleBuilder rule(operands, results);
+  rule.addReshape();
+  EXPECT_EQ(describe(rule.build()),
+            "([i,j,1,m])->([i,k,l,m]) {j=need_replication,k=need_replication,l=need_replication} sizes=[2,6,3,2,5]");
 }
 
 }  // namespace
