@@ -92,18 +92,15 @@ OpCost communicationCost(const OpContext& c) {
 
 // Communication ops are inserted after sharding decisions: every dim is its own pass-through factor.
 ShardingRule independentDims(const OpContext& c) {
-  ShardingRule rule;
-  for (const TensorType& t : c.operands) {
-    std::vector<int> dims;
-    for (int64_t d : t.shape) dims.push_back(rule.addFactor(d, FactorKind::kNeedReplication));
-    rule.operand_dims.push_back(dims);
-  }
-  for (const TensorType& t : inferredResults(c)) {
-    std::vector<int> dims;
-    for (int64_t d : t.shape) dims.push_back(rule.addFactor(d, FactorKind::kNeedReplication));
-    rule.result_dims.push_back(dims);
-  }
-  return rule;
+  std::vector<TensorType> results = inferredResults(c);
+  ShardingRuleBuilder rule(c.operands, results);
+  for (int i = 0; i < static_cast<int>(c.operands.size()); ++i)
+    for (int d = 0; d < static_cast<int>(c.operands[i].rank()); ++d)
+      rule.addOperandFactor(i, d, FactorKind::kNeedReplication);
+  for (int i = 0; i < static_cast<int>(results.size()); ++i)
+    for (int d = 0; d < static_cast<int>(results[i].rank()); ++d)
+      rule.addResultFactor(i, d, FactorKind::kNeedReplication);
+  return rule.build();
 }
 
 OpDef communicationOp(OpId id, std::string_view name, std::string_view summary, std::vector<AttrSpec> attrs,

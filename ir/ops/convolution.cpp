@@ -166,61 +166,48 @@ OpCost globalAvgPoolCost(const OpContext& ctx) {
 // dims need a halo exchange to split, so input H, W, output Ho, Wo and the kernel dims kh, kw are
 // need_replication factors of their own sizes.
 ShardingRule conv2dShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
   std::vector<TensorType> results = inferredResults(ctx);
-  if (results.empty()) return rule;
-  const Shape& x = ctx.operands[0].shape;
-  const Shape& w = ctx.operands[1].shape;
-  const Shape& y = results[0].shape;
-  auto replicated = [&](int64_t size) { return rule.addFactor(size, FactorKind::kNeedReplication); };
-  int n = rule.addFactor(x[0], FactorKind::kPassThrough);
-  int o = rule.addFactor(w[0], FactorKind::kPassThrough);
-  int x_c, w_c;
+  if (results.empty()) return {};
+  constexpr int kNoDim = ShardingRuleBuilder::kNoDim;
+  constexpr FactorKind kReplicated = FactorKind::kNeedReplication;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addFactor({0}, {0});             // N
+  rule.addFactor({kNoDim, 0, 0}, {1});  // O (and the bias)
   if (ctx.getInt("groups") == 1) {
-    x_c = w_c = rule.addFactor(x[1], FactorKind::kReduction);
+    rule.addFactor({1, 1}, {}, FactorKind::kReduction);  // C
   } else {
-    x_c = replicated(x[1]);
-    w_c = replicated(w[1]);
+    rule.addFactor({1}, {}, kReplicated);          // x's C
+    rule.addFactor({kNoDim, 1}, {}, kReplicated);  // w's C/groups
   }
-  int in_h = replicated(x[2]), in_w = replicated(x[3]);
-  int kh = replicated(w[2]), kw = replicated(w[3]);
-  int out_h = replicated(y[2]), out_w = replicated(y[3]);
-  rule.operand_dims = {{n, x_c, in_h, in_w}, {o, w_c, kh, kw}};
-  if (ctx.operands.size() == 3) rule.operand_dims.push_back({o});
-  rule.result_dims = {{n, o, out_h, out_w}};
-  return rule;
+  rule.addFactor({2}, {}, kReplicated);          // H
+  rule.addFactor({3}, {}, kReplicated);          // W
+  rule.addFactor({kNoDim, 2}, {}, kReplicated);  // kh
+  rule.addFactor({kNoDim, 3}, {}, kReplicated);  // kw
+  rule.addFactor({}, {2}, kReplicated);          // Ho
+  rule.addFactor({}, {3}, kReplicated);          // Wo
+  return rule.build();
 }
 
 // Pools: N and C pass through; input and output spatial dims are need_replication factors.
 ShardingRule poolShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
   std::vector<TensorType> results = inferredResults(ctx);
-  if (results.empty()) return rule;
-  const Shape& x = ctx.operands[0].shape;
-  const Shape& y = results[0].shape;
-  auto replicated = [&](int64_t size) { return rule.addFactor(size, FactorKind::kNeedReplication); };
-  int n = rule.addFactor(x[0], FactorKind::kPassThrough);
-  int c = rule.addFactor(x[1], FactorKind::kPassThrough);
-  int in_h = replicated(x[2]), in_w = replicated(x[3]);
-  int out_h = replicated(y[2]), out_w = replicated(y[3]);
-  rule.operand_dims = {{n, c, in_h, in_w}};
-  rule.result_dims = {{n, c, out_h, out_w}};
-  return rule;
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addFactor({0}, {0});  // N
+  rule.addFactor({1}, {1});  // C
+  for (int d : {2, 3}) rule.addOperandFactor(0, d, FactorKind::kNeedReplication);  // H, W
+  for (int d : {2, 3}) rule.addResultFactor(0, d, FactorKind::kNeedReplication);   // Ho, Wo
+  return rule.build();
 }
 
 // global_avg_pool is a mean over H and W: they are reduction factors (as reduce_mean), N and C pass
 // through, and the result's 1x1 dims map to no factor.
 ShardingRule globalAvgPoolShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  const Shape& x = ctx.operands[0].shape;
-  int n = rule.addFactor(x[0], FactorKind::kPassThrough);
-  int c = rule.addFactor(x[1], FactorKind::kPassThrough);
-  int h = rule.addFactor(x[2], FactorKind::kReduction);
-  int w = rule.addFactor(x[3], FactorKind::kReduction);
-  rule.operand_dims = {{n, c, h, w}};
-  rule.result_dims = {{n, c, ShardingRule::kNoFactor, ShardingRule::kNoFactor}};
-  return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addReduction({false, false, true, true}, /*keepdims=*/true);
+  return rule.build();
 }
 
 OpDef poolOp(OpId id, std::string_view name, std::string_view summary) {

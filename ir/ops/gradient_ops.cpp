@@ -38,18 +38,11 @@ OpCost elementwiseGradCost(const OpContext& c) { return perElementCost(c, 4); }
 
 // Every operand and result dimension is one pass-through factor, by position (same-shape ops).
 ShardingRule sameShapeRule(const OpContext& c, int need_replication_axis = -1) {
-  ShardingRule rule;
-  const Shape& shape = c.results[0].shape;
-  std::vector<int> dims;
-  for (size_t d = 0; d < shape.size(); ++d)
-    dims.push_back(rule.addFactor(shape[d], static_cast<int>(d) == need_replication_axis
-                                                ? FactorKind::kNeedReplication
-                                                : FactorKind::kPassThrough));
-  for (size_t i = 0; i < c.operands.size(); ++i)
-    rule.operand_dims.push_back(c.operands[i].shape == shape ? dims
-                                                              : std::vector<int>(c.operands[i].shape.size(), -1));
-  for (size_t i = 0; i < c.results.size(); ++i) rule.result_dims.push_back(dims);
-  return rule;
+  ShardingRuleBuilder rule(c.operands, c.results);
+  rule.addPointwise(c.results[0].shape, [&](int d) {
+    return d == need_replication_axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+  });
+  return rule.build();
 }
 
 ShardingRule elementwiseGradSharding(const OpContext& c) { return sameShapeRule(c); }
@@ -86,19 +79,13 @@ OpCost layerNormGradCost(const OpContext& c) {
 }
 
 ShardingRule layerNormGradSharding(const OpContext& c) {
-  ShardingRule rule;
-  const Shape& shape = c.operands[1].shape;
-  int64_t axis = normalizeAxis(c.getInt("axis"), static_cast<int64_t>(shape.size()));
-  std::vector<int> dims, scale_dims;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    // Leading dims are summed over for dscale/dbias; normalised dims need the whole row.
-    int f = rule.addFactor(shape[d], d < axis ? FactorKind::kReduction : FactorKind::kNeedReplication);
-    dims.push_back(f);
-    if (d >= axis) scale_dims.push_back(f);
-  }
-  rule.operand_dims = {dims, dims, scale_dims};
-  rule.result_dims = {dims, scale_dims, scale_dims};
-  return rule;
+  int64_t axis = normalizeAxis(c.getInt("axis"), c.operands[1].rank());
+  ShardingRuleBuilder rule(c.operands, c.results);
+  // Leading dims are summed over for dscale/dbias; normalised dims (scale's) need the whole row.
+  rule.addBroadcastingPointwise(c.operands[1].shape, [&](int d) {
+    return d < axis ? FactorKind::kReduction : FactorKind::kNeedReplication;
+  });
+  return rule.build();
 }
 
 // The gradient of a windowed or indexing op must see the result its forward op gives: runs the
@@ -144,38 +131,39 @@ OpCost convGradCost(const OpContext& c) {
 
 ShardingRule convGradInputSharding(const OpContext& c) {
   // dy [N,O,Ho,Wo], w [O,Cg,kh,kw] -> dx [N,C,H,W]: N pass, O summed, C pass, spatial replicated.
-  ShardingRule rule;
-  const Shape& dy = c.operands[0].shape;
-  const Shape& w = c.operands[1].shape;
-  const Shape& x = c.results[0].shape;
+  constexpr int kNoDim = ShardingRuleBuilder::kNoDim;
+  constexpr FactorKind kReplicated = FactorKind::kNeedReplication;
   bool grouped = c.getInt("groups") != 1;
-  int n = rule.addFactor(dy[0], FactorKind::kPassThrough);
-  int o = rule.addFactor(dy[1], grouped ? FactorKind::kNeedReplication : FactorKind::kReduction);
-  int ch = rule.addFactor(x[1], grouped ? FactorKind::kNeedReplication : FactorKind::kPassThrough);
-  int ho = rule.addFactor(dy[2], FactorKind::kNeedReplication), wo = rule.addFactor(dy[3], FactorKind::kNeedReplication);
-  int kh = rule.addFactor(w[2], FactorKind::kNeedReplication), kw = rule.addFactor(w[3], FactorKind::kNeedReplication);
-  int h = rule.addFactor(x[2], FactorKind::kNeedReplication), wd = rule.addFactor(x[3], FactorKind::kNeedReplication);
-  rule.operand_dims = {{n, o, ho, wo}, {o, grouped ? -1 : ch, kh, kw}};
-  rule.result_dims = {{n, ch, h, wd}};
-  return rule;
+  ShardingRuleBuilder rule(c.operands, c.results);
+  rule.addFactor({0}, {0});                                                    // N
+  rule.addFactor({1, 0}, {}, grouped ? kReplicated : FactorKind::kReduction);  // O
+  rule.addFactor({kNoDim, grouped ? kNoDim : 1}, {1}, grouped ? kReplicated : FactorKind::kPassThrough);  // C
+  rule.addFactor({2}, {}, kReplicated);          // Ho
+  rule.addFactor({3}, {}, kReplicated);          // Wo
+  rule.addFactor({kNoDim, 2}, {}, kReplicated);  // kh
+  rule.addFactor({kNoDim, 3}, {}, kReplicated);  // kw
+  rule.addFactor({}, {2}, kReplicated);          // H
+  rule.addFactor({}, {3}, kReplicated);          // W
+  return rule.build();
 }
 
 ShardingRule convGradWeightSharding(const OpContext& c) {
   // dy [N,O,Ho,Wo], x [N,C,H,W] -> dw [O,Cg,kh,kw]: N summed, O pass, C pass, spatial replicated.
-  ShardingRule rule;
-  const Shape& dy = c.operands[0].shape;
-  const Shape& x = c.operands[1].shape;
-  const Shape& w = c.results[0].shape;
+  constexpr int kNoDim = ShardingRuleBuilder::kNoDim;
+  constexpr FactorKind kReplicated = FactorKind::kNeedReplication;
   bool grouped = c.getInt("groups") != 1;
-  int n = rule.addFactor(dy[0], FactorKind::kReduction);
-  int o = rule.addFactor(dy[1], grouped ? FactorKind::kNeedReplication : FactorKind::kPassThrough);
-  int ch = rule.addFactor(x[1], grouped ? FactorKind::kNeedReplication : FactorKind::kPassThrough);
-  int ho = rule.addFactor(dy[2], FactorKind::kNeedReplication), wo = rule.addFactor(dy[3], FactorKind::kNeedReplication);
-  int h = rule.addFactor(x[2], FactorKind::kNeedReplication), wd = rule.addFactor(x[3], FactorKind::kNeedReplication);
-  int kh = rule.addFactor(w[2], FactorKind::kNeedReplication), kw = rule.addFactor(w[3], FactorKind::kNeedReplication);
-  rule.operand_dims = {{n, o, ho, wo}, {n, ch, h, wd}};
-  rule.result_dims = {{o, grouped ? -1 : ch, kh, kw}};
-  return rule;
+  FactorKind channels = grouped ? kReplicated : FactorKind::kPassThrough;
+  ShardingRuleBuilder rule(c.operands, c.results);
+  rule.addFactor({0, 0}, {}, FactorKind::kReduction);                  // N
+  rule.addFactor({1}, {0}, channels);                                  // O
+  rule.addFactor({kNoDim, 1}, {grouped ? kNoDim : 1}, channels);       // C
+  rule.addFactor({2}, {}, kReplicated);          // Ho
+  rule.addFactor({3}, {}, kReplicated);          // Wo
+  rule.addFactor({kNoDim, 2}, {}, kReplicated);  // H
+  rule.addFactor({kNoDim, 3}, {}, kReplicated);  // W
+  rule.addFactor({}, {2}, kReplicated);          // kh
+  rule.addFactor({}, {3}, kReplicated);          // kw
+  return rule.build();
 }
 
 Expected<Types> maxPoolGradShape(const OpContext& c) {
@@ -200,16 +188,17 @@ OpCost poolGradCost(const OpContext& c) {
 }
 
 ShardingRule poolGradSharding(const OpContext& c) {
-  ShardingRule rule;
-  const Shape& dy = c.operands[0].shape;
-  const Shape& x = c.results[0].shape;
-  int n = rule.addFactor(x[0], FactorKind::kPassThrough), ch = rule.addFactor(x[1], FactorKind::kPassThrough);
-  int ho = rule.addFactor(dy[2], FactorKind::kNeedReplication), wo = rule.addFactor(dy[3], FactorKind::kNeedReplication);
-  int h = rule.addFactor(x[2], FactorKind::kNeedReplication), w = rule.addFactor(x[3], FactorKind::kNeedReplication);
-  rule.operand_dims.push_back({n, ch, ho, wo});
-  if (c.operands.size() > 1) rule.operand_dims.push_back({n, ch, h, w});
-  rule.result_dims = {{n, ch, h, w}};
-  return rule;
+  // dy [N,C,Ho,Wo], x [N,C,H,W] when present (max_pool2d_grad) -> dx [N,C,H,W].
+  constexpr int kNoDim = ShardingRuleBuilder::kNoDim;
+  constexpr FactorKind kReplicated = FactorKind::kNeedReplication;
+  ShardingRuleBuilder rule(c.operands, c.results);
+  rule.addFactor({0, 0}, {0});                        // N
+  rule.addFactor({1, 1}, {1});                        // C
+  rule.addFactor({2}, {}, kReplicated);               // Ho
+  rule.addFactor({3}, {}, kReplicated);               // Wo
+  rule.addFactor({kNoDim, 2}, {2}, kReplicated);      // H
+  rule.addFactor({kNoDim, 3}, {3}, kReplicated);      // W
+  return rule.build();
 }
 
 Expected<Types> gatherGradShape(const OpContext& c) {
@@ -222,20 +211,15 @@ Expected<Types> gatherGradShape(const OpContext& c) {
 
 ShardingRule gatherGradSharding(const OpContext& c) {
   // Index dims are summed over (scatter-add); data dims other than `axis` pass through.
-  ShardingRule rule;
-  const Shape& data = c.results[0].shape;
-  const Shape& idx = c.operands[1].shape;
-  int64_t axis = normalizeAxis(c.getInt("axis"), static_cast<int64_t>(data.size()));
-  std::vector<int> data_dims, idx_dims, dy_dims;
-  for (int64_t d : idx) idx_dims.push_back(rule.addFactor(d, FactorKind::kReduction));
-  for (int64_t d = 0; d < static_cast<int64_t>(data.size()); ++d)
-    data_dims.push_back(rule.addFactor(data[d], d == axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough));
-  dy_dims.assign(data_dims.begin(), data_dims.begin() + axis);
-  dy_dims.insert(dy_dims.end(), idx_dims.begin(), idx_dims.end());
-  dy_dims.insert(dy_dims.end(), data_dims.begin() + axis + 1, data_dims.end());
-  rule.operand_dims = {dy_dims, idx_dims};
-  rule.result_dims = {data_dims};
-  return rule;
+  const int data_rank = static_cast<int>(c.results[0].rank()), index_rank = static_cast<int>(c.operands[1].rank());
+  const int axis = static_cast<int>(normalizeAxis(c.getInt("axis"), data_rank));
+  ShardingRuleBuilder rule(c.operands, c.results);
+  for (int d = 0; d < index_rank; ++d) rule.addFactor({axis + d, d}, {}, FactorKind::kReduction);
+  for (int d = 0; d < data_rank; ++d) {
+    if (d == axis) rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+    else rule.addFactor({d < axis ? d : d + index_rank - 1}, {d});
+  }
+  return rule.build();
 }
 
 Expected<Types> sliceGradShape(const OpContext& c) {
@@ -247,15 +231,11 @@ Expected<Types> sliceGradShape(const OpContext& c) {
 }
 
 ShardingRule sliceGradSharding(const OpContext& c) {
-  ShardingRule rule;
   const Shape& dy = c.operands[0].shape;
   const Shape& in = c.results[0].shape;
-  std::vector<int> dims;
-  for (size_t d = 0; d < in.size(); ++d)
-    dims.push_back(rule.addFactor(in[d], dy[d] == in[d] ? FactorKind::kPassThrough : FactorKind::kNeedReplication));
-  rule.operand_dims = {dims};
-  rule.result_dims = {dims};
-  return rule;
+  ShardingRuleBuilder rule(c.operands, c.results);
+  rule.addPointwise(in, [&](int d) { return dy[d] == in[d] ? FactorKind::kPassThrough : FactorKind::kNeedReplication; });
+  return rule.build();
 }
 
 Expected<Types> softmaxCrossEntropyGradShape(const OpContext& c) {
@@ -275,15 +255,12 @@ Expected<Types> softmaxCrossEntropyGradShape(const OpContext& c) {
 }
 
 ShardingRule softmaxCrossEntropyGradSharding(const OpContext& c) {
-  ShardingRule rule;
-  const Shape& logits = c.operands[1].shape;
-  std::vector<int> dims;
-  for (size_t d = 0; d < logits.size(); ++d)
-    dims.push_back(rule.addFactor(logits[d], d + 1 == logits.size() ? FactorKind::kNeedReplication
-                                                                    : FactorKind::kPassThrough));
-  rule.operand_dims = {{}, dims, std::vector<int>(dims.begin(), dims.end() - 1)};
-  rule.result_dims = {dims};
-  return rule;
+  // dloss [], logits [..., classes], labels [...] -> dlogits: the class dim needs a whole row.
+  const int rank = static_cast<int>(c.operands[1].rank());
+  ShardingRuleBuilder rule(c.operands, c.results);
+  for (int d = 0; d + 1 < rank; ++d) rule.addFactor({ShardingRuleBuilder::kNoDim, d, d}, {d});
+  rule.addFactor({ShardingRuleBuilder::kNoDim, rank - 1}, {rank - 1}, FactorKind::kNeedReplication);
+  return rule.build();
 }
 
 

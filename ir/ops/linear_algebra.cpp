@@ -84,32 +84,12 @@ OpCost matrixProductCost(const OpContext& ctx) {
 // For gemm with c and k split, each shard's partial product must not add beta·c: the lowering adds c
 // once (after the all-reduce, or on one shard only).
 ShardingRule matrixProductRule(const OpContext& ctx) {
-  ShardingRule rule;
   std::vector<TensorType> results = inferredResults(ctx);
-  if (results.empty()) return rule;
-  const Shape& result = results[0].shape;
-  bool transpose_a = ctx.getInt("transpose_a") == 1, transpose_b = ctx.getInt("transpose_b") == 1;
-  const Shape& a_shape = ctx.operands[0].shape;
-  const Shape& b_shape = ctx.operands[1].shape;
-  int64_t k_size = transpose_a ? a_shape[a_shape.size() - 2] : a_shape.back();
-
-  Shape batch = batchDims(result);
-  std::vector<int> batch_factors = addPassThroughFactors(rule, batch);
-  int m = rule.addFactor(result[result.size() - 2], FactorKind::kPassThrough);
-  int k = rule.addFactor(k_size, FactorKind::kReduction);
-  int n = rule.addFactor(result.back(), FactorKind::kPassThrough);
-
-  std::vector<int> a_dims = broadcastOperandDims(batchDims(a_shape), batch, batch_factors);
-  a_dims.insert(a_dims.end(), transpose_a ? std::initializer_list<int>{k, m} : std::initializer_list<int>{m, k});
-  std::vector<int> b_dims = broadcastOperandDims(batchDims(b_shape), batch, batch_factors);
-  b_dims.insert(b_dims.end(), transpose_b ? std::initializer_list<int>{n, k} : std::initializer_list<int>{k, n});
-  rule.operand_dims = {a_dims, b_dims};
-  if (ctx.operands.size() == 3) rule.operand_dims.push_back(broadcastOperandDims(ctx.operands[2].shape, result, {m, n}));
-
-  std::vector<int> result_dims = batch_factors;
-  result_dims.insert(result_dims.end(), {m, n});
-  rule.result_dims = {result_dims};
-  return rule;
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addContraction(ctx.getInt("transpose_a") == 1, ctx.getInt("transpose_b") == 1);
+  rule.mapBroadcastOperand(2, 0);  // gemm's c, when present, broadcasts against [m, n]
+  return rule.build();
 }
 
 // ---- Reference computations (double precision, naive loops) ----

@@ -46,27 +46,22 @@ OpCost mseCost(const OpContext& ctx) {
 // positions is a sum, so split positions give partial sums (each shard divides by the global count of
 // non-ignored labels, so the combine is a plain sum). The class dim needs a whole row: need_replication.
 ShardingRule softmaxCrossEntropyShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  const Shape& logits = ctx.operands[0].shape;
-  std::vector<int> positions;
-  for (size_t i = 0; i + 1 < logits.size(); ++i) positions.push_back(rule.addFactor(logits[i], FactorKind::kReduction));
-  std::vector<int> logits_dims = positions;
-  logits_dims.push_back(rule.addFactor(logits.back(), FactorKind::kNeedReplication));
-  rule.operand_dims = {logits_dims, positions};
-  rule.result_dims = {{}};
-  return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const int class_dim = static_cast<int>(ctx.operands[0].rank()) - 1;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  for (int d = 0; d < class_dim; ++d) rule.addFactor({d, d}, {}, FactorKind::kReduction);  // positions
+  rule.addOperandFactor(0, class_dim, FactorKind::kNeedReplication);
+  return rule.build();
 }
 
 // mse: every dim is a reduction factor shared by prediction and target.
 ShardingRule mseShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  std::vector<int> dims;
-  for (int64_t d : ctx.operands[0].shape) dims.push_back(rule.addFactor(d, FactorKind::kReduction));
-  rule.operand_dims = {dims, dims};
-  rule.result_dims = {{}};
-  return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addPointwise(ctx.operands[0].shape, [](int) { return FactorKind::kReduction; });
+  return rule.build();
 }
 
 // ---- Reference computations (double precision, naive loops) ----

@@ -223,29 +223,12 @@ OpCost perElementCost(const OpContext& ctx, double flops_per_element) {
   return {flops_per_element * static_cast<double>(results[0].numel()), operandAndResultBytes(ctx, results)};
 }
 
-std::vector<int> addPassThroughFactors(ShardingRule& rule, const Shape& shape) {
-  std::vector<int> factors;
-  for (int64_t d : shape) factors.push_back(rule.addFactor(d, FactorKind::kPassThrough));
-  return factors;
-}
-
-std::vector<int> broadcastOperandDims(const Shape& operand, const Shape& result, const std::vector<int>& result_factors) {
-  std::vector<int> dims(operand.size(), ShardingRule::kNoFactor);
-  size_t offset = result.size() - operand.size();  // operands never outrank the broadcast result
-  for (size_t i = 0; i < operand.size(); ++i)
-    if (operand[i] == result[offset + i]) dims[i] = result_factors[offset + i];
-  return dims;
-}
-
 ShardingRule broadcastShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
   std::vector<TensorType> results = inferredResults(ctx);
-  if (results.empty()) return rule;
-  const Shape& result = results[0].shape;
-  std::vector<int> factors = addPassThroughFactors(rule, result);
-  for (const auto& operand : ctx.operands) rule.operand_dims.push_back(broadcastOperandDims(operand.shape, result, factors));
-  rule.result_dims.push_back(factors);
-  return rule;
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addBroadcastingPointwise(results[0].shape);
+  return rule.build();
 }
 
 }  // namespace cleave::ops

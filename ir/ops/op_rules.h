@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/op_table.h"
+#include "ir/sharding_rule_builder.h"
 
 namespace cleave::ops {
 
@@ -100,12 +101,6 @@ double operandAndResultBytes(const OpContext& ctx, std::span<const TensorType> r
 // and writing every result once.
 OpCost perElementCost(const OpContext& ctx, double flops_per_element);
 
-// Adds one pass-through factor per dim of `shape` and returns their indices.
-std::vector<int> addPassThroughFactors(ShardingRule& rule, const Shape& shape);
-// The dims of `operand` aligned from the right against result dims mapped to `result_factors`:
-// an operand dim equal in size to its result dim takes the result's factor; a size-1 dim broadcast
-// against a larger one maps to kNoFactor.
-std::vector<int> broadcastOperandDims(const Shape& operand, const Shape& result, const std::vector<int>& result_factors);
 // Sharding rule of a broadcasting elementwise op: one pass-through factor per dim of the single result.
 ShardingRule broadcastShardingRule(const OpContext& ctx);
 

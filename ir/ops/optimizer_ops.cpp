@@ -59,12 +59,9 @@ OpCost updateCost(const OpContext& c) { return perElementCost(c, c.def.id == OpI
 
 // Every parameter-shaped operand and result shares the parameter's factors; step has no dims.
 ShardingRule updateSharding(const OpContext& c) {
-  ShardingRule rule;
-  std::vector<int> dims;
-  for (int64_t d : c.operands[0].shape) dims.push_back(rule.addFactor(d, FactorKind::kPassThrough));
-  for (const auto& t : c.operands) rule.operand_dims.push_back(t.rank() == 0 ? std::vector<int>{} : dims);
-  for (size_t i = 0; i < c.results.size(); ++i) rule.result_dims.push_back(dims);
-  return rule;
+  ShardingRuleBuilder rule(c.operands, c.results);
+  rule.addPointwise(c.operands[0].shape);
+  return rule.build();
 }
 
 // ---- Reference computations (PyTorch's documented updates, in double precision) ----

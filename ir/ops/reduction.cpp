@@ -99,65 +99,45 @@ OpCost normalizationCost(const OpContext& ctx) {
 // partial max, combined by an all-reduce with max rather than sum; for reduce_mean each shard's sum is
 // scaled by 1/(global count) so that the combine is a plain sum.
 ShardingRule reduceShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  std::vector<bool> reduced = *reducedDims(ctx);  // valid: the shape rule accepted it
-  const Shape& in = ctx.operands[0].shape;
-  bool keepdims = ctx.getInt("keepdims") == 1;
-  std::vector<int> in_dims, out_dims;
-  for (size_t i = 0; i < in.size(); ++i) {
-    int f = rule.addFactor(in[i], reduced[i] ? FactorKind::kReduction : FactorKind::kPassThrough);
-    in_dims.push_back(f);
-    if (!reduced[i])
-      out_dims.push_back(f);
-    else if (keepdims)
-      out_dims.push_back(ShardingRule::kNoFactor);
-  }
-  rule.operand_dims = {in_dims};
-  rule.result_dims = {out_dims};
-  return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addReduction(*reducedDims(ctx), ctx.getInt("keepdims") == 1);  // valid: the shape rule accepted it
+  return rule.build();
 }
 
 // The softmax axis needs every element of a row: need_replication; other dims pass through.
 ShardingRule softmaxShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  const Shape& x = ctx.operands[0].shape;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
   int64_t axis = normalizeAxis(ctx.getInt("axis"), ctx.operands[0].rank());
-  std::vector<int> dims;
-  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
-    dims.push_back(rule.addFactor(x[i], i == axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough));
-  rule.operand_dims = {dims};
-  rule.result_dims = {dims};
-  return rule;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addPointwise(ctx.operands[0].shape,
+                    [&](int d) { return d == axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough; });
+  return rule.build();
 }
 
 // Normalised dims (axis..rank-1) need_replication, leading dims pass through; scale and bias map to
 // the normalised factors.
 ShardingRule layerNormShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  const Shape& x = ctx.operands[0].shape;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
   int64_t axis = normalizeAxis(ctx.getInt("axis"), ctx.operands[0].rank());
-  std::vector<int> dims;
-  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
-    dims.push_back(rule.addFactor(x[i], i >= axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough));
-  std::vector<int> normalized(dims.begin() + axis, dims.end());
-  rule.operand_dims = {dims};
-  for (size_t i = 1; i < ctx.operands.size(); ++i) rule.operand_dims.push_back(normalized);
-  rule.result_dims = {dims};
-  return rule;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addBroadcastingPointwise(ctx.operands[0].shape, [&](int d) {
+    return d >= axis ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+  });
+  return rule.build();
 }
 
 // Inference batch_norm is elementwise per channel: every dim passes through; the [C] operands map to C.
 ShardingRule batchNormShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  std::vector<int> dims = addPassThroughFactors(rule, ctx.operands[0].shape);
-  rule.operand_dims = {dims};
-  for (int i = 1; i < 5; ++i) rule.operand_dims.push_back({dims[1]});
-  rule.result_dims = {dims};
-  return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  std::vector<int> dims = rule.addPointwise(ctx.operands[0].shape);  // the [C] operands are of lower rank
+  for (int i = 1; i < 5; ++i) rule.mapOperand(i, {dims[1]});
+  return rule.build();
 }
 
 OpDef reduceOp(OpId id, std::string_view name, std::string_view summary) {

@@ -319,70 +319,43 @@ OpCost constantCost(const OpContext& ctx) {
 
 // ---- Sharding rules ----
 
-// Adds a need_replication factor per dim in [begin, end) of `shape` into `dims` (kNoFactor for size 1).
-void addReplicatedDims(ShardingRule& rule, const Shape& shape, size_t begin, size_t end, std::vector<int>& dims) {
-  for (size_t i = begin; i < end; ++i)
-    dims[i] = shape[i] == 1 ? ShardingRule::kNoFactor : rule.addFactor(shape[i], FactorKind::kNeedReplication);
-}
-
 // reshape and flatten. Row-major order means a run of equal leading dims, and a run of equal trailing
 // dims, map element blocks one to one: those are pass-through factors. The dims between them are
 // merged or split, and each gets a need_replication factor of its own. (A finer rule could let a merged
 // group's major dim pass through; this one is simple and always correct.)
 ShardingRule reshapeLikeRule(const OpContext& ctx) {
-  ShardingRule rule;
   std::vector<TensorType> results = inferredResults(ctx);
-  if (results.empty()) return rule;
-  const Shape& in = ctx.operands[0].shape;
-  const Shape& out = results[0].shape;
-  size_t common = std::min(in.size(), out.size());
-  size_t prefix = 0;
-  while (prefix < common && in[prefix] == out[prefix]) ++prefix;
-  size_t suffix = 0;
-  while (suffix < common - prefix && in[in.size() - 1 - suffix] == out[out.size() - 1 - suffix]) ++suffix;
-  std::vector<int> in_dims(in.size()), out_dims(out.size());
-  for (size_t i = 0; i < prefix; ++i) in_dims[i] = out_dims[i] = rule.addFactor(in[i], FactorKind::kPassThrough);
-  addReplicatedDims(rule, in, prefix, in.size() - suffix, in_dims);
-  addReplicatedDims(rule, out, prefix, out.size() - suffix, out_dims);
-  for (size_t s = 1; s <= suffix; ++s)
-    in_dims[in.size() - s] = out_dims[out.size() - s] = rule.addFactor(in[in.size() - s], FactorKind::kPassThrough);
-  rule.operand_dims = {in_dims};
-  rule.result_dims = {out_dims};
-  return rule;
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addReshape();
+  return rule.build();
 }
 
 // transpose: one pass-through factor per input dim; result dim i takes input dim perm[i]'s factor.
 ShardingRule transposeShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
   std::vector<int64_t> perm = *transposePerm(ctx);  // valid: the shape rule accepted it
-  std::vector<int> in_dims = addPassThroughFactors(rule, ctx.operands[0].shape);
-  std::vector<int> out_dims;
-  for (int64_t p : perm) out_dims.push_back(in_dims[p]);
-  rule.operand_dims = {in_dims};
-  rule.result_dims = {out_dims};
-  return rule;
+  std::vector<int> result_dim(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) result_dim[perm[i]] = static_cast<int>(i);
+  ShardingRuleBuilder rule(ctx.operands, results);
+  for (int d = 0; d < static_cast<int>(perm.size()); ++d) rule.addFactor({d}, {result_dim[d]});
+  return rule.build();
 }
 
 // Ops that move data along one axis (concat, split, slice): every other dim is one shared pass-through
 // factor; each tensor's dim along a moved axis is a need_replication factor of its own, since the
 // tensors' sizes differ there (a size-1 dim there maps to no factor).
 ShardingRule axisMovingRule(const OpContext& ctx, std::span<const TensorType> results, const std::vector<bool>& moved) {
-  ShardingRule rule;
-  const Shape& in = ctx.operands[0].shape;
-  std::vector<int> shared(in.size(), ShardingRule::kNoFactor);
-  for (size_t d = 0; d < in.size(); ++d)
-    if (!moved[d]) shared[d] = rule.addFactor(in[d], FactorKind::kPassThrough);
-  auto dimsOf = [&](const Shape& shape) {
-    std::vector<int> dims = shared;
-    for (size_t d = 0; d < shape.size(); ++d)
-      if (moved[d])
-        dims[d] = shape[d] == 1 ? ShardingRule::kNoFactor : rule.addFactor(shape[d], FactorKind::kNeedReplication);
-    return dims;
-  };
-  for (const auto& operand : ctx.operands) rule.operand_dims.push_back(dimsOf(operand.shape));
-  for (const auto& result : results) rule.result_dims.push_back(dimsOf(result.shape));
-  return rule;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addPointwiseIf(ctx.operands[0].shape, [&](int d) { return !moved[d]; });
+  for (int i = 0; i < static_cast<int>(ctx.operands.size()); ++i)
+    for (int d = 0; d < static_cast<int>(moved.size()); ++d)
+      if (moved[d] && ctx.operands[i].shape[d] != 1) rule.addOperandFactor(i, d, FactorKind::kNeedReplication);
+  for (int i = 0; i < static_cast<int>(results.size()); ++i)
+    for (int d = 0; d < static_cast<int>(moved.size()); ++d)
+      if (moved[d] && results[i].shape[d] != 1) rule.addResultFactor(i, d, FactorKind::kNeedReplication);
+  return rule.build();
 }
 
 // concat and split: the axis moves.
@@ -407,76 +380,63 @@ ShardingRule sliceShardingRule(const OpContext& ctx) {
 // (an embedding's vocabulary) is need_replication: a plain gather needs every row on every device
 // (vocabulary sharding is a dedicated pass).
 ShardingRule gatherShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  const Shape& data = ctx.operands[0].shape;
-  int64_t axis = normalizeAxis(ctx.getInt("axis"), ctx.operands[0].rank());
-  std::vector<int> data_dims = addPassThroughFactors(rule, data);
-  rule.factor_kinds[data_dims[axis]] = FactorKind::kNeedReplication;
-  std::vector<int> index_dims = addPassThroughFactors(rule, ctx.operands[1].shape);
-  std::vector<int> out_dims(data_dims.begin(), data_dims.begin() + axis);
-  out_dims.insert(out_dims.end(), index_dims.begin(), index_dims.end());
-  out_dims.insert(out_dims.end(), data_dims.begin() + axis + 1, data_dims.end());
-  rule.operand_dims = {data_dims, index_dims};
-  rule.result_dims = {out_dims};
-  return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const int axis = static_cast<int>(normalizeAxis(ctx.getInt("axis"), ctx.operands[0].rank()));
+  const int data_rank = static_cast<int>(ctx.operands[0].rank()), index_rank = static_cast<int>(ctx.operands[1].rank());
+  ShardingRuleBuilder rule(ctx.operands, results);
+  for (int d = 0; d < data_rank; ++d) {
+    if (d == axis) rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+    else rule.addFactor({d}, {d < axis ? d : d + index_rank - 1});
+  }
+  for (int d = 0; d < index_rank; ++d) rule.addFactor({ShardingRuleBuilder::kNoDim, d}, {axis + d});
+  return rule.build();
 }
 
 // squeeze: kept dims pass through; removed size-1 dims map to no factor.
 ShardingRule squeezeShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
   std::vector<bool> removed = *squeezedDims(ctx);  // valid: the shape rule accepted it
-  const Shape& in = ctx.operands[0].shape;
-  std::vector<int> in_dims, out_dims;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (removed[i]) {
-      in_dims.push_back(ShardingRule::kNoFactor);
-    } else {
-      in_dims.push_back(rule.addFactor(in[i], FactorKind::kPassThrough));
-      out_dims.push_back(in_dims.back());
-    }
-  }
-  rule.operand_dims = {in_dims};
-  rule.result_dims = {out_dims};
-  return rule;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  int result_dim = 0;
+  for (int d = 0; d < static_cast<int>(removed.size()); ++d)
+    if (!removed[d]) rule.addFactor({d}, {result_dim++});
+  return rule.build();
 }
 
 // unsqueeze: input dims pass through; inserted size-1 dims map to no factor.
 ShardingRule unsqueezeShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
   std::vector<bool> inserted = *insertedDims(ctx);  // valid: the shape rule accepted it
-  std::vector<int> in_dims = addPassThroughFactors(rule, ctx.operands[0].shape);
-  std::vector<int> out_dims;
-  size_t next_in = 0;
-  for (bool is_new : inserted) out_dims.push_back(is_new ? ShardingRule::kNoFactor : in_dims[next_in++]);
-  rule.operand_dims = {in_dims};
-  rule.result_dims = {out_dims};
-  return rule;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  int operand_dim = 0;
+  for (int d = 0; d < static_cast<int>(inserted.size()); ++d)
+    if (!inserted[d]) rule.addFactor({operand_dim++}, {d});
+  return rule.build();
 }
 
 // trilu: leading dims pass through; the matrix dims need_replication (the mask depends on the
 // global row and column index).
 ShardingRule triluShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
-  if (inferredResults(ctx).empty()) return rule;
-  const Shape& x = ctx.operands[0].shape;
-  std::vector<int> dims;
-  for (size_t i = 0; i < x.size(); ++i)
-    dims.push_back(rule.addFactor(x[i], i + 2 >= x.size() ? FactorKind::kNeedReplication : FactorKind::kPassThrough));
-  rule.operand_dims = {dims};
-  rule.result_dims = {dims};
-  return rule;
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const int rank = static_cast<int>(ctx.operands[0].rank());
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addPointwise(ctx.operands[0].shape, [&](int d) {
+    return d + 2 >= rank ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+  });
+  return rule.build();
 }
 
 // constant: no operands; each result dim a pass-through factor (any slice of it can be materialised).
 ShardingRule constantShardingRule(const OpContext& ctx) {
-  ShardingRule rule;
   std::vector<TensorType> results = inferredResults(ctx);
-  if (results.empty()) return rule;
-  rule.result_dims = {addPassThroughFactors(rule, results[0].shape)};
-  return rule;
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addPointwise(results[0].shape);
+  return rule.build();
 }
 
 // Builds one op's definition; the shape rule is already wrapped in checkedShapeRule.
