@@ -143,7 +143,9 @@ Status layerNormStatistics(OnnxImportContext& ctx, const onnx::NodeProto& node, 
   // steps are named <Y>/<step>; Mean and InvStdDev keep their ONNX names (or steps, when unused).
   const std::string& x = node.input(0);
   const std::string step = node.output(0) + "/";
-  auto output = [&](int index, const std::string& fallback) { return hasOutput(node, index) ? node.output(index) : step + fallback; };
+  auto output = [&](int index, const std::string& fallback) {
+    return hasOutput(node, index) ? node.output(index) : step + fallback;
+  };
   const std::string mean = output(1, "mean"), inv_std = output(2, "inv_std");
   auto epsilon_data = numbersTensor({epsilon}, x_type.dtype, {});
   auto one_data = numbersTensor({1.0}, x_type.dtype, {});

@@ -17,6 +17,10 @@ namespace cleave {
 // Converts one ONNX node into cleave ops (or constants) through the import context.
 using OnnxConvertFn = Status (*)(OnnxImportContext& ctx, const onnx::NodeProto& node);
 
+// Adding an ONNX op is one entry in the table part of its family (converters_<family>.cpp) and
+// one converter function there; the import, the "unsupported ONNX ops" diagnostic and
+// checkOnnxSupport all read the table.
+
 // One table entry: an ONNX op type of the default domain and the converter for the opsets
 // first_opset..last_opset. An op whose meaning changed between opsets has one entry per range.
 struct OnnxConverter {
