@@ -26,7 +26,7 @@ struct OnnxImportOptions {
 // trainable parameters with their data (external data included; an Identity of one, which is how
 // PyTorch's exporter writes initializers it merged for having equal values, becomes a parameter of
 // its own), other initializers and Constant nodes into constants, graph inputs into inputs, nodes
-// into cleave ops, and folds every node whose operands are all constants (so Shape -> Gather ->
+// into cleave ops (through the converter table of onnx_converters.h), and folds every node whose operands are all constants (so Shape -> Gather ->
 // Concat -> Reshape subgraphs become static shapes). Symbolic dim 0 of an input becomes
 // options.batch (or 1); other symbolic dims are an error. An unsupported model gets one kBadInput
 // error listing every unsupported op type with its node names and the opset.

@@ -1,0 +1,255 @@
+// ONNX converters of network layers: Gemm, MatMul, Conv, ConvTranspose, pooling, normalisations, Dropout.
+#include <algorithm>
+
+#include "frontend/onnx/onnx_composite.h"
+#include "frontend/onnx/onnx_converters.h"
+
+namespace cleave {
+namespace {
+
+Status convertGemm(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  AttrMap attrs{{"alpha", floatAttr(node, "alpha", 1.0)}, {"beta", floatAttr(node, "beta", 1.0)},
+                {"transpose_a", intAttr(node, "transA", 0)}, {"transpose_b", intAttr(node, "transB", 0)}};
+  std::vector<std::string> inputs = {node.input(0), node.input(1)};
+  if (hasInput(node, 2)) inputs.push_back(node.input(2));
+  return ctx.emit(node, OpId::gemm, inputs, attrs);
+}
+
+// Attributes shared by Conv, MaxPool and AveragePool over a 2-D window `kernel` (dilated by
+// `dilations`) on input `x`: strides (ONNX's default is 1, also for pooling) and pads, explicit or
+// resolved from auto_pad (SAME_UPPER / SAME_LOWER put the odd pad at the end / the beginning).
+Status windowAttrs(OnnxImportContext& ctx, const onnx::NodeProto& node, const TensorType& x,
+                   const std::vector<int64_t>& kernel, const std::vector<int64_t>& dilations, AttrMap& attrs) {
+  std::vector<int64_t> strides = intsAttr(node, "strides").value_or(std::vector<int64_t>{1, 1});
+  if (strides.size() != 2) return ctx.nodeError(node, "strides must have 2 values");
+  attrs["strides"] = strides;
+  std::string auto_pad = stringAttr(node, "auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    if (auto pads = intsAttr(node, "pads")) attrs["pads"] = *pads;
+    return Status::ok();
+  }
+  if (auto_pad == "VALID") return Status::ok();
+  if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
+    return ctx.nodeError(node, "auto_pad '" + auto_pad + "' is not known");
+  if (x.rank() != 4) return ctx.nodeError(node, "auto_pad needs a rank-4 input, not " + x.str());
+  std::vector<int64_t> pads(4, 0);
+  for (int i = 0; i < 2; ++i) {
+    int64_t in = x.shape[2 + i], out = (in + strides[i] - 1) / strides[i];
+    int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in);
+    int64_t smaller = total / 2;
+    pads[i] = auto_pad == "SAME_UPPER" ? smaller : total - smaller;
+    pads[2 + i] = total - pads[i];
+  }
+  attrs["pads"] = pads;
+  return Status::ok();
+}
+
+Status convertConv(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType weight, ctx.typeOf(node, node.input(1)));
+  if (weight.rank() != 4)
+    return ctx.nodeError(node, "only 2-D convolutions are supported (weight is " + weight.str() + ")");
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+  std::vector<int64_t> dilations = intsAttr(node, "dilations").value_or(std::vector<int64_t>{1, 1});
+  if (dilations.size() != 2) return ctx.nodeError(node, "dilations must have 2 values");
+  AttrMap attrs{{"groups", intAttr(node, "group", 1)}, {"dilations", dilations}};
+  CLEAVE_TRY(windowAttrs(ctx, node, x, {weight.shape[2], weight.shape[3]}, dilations, attrs));
+  std::vector<std::string> inputs = {node.input(0), node.input(1)};
+  if (hasInput(node, 2)) inputs.push_back(node.input(2));
+  return ctx.emit(node, OpId::conv2d, inputs, attrs);
+}
+
+// The transpose of a convolution is its input gradient: conv2d_grad_input with x as dy and the
+// output shape from ONNX's rule, padding resolved as for Conv (or from output_shape).
+Status convertConvTranspose(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  const TensorType& x_type = c.xType();
+  CLEAVE_ASSIGN_OR_RETURN(TensorType weight, ctx.typeOf(node, node.input(1)));
+  if (c.rank() != 4 || weight.rank() != 4) return c.fail("only 2-D transposed convolutions are supported");
+  int64_t groups = intAttr(node, "group", 1);
+  auto pairAttr = [&](const char* name, int64_t fallback) {
+    return intsAttr(node, name).value_or(std::vector<int64_t>{fallback, fallback});
+  };
+  std::vector<int64_t> strides = pairAttr("strides", 1), dilations = pairAttr("dilations", 1);
+  std::vector<int64_t> output_padding = pairAttr("output_padding", 0);
+  std::vector<int64_t> pads = intsAttr(node, "pads").value_or(std::vector<int64_t>{0, 0, 0, 0});
+  auto output_shape = intsAttr(node, "output_shape");
+  std::string auto_pad = stringAttr(node, "auto_pad", "NOTSET");
+  if (strides.size() != 2 || dilations.size() != 2 || output_padding.size() != 2 || pads.size() != 4)
+    return c.fail("strides, dilations and output_padding need 2 values, pads 4");
+  std::vector<int64_t> out(2);
+  for (int i = 0; i < 2; ++i) {
+    int64_t in = x_type.shape[2 + i], extent = (weight.shape[2 + i] - 1) * dilations[i] + 1;
+    int64_t full = strides[i] * (in - 1) + output_padding[i] + extent;
+    bool resolve = output_shape || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+    if (resolve) {
+      int64_t target = output_shape ? (*output_shape)[output_shape->size() - 2 + i] : in * strides[i];
+      // A target beyond the full extent adds rows at the end that no window reaches (as output_padding).
+      int64_t total = std::max<int64_t>(full - target, 0);
+      bool upper = auto_pad == "SAME_UPPER";
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[2 + i] = total - pads[i];
+      full = std::max(full, target);
+    } else if (auto_pad == "VALID") {
+      pads[i] = pads[2 + i] = 0;
+    }
+    out[i] = full - pads[i] - pads[2 + i];
+  }
+  AttrMap attrs{{"input_shape", std::vector<int64_t>{x_type.shape[0], weight.shape[1] * groups, out[0], out[1]}},
+                {"strides", strides}, {"pads", pads}, {"dilations", dilations}, {"groups", groups}};
+  if (!hasInput(node, 2)) return c.finish(OpId::conv2d_grad_input, {c.x(), node.input(1)}, attrs);
+  CLEAVE_ASSIGN_OR_RETURN(std::string convolved, c.apply(OpId::conv2d_grad_input, {c.x(), node.input(1)}, attrs));
+  CLEAVE_ASSIGN_OR_RETURN(std::string bias,
+                          c.apply(OpId::unsqueeze, {node.input(2)}, {{"axes", std::vector<int64_t>{1, 2}}}));
+  return c.finish(OpId::add, {convolved, bias});
+}
+
+// MaxPool and AveragePool over a 2-D window, without the Indices output or dilations.
+template <OpId op>
+Status convertPool(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  if (hasOutput(node, 1)) return ctx.nodeError(node, "the Indices output is not supported");
+  auto kernel = intsAttr(node, "kernel_shape");
+  if (!kernel || kernel->size() != 2) return ctx.nodeError(node, "only 2-D pooling is supported");
+  if (auto dilations = intsAttr(node, "dilations"))
+    for (int64_t d : *dilations)
+      if (d != 1) return ctx.nodeError(node, "pooling dilations other than 1 are not supported");
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+  AttrMap attrs{{"kernel", *kernel}, {"ceil_mode", intAttr(node, "ceil_mode", 0)}};
+  CLEAVE_TRY(windowAttrs(ctx, node, x, *kernel, {1, 1}, attrs));
+  if (op == OpId::avg_pool2d) attrs["count_include_pad"] = intAttr(node, "count_include_pad", 0);
+  return ctx.emit(node, op, {node.input(0)}, attrs);
+}
+
+Status convertGlobalMaxPool(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  return c.finish(OpId::reduce_max, {c.x()}, {{"axes", c.spatialAxes()}, {"keepdims", int64_t{1}}});
+}
+
+Status convertBatchNormalization(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  if (intAttr(node, "training_mode", 0) != 0 || node.output_size() > 1)
+    return ctx.nodeError(node, "only the inference form (one output, training_mode=0) is supported");
+  return ctx.emit(node, OpId::batch_norm, {node.input(0), node.input(1), node.input(2), node.input(3), node.input(4)},
+                  {{"epsilon", floatAttr(node, "epsilon", 1e-5)}});
+}
+
+// LayerNormalization's optional outputs Mean and InvStdDev, from reductions over dims axis..rank-1.
+Status layerNormStatistics(OnnxImportContext& ctx, const onnx::NodeProto& node, int64_t axis, double epsilon) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x_type, ctx.typeOf(node, node.input(0)));
+  int64_t first = normalizeAxis(axis, x_type.rank());
+  if (first < 0) return ctx.nodeError(node, "axis " + std::to_string(axis) + " is out of range for " + x_type.str());
+  std::vector<int64_t> axes;
+  for (int64_t d = first; d < x_type.rank(); ++d) axes.push_back(d);
+  AttrMap reduce{{"axes", axes}, {"keepdims", int64_t{1}}};
+  // mean = reduce_mean(x); var = reduce_mean((x - mean)^2); inv_std = 1 / sqrt(var + epsilon). The
+  // steps are named <Y>/<step>; Mean and InvStdDev keep their ONNX names (or steps, when unused).
+  const std::string& x = node.input(0);
+  const std::string step = node.output(0) + "/";
+  auto output = [&](int index, const std::string& fallback) {
+    return hasOutput(node, index) ? node.output(index) : step + fallback;
+  };
+  const std::string mean = output(1, "mean"), inv_std = output(2, "inv_std");
+  auto epsilon_data = numbersTensor({epsilon}, x_type.dtype, {});
+  auto one_data = numbersTensor({1.0}, x_type.dtype, {});
+  if (!epsilon_data || !one_data) return ctx.nodeError(node, "no scalar constants of " + x_type.str());
+  ctx.bindConstant(step + "epsilon", *epsilon_data);
+  ctx.bindConstant(step + "one", *one_data);
+  CLEAVE_TRY(ctx.emitTo(node, OpId::reduce_mean, {x}, reduce, {mean}));
+  CLEAVE_TRY(ctx.emitTo(node, OpId::sub, {x, mean}, {}, {step + "centered"}));
+  CLEAVE_TRY(ctx.emitTo(node, OpId::mul, {step + "centered", step + "centered"}, {}, {step + "squared"}));
+  CLEAVE_TRY(ctx.emitTo(node, OpId::reduce_mean, {step + "squared"}, reduce, {step + "variance"}));
+  CLEAVE_TRY(ctx.emitTo(node, OpId::add, {step + "variance", step + "epsilon"}, {}, {step + "shifted"}));
+  CLEAVE_TRY(ctx.emitTo(node, OpId::sqrt, {step + "shifted"}, {}, {step + "std"}));
+  return ctx.emitTo(node, OpId::div, {step + "one", step + "std"}, {}, {inv_std});
+}
+
+Status convertLayerNormalization(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  if (intAttr(node, "stash_type", 1) != 1) return ctx.nodeError(node, "stash_type other than 1 (f32) is not supported");
+  std::vector<std::string> inputs = {node.input(0), node.input(1)};
+  if (hasInput(node, 2)) inputs.push_back(node.input(2));
+  int64_t axis = intAttr(node, "axis", -1);
+  double epsilon = floatAttr(node, "epsilon", 1e-5);
+  CLEAVE_TRY(ctx.emit(node, OpId::layer_norm, inputs, {{"axis", axis}, {"epsilon", epsilon}}));
+  bool wants_statistics = hasOutput(node, 1) || hasOutput(node, 2);
+  return wants_statistics ? layerNormStatistics(ctx, node, axis, epsilon) : Status::ok();
+}
+
+// (x - mean) / sqrt(var + epsilon) over the spatial axes, then a per-channel scale and bias.
+Status convertInstanceNormalization(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  AttrMap reduce{{"axes", c.spatialAxes()}, {"keepdims", int64_t{1}}};
+  CLEAVE_ASSIGN_OR_RETURN(std::string mean, c.apply(OpId::reduce_mean, {c.x()}, reduce));
+  CLEAVE_ASSIGN_OR_RETURN(std::string centered, c.apply(OpId::sub, {c.x(), mean}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string squared, c.apply(OpId::mul, {centered, centered}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string variance, c.apply(OpId::reduce_mean, {squared}, reduce));
+  CLEAVE_ASSIGN_OR_RETURN(std::string epsilon, c.filled(floatAttr(node, "epsilon", 1e-5), c.dtype()));
+  CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::add, {variance, epsilon}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string deviation, c.apply(OpId::sqrt, {shifted}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string normalized, c.apply(OpId::div, {centered, deviation}));
+  std::string scale = node.input(1), bias = node.input(2);
+  if (c.rank() > 2) {  // [C] -> [C, 1, ...] to broadcast over the spatial dims
+    std::vector<int64_t> trailing;
+    for (int64_t d = 1; d < c.rank() - 1; ++d) trailing.push_back(d);
+    CLEAVE_ASSIGN_OR_RETURN(scale, c.apply(OpId::unsqueeze, {scale}, {{"axes", trailing}}));
+    CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::unsqueeze, {bias}, {{"axes", trailing}}));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::string scaled, c.apply(OpId::mul, {normalized, scale}));
+  return c.finish(OpId::add, {scaled, bias});
+}
+
+// (x - mean) / (sqrt(var) + 1e-9) over its axes (default 0, 2, 3).
+Status convertMeanVarianceNormalization(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  AttrMap reduce{{"axes", intsAttr(node, "axes").value_or(std::vector<int64_t>{0, 2, 3})}, {"keepdims", int64_t{1}}};
+  CLEAVE_ASSIGN_OR_RETURN(std::string mean, c.apply(OpId::reduce_mean, {c.x()}, reduce));
+  CLEAVE_ASSIGN_OR_RETURN(std::string centered, c.apply(OpId::sub, {c.x(), mean}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string squared, c.apply(OpId::mul, {centered, centered}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string variance, c.apply(OpId::reduce_mean, {squared}, reduce));
+  CLEAVE_ASSIGN_OR_RETURN(std::string deviation, c.apply(OpId::sqrt, {variance}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string tiny, c.filled(1e-9, c.dtype()));
+  CLEAVE_ASSIGN_OR_RETURN(std::string denominator, c.apply(OpId::add, {deviation, tiny}));
+  return c.finish(OpId::div, {centered, denominator});
+}
+
+// Inference (training_mode absent or false), or a ratio of 0: the identity, with a mask of ones.
+Status convertDropout(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  if (hasInput(node, 2)) {
+    CLEAVE_ASSIGN_OR_RETURN(double training, ctx.constantScalar(node, 2));
+    double ratio = 0.5;
+    if (hasInput(node, 1)) {
+      CLEAVE_ASSIGN_OR_RETURN(ratio, ctx.constantScalar(node, 1));
+    }
+    if (training != 0 && ratio != 0)
+      return ctx.nodeError(node, "training_mode=true with ratio " + std::to_string(ratio) +
+                                     " (random dropout) is not supported; export the model in eval mode");
+  }
+  CLEAVE_TRY(ctx.emit(node, OpId::identity, {node.input(0)}, {}));
+  if (hasOutput(node, 1)) {
+    CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+    auto mask = std::make_shared<TensorData>();
+    mask->type = {DType::kBool, x.shape};
+    mask->bytes.assign(static_cast<size_t>(x.numel()), 1);
+    ctx.bindConstant(node.output(1), mask);
+  }
+  return Status::ok();
+}
+
+constexpr OnnxConverter kNetworkConverters[] = {
+    {"AveragePool", convertPool<OpId::avg_pool2d>},
+    {"BatchNormalization", convertBatchNormalization},
+    {"Conv", convertConv},
+    {"ConvTranspose", convertConvTranspose},
+    {"Dropout", convertDropout},
+    {"Gemm", convertGemm},
+    {"GlobalAveragePool", convertOneToOne<OpId::global_avg_pool>},
+    {"GlobalMaxPool", convertGlobalMaxPool},
+    {"InstanceNormalization", convertInstanceNormalization},
+    {"LayerNormalization", convertLayerNormalization},
+    {"MatMul", convertOneToOne<OpId::matmul>},
+    {"MaxPool", convertPool<OpId::max_pool2d>},
+    {"MeanVarianceNormalization", convertMeanVarianceNormalization},
+};
+
+}  // namespace
+
+std::span<const OnnxConverter> networkConverters() { return kNetworkConverters; }
+
+}  // namespace cleave

@@ -1,0 +1,265 @@
+// ONNX converters of data movement on static shapes: Reshape, Transpose, Concat, Split, Slice, Pad, Tile, ...
+#include <algorithm>
+
+#include "frontend/onnx/onnx_composite.h"
+#include "frontend/onnx/onnx_converters.h"
+
+namespace cleave {
+namespace {
+
+// PyTorch's exporter merges initializers of equal value (LayerNorm's ones in every layer) into one
+// and gives each other name an Identity of it: each such name is a parameter of its own, as it was
+// before the export, so that training updates them apart.
+Status convertIdentity(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  if (ctx.isParameter(node.input(0))) {
+    ctx.aliasParameter(node.output(0), node.input(0));
+    return Status::ok();
+  }
+  return ctx.emit(node, OpId::identity, allInputs(node), {});
+}
+
+Status convertFlatten(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  return ctx.emit(node, OpId::flatten, {node.input(0)}, {{"axis", intAttr(node, "axis", 1)}});
+}
+
+Status convertReshape(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(auto shape, ctx.constantInts(node, 1));
+  bool zero_dims = std::find(shape.begin(), shape.end(), 0) != shape.end();
+  if (intAttr(node, "allowzero", 0) != 0 && zero_dims) {
+    // With allowzero a 0 is a dim of size 0, not a copy: the result is empty, so a constant.
+    CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+    if (x.numel() != 0 || std::find(shape.begin(), shape.end(), -1) != shape.end())
+      return ctx.nodeError(node, "allowzero=1 with shape " + TensorType{x.dtype, shape}.str() + " does not fit input " +
+                                     x.str());
+    auto empty = std::make_shared<TensorData>();
+    empty->type = {x.dtype, shape};
+    ctx.bindConstant(node.output(0), empty);
+    return Status::ok();
+  }
+  return ctx.emit(node, OpId::reshape, {node.input(0)}, {{"shape", shape}});
+}
+
+Status convertExpand(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(auto shape, ctx.constantInts(node, 1));
+  return ctx.emit(node, OpId::expand, {node.input(0)}, {{"shape", shape}});
+}
+
+Status convertTranspose(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  AttrMap attrs;
+  if (auto perm = intsAttr(node, "perm")) attrs["perm"] = *perm;
+  return ctx.emit(node, OpId::transpose, {node.input(0)}, attrs);
+}
+
+Status convertConcat(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  return ctx.emit(node, OpId::concat, allInputs(node), {{"axis", intAttr(node, "axis", 0)}});
+}
+
+// Split into the given sizes (the `split` attribute before opset 13, an optional constant input
+// from 13), or into as many equal parts as the node has outputs.
+template <bool sizes_as_input>
+Status convertSplit(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+  int64_t axis = intAttr(node, "axis", 0);
+  int64_t normalized = normalizeAxis(axis, x.rank());
+  if (normalized < 0) return ctx.nodeError(node, "axis " + std::to_string(axis) + " is out of range for " + x.str());
+  std::vector<int64_t> sizes;
+  if (!sizes_as_input && intsAttr(node, "split")) {
+    sizes = *intsAttr(node, "split");
+  } else if (sizes_as_input && hasInput(node, 1)) {
+    CLEAVE_ASSIGN_OR_RETURN(sizes, ctx.constantInts(node, 1));
+  } else {
+    int64_t parts = node.output_size(), dim = x.shape[normalized];
+    if (dim % parts != 0)
+      return ctx.nodeError(node, "dim " + std::to_string(dim) + " does not split into " + std::to_string(parts) +
+                                     " equal parts");
+    sizes.assign(static_cast<size_t>(parts), dim / parts);
+  }
+  return ctx.emit(node, OpId::split, {node.input(0)}, {{"axis", axis}, {"sizes", sizes}}, node.output_size());
+}
+
+Status convertSlice(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  AttrMap attrs;
+  CLEAVE_ASSIGN_OR_RETURN(attrs["starts"], ctx.constantInts(node, 1));
+  CLEAVE_ASSIGN_OR_RETURN(attrs["ends"], ctx.constantInts(node, 2));
+  if (hasInput(node, 3)) {
+    CLEAVE_ASSIGN_OR_RETURN(attrs["axes"], ctx.constantInts(node, 3));
+  }
+  if (hasInput(node, 4)) {
+    CLEAVE_ASSIGN_OR_RETURN(attrs["steps"], ctx.constantInts(node, 4));
+  }
+  return ctx.emit(node, OpId::slice, {node.input(0)}, attrs);
+}
+
+Status convertGather(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  return ctx.emit(node, OpId::gather, {node.input(0), node.input(1)}, {{"axis", intAttr(node, "axis", 0)}});
+}
+
+// Unsqueeze and Squeeze (`op`) on the axes of the `axes` attribute before opset 13, of an optional
+// constant input from 13; Unsqueeze needs them.
+template <OpId op, bool axes_as_input>
+Status convertSqueezeLike(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  AttrMap attrs;
+  if (!axes_as_input) {
+    if (auto axes = intsAttr(node, "axes")) attrs["axes"] = *axes;
+  } else if (hasInput(node, 1)) {
+    CLEAVE_ASSIGN_OR_RETURN(attrs["axes"], ctx.constantInts(node, 1));
+  }
+  if (op == OpId::unsqueeze && !attrs.count("axes")) return ctx.nodeError(node, "Unsqueeze needs axes");
+  return ctx.emit(node, op, {node.input(0)}, attrs);
+}
+
+Status convertTrilu(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  int64_t k = 0;
+  if (hasInput(node, 1)) {
+    CLEAVE_ASSIGN_OR_RETURN(auto ks, ctx.constantInts(node, 1));
+    if (ks.size() != 1) return ctx.nodeError(node, "k must hold one integer");
+    k = ks[0];
+  }
+  return ctx.emit(node, OpId::trilu, {node.input(0)}, {{"upper", intAttr(node, "upper", 1)}, {"k", k}});
+}
+
+// DepthToSpace and SpaceToDepth: reshape to expose the blocks, transpose them into place, reshape back.
+Status blocksToFrom(OnnxImportContext& ctx, const onnx::NodeProto& node, bool space_to_depth) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  const TensorType& x_type = c.xType();
+  if (c.rank() != 4) return c.fail("the input must be 4-D, not " + x_type.str());
+  int64_t block = intAttr(node, "blocksize", 0);
+  if (block < 1) return c.fail("blocksize must be at least 1");
+  const int64_t n = x_type.shape[0], ch = x_type.shape[1], h = x_type.shape[2], w = x_type.shape[3];
+  std::vector<int64_t> split_shape, perm, result_shape;
+  if (space_to_depth) {
+    if (h % block || w % block)
+      return c.fail("H and W of " + x_type.str() + " must be multiples of " + std::to_string(block));
+    split_shape = {n, ch, h / block, block, w / block, block};
+    perm = {0, 3, 5, 1, 2, 4};
+    result_shape = {n, ch * block * block, h / block, w / block};
+  } else {
+    if (ch % (block * block))
+      return c.fail("C of " + x_type.str() + " must be a multiple of " + std::to_string(block * block));
+    bool crd = stringAttr(node, "mode", "DCR") == "CRD";
+    split_shape = crd ? std::vector<int64_t>{n, ch / (block * block), block, block, h, w}
+                      : std::vector<int64_t>{n, block, block, ch / (block * block), h, w};
+    perm = crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2};
+    result_shape = {n, ch / (block * block), h * block, w * block};
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::string split, c.apply(OpId::reshape, {c.x()}, {{"shape", split_shape}}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string moved, c.apply(OpId::transpose, {split}, {{"perm", perm}}));
+  return c.finish(OpId::reshape, {moved}, {{"shape", result_shape}});
+}
+Status convertDepthToSpace(OnnxImportContext& ctx, const onnx::NodeProto& node) { return blocksToFrom(ctx, node, false); }
+Status convertSpaceToDepth(OnnxImportContext& ctx, const onnx::NodeProto& node) { return blocksToFrom(ctx, node, true); }
+
+// Tile repeats each dim by concatenating copies (repeats 0: an empty slice).
+Status convertTile(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  CLEAVE_ASSIGN_OR_RETURN(auto repeats, ctx.constantInts(node, 1));
+  if (static_cast<int64_t>(repeats.size()) != c.rank())
+    return c.fail("repeats must have one value per dim of " + c.xType().str());
+  std::string result = c.x();
+  for (int64_t axis = 0; axis < c.rank(); ++axis) {
+    if (repeats[axis] == 1) continue;
+    if (repeats[axis] == 0) {
+      CLEAVE_ASSIGN_OR_RETURN(result, c.apply(OpId::slice, {result}, {{"starts", std::vector<int64_t>{0}},
+                                                                       {"ends", std::vector<int64_t>{0}},
+                                                                       {"axes", std::vector<int64_t>{axis}}}));
+      continue;
+    }
+    if (repeats[axis] < 0) return c.fail("repeats must be non-negative");
+    CLEAVE_ASSIGN_OR_RETURN(result,
+                            c.apply(OpId::concat, std::vector<std::string>(repeats[axis], result), {{"axis", axis}}));
+  }
+  return c.finish(OpId::identity, {result});
+}
+
+// Per axis: crop negative pads with a slice, then concat the padding on each side: a constant
+// block, the edge row expanded, or the rows mirrored by a reversed slice.
+Status convertPad(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  const TensorType& x_type = c.xType();
+  const int64_t rank = c.rank();
+  std::string mode = stringAttr(node, "mode", "constant");
+  if (mode != "constant" && mode != "edge" && mode != "reflect") return c.fail("mode '" + mode + "' is not known");
+  CLEAVE_ASSIGN_OR_RETURN(auto pads, ctx.constantInts(node, 1));
+  if (static_cast<int64_t>(pads.size()) != 2 * rank) return c.fail("pads must have 2 values per dim of " + x_type.str());
+  constexpr int64_t kPadLimit = int64_t{1} << 62;  // keeps the sums below from overflowing
+  for (int64_t pad : pads)
+    if (pad < -kPadLimit || pad > kPadLimit) return c.fail("pad " + std::to_string(pad) + " is out of range");
+  double value = 0;
+  if (hasInput(node, 2)) {
+    CLEAVE_ASSIGN_OR_RETURN(value, ctx.constantScalar(node, 2));
+  }
+  Shape shape = x_type.shape;
+  std::string result = c.x();
+  auto sliceAxis = [&](const std::string& input, int64_t axis, int64_t start, int64_t end, int64_t stride) {
+    return c.apply(OpId::slice, {input}, {{"starts", std::vector<int64_t>{start}}, {"ends", std::vector<int64_t>{end}},
+                                          {"axes", std::vector<int64_t>{axis}}, {"steps", std::vector<int64_t>{stride}}});
+  };
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    int64_t before = pads[axis], after = pads[axis + rank], dim = shape[axis];
+    if (before < 0 || after < 0) {
+      int64_t start = std::max<int64_t>(0, -before), end = dim - std::max<int64_t>(0, -after);
+      if (end < start) return c.fail("pads crop more than dim " + std::to_string(axis) + " of " + x_type.str() + " holds");
+      CLEAVE_ASSIGN_OR_RETURN(result, sliceAxis(result, axis, start, end, 1));
+      dim = shape[axis] = end - start;
+      before = std::max<int64_t>(before, 0);
+      after = std::max<int64_t>(after, 0);
+    }
+    if (before == 0 && after == 0) continue;
+    if (mode != "constant" && dim == 0) return c.fail("mode '" + mode + "' cannot pad an empty dim");
+    if (mode == "reflect" && (before >= dim || after >= dim))
+      return c.fail("reflect pads must be smaller than dim " + std::to_string(axis) + " (" + std::to_string(dim) + ")");
+    std::vector<std::string> parts;
+    for (int side = 0; side < 2; ++side) {
+      int64_t count = side == 0 ? before : after;
+      if (count == 0) continue;
+      Shape block_shape = shape;
+      block_shape[axis] = count;
+      std::string part;
+      if (mode == "constant") {
+        CLEAVE_ASSIGN_OR_RETURN(part, c.filled(value, c.dtype(), block_shape));
+      } else if (mode == "edge") {
+        CLEAVE_ASSIGN_OR_RETURN(std::string edge, side == 0 ? sliceAxis(result, axis, 0, 1, 1)
+                                                              : sliceAxis(result, axis, dim - 1, dim, 1));
+        CLEAVE_ASSIGN_OR_RETURN(part, c.apply(OpId::expand, {edge}, {{"shape", block_shape}}));
+      } else {  // reflect: rows before..1 in front, rows dim-2..dim-1-after behind (reversed slices)
+        int64_t end = dim - 2 - count;
+        CLEAVE_ASSIGN_OR_RETURN(part, side == 0 ? sliceAxis(result, axis, count, 0, -1)
+                                                : sliceAxis(result, axis, dim - 2, end < 0 ? -dim - 1 : end, -1));
+      }
+      parts.push_back(part);
+      if (side == 0) parts.push_back(result);
+    }
+    if (before == 0) parts.insert(parts.begin(), result);
+    CLEAVE_ASSIGN_OR_RETURN(result, c.apply(OpId::concat, parts, {{"axis", axis}}));
+    shape[axis] += before + after;
+  }
+  return c.finish(OpId::identity, {result});
+}
+
+constexpr OnnxConverter kShapeConverters[] = {
+    {"Concat", convertConcat},
+    {"DepthToSpace", convertDepthToSpace},
+    {"Expand", convertExpand},
+    {"Flatten", convertFlatten},
+    {"Gather", convertGather},
+    {"Identity", convertIdentity},
+    {"Pad", convertPad},
+    {"Reshape", convertReshape},
+    {"Slice", convertSlice},
+    {"SpaceToDepth", convertSpaceToDepth},
+    {"Split", convertSplit<false>, 11, 12},
+    {"Split", convertSplit<true>, 13},
+    {"Squeeze", convertSqueezeLike<OpId::squeeze, false>, 11, 12},
+    {"Squeeze", convertSqueezeLike<OpId::squeeze, true>, 13},
+    {"Tile", convertTile},
+    {"Transpose", convertTranspose},
+    {"Trilu", convertTrilu},
+    {"Unsqueeze", convertSqueezeLike<OpId::unsqueeze, false>, 11, 12},
+    {"Unsqueeze", convertSqueezeLike<OpId::unsqueeze, true>, 13},
+};
+
+}  // namespace
+
+std::span<const OnnxConverter> shapeConverters() { return kShapeConverters; }
+
+}  // namespace cleave

@@ -1,0 +1,45 @@
+// Writes one ONNX node as a composition of cleave ops: named intermediate steps, filled constants, the final op.
+#include "frontend/onnx/onnx_composite.h"
+
+namespace cleave {
+
+Expected<OnnxComposite> OnnxComposite::start(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x_type, ctx.typeOf(node, node.input(0)));
+  return OnnxComposite(ctx, node, std::move(x_type));
+}
+
+std::vector<int64_t> OnnxComposite::spatialAxes() const {
+  std::vector<int64_t> axes;
+  for (int64_t d = 2; d < rank(); ++d) axes.push_back(d);
+  return axes;
+}
+
+Expected<std::string> OnnxComposite::apply(OpId op, const std::vector<std::string>& inputs, AttrMap attrs) {
+  std::string name = nextName();
+  CLEAVE_TRY(ctx_->emitTo(*node_, op, inputs, std::move(attrs), {name}));
+  return name;
+}
+
+Status OnnxComposite::finish(OpId op, const std::vector<std::string>& inputs, AttrMap attrs) {
+  return ctx_->emitTo(*node_, op, inputs, std::move(attrs), {node_->output(0)});
+}
+
+Expected<std::string> OnnxComposite::filled(double value, DType dtype, const Shape& shape) {
+  CLEAVE_TRY(checkFoldedShape(shape).withContext(ctx_->where(*node_) + ": "));
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  auto data = numbersTensor(std::vector<double>(static_cast<size_t>(count), value), dtype, shape);
+  if (!data) return data.status().withContext(ctx_->where(*node_) + ": ");
+  std::string name = nextName();
+  ctx_->bindConstant(name, *data);
+  return name;
+}
+
+Expected<std::string> OnnxComposite::absolute() {
+  CLEAVE_ASSIGN_OR_RETURN(std::string zero, filled(0, dtype()));
+  CLEAVE_ASSIGN_OR_RETURN(std::string is_negative, apply(OpId::less, {x(), zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string negated, apply(OpId::neg, {x()}));
+  return apply(OpId::where, {is_negative, negated, x()});
+}
+
+}  // namespace cleave

@@ -1,0 +1,38 @@
+// The one table from ONNX op type to converter: what the importer maps, at which opsets, and how.
+#include "frontend/onnx/onnx_converters.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace cleave {
+namespace {
+
+// The family parts joined into one table, sorted by op type then first opset.
+std::vector<OnnxConverter> buildTable() {
+  std::vector<OnnxConverter> table;
+  for (auto part : {elementwiseConverters(), activationConverters(), reductionConverters(), networkConverters(),
+                    shapeConverters(), constantConverters()})
+    table.insert(table.end(), part.begin(), part.end());
+  std::sort(table.begin(), table.end(), [](const OnnxConverter& a, const OnnxConverter& b) {
+    return a.op_type != b.op_type ? a.op_type < b.op_type : a.first_opset < b.first_opset;
+  });
+  return table;
+}
+
+}  // namespace
+
+std::span<const OnnxConverter> onnxConverters() {
+  static const std::vector<OnnxConverter> kTable = buildTable();
+  return kTable;
+}
+
+const OnnxConverter* findOnnxConverter(std::string_view op_type, int64_t opset) {
+  auto table = onnxConverters();
+  auto it = std::lower_bound(table.begin(), table.end(), op_type,
+                             [](const OnnxConverter& entry, std::string_view type) { return entry.op_type < type; });
+  for (; it != table.end() && it->op_type == op_type; ++it)
+    if (it->first_opset <= opset && opset <= it->last_opset) return &*it;
+  return nullptr;
+}
+
+}  // namespace cleave

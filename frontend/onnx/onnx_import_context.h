@@ -1,0 +1,100 @@
+// The importer's graph-building state, which every ONNX op converter receives: values, constants, diagnostics.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "frontend/onnx/onnx_importer.h"
+#include "frontend/onnx/onnx_tensors.h"
+#include "ir/graph.h"
+#include "ir/op_table.h"
+#include "ir/source_loc.h"
+
+namespace cleave {
+
+// The Graph under construction and what the importer knows of each ONNX tensor name: a graph
+// value, constant data (which folds the nodes that use it), or a float initializer that becomes a
+// parameter on first use. One instance per import.
+class OnnxImportContext {
+ public:
+  OnnxImportContext(std::string path, const OnnxImportOptions& options, int64_t opset)
+      : path_(std::move(path)), options_(options), opset_(opset) {}
+
+  // The model file, for diagnostics.
+  const std::string& path() const { return path_; }
+  // How symbolic dims and fixed inputs are handled.
+  const OnnxImportOptions& options() const { return options_; }
+  // The default-domain opset the model is imported at (after any upgrade).
+  int64_t opset() const { return opset_; }
+  // The graph built so far.
+  Graph& graph() { return graph_; }
+
+  // Diagnostics: the node's source location, "<loc>: <op type>", and a kBadInput error prefixed with it.
+  SourceLoc locOf(const onnx::NodeProto& node) const;
+  std::string where(const onnx::NodeProto& node) const;
+  Status nodeError(const onnx::NodeProto& node, const std::string& message) const;
+
+  // Whether ONNX tensor `name` is a known constant, or a float initializer not yet made a parameter.
+  bool isConstant(const std::string& name) const { return constants_.count(name) > 0; }
+  bool isParameter(const std::string& name) const { return parameters_.count(name) > 0; }
+  // Binds `name` to known data: uses of it fold.
+  void bindConstant(const std::string& name, TensorPtr data) { constants_[name] = std::move(data); }
+  // Binds `name` to data that becomes a trainable parameter (named after it) on first use.
+  void bindParameter(const std::string& name, TensorPtr data) { parameters_[name] = std::move(data); }
+  // Makes `alias` a parameter of its own holding the initial data of parameter `name`.
+  void aliasParameter(const std::string& alias, const std::string& name) { parameters_[alias] = parameters_[name]; }
+  // Binds `name` to a graph value.
+  void bindValue(const std::string& name, ValueId value) { values_[name] = value; }
+
+  // The graph value of ONNX tensor `name`, creating a constant node or parameter on first use.
+  Expected<ValueId> valueOf(const onnx::NodeProto& node, const std::string& name);
+  // The type of ONNX tensor `name` (a value, constant or parameter initializer).
+  Expected<TensorType> typeOf(const onnx::NodeProto& node, const std::string& name);
+  // The data of input `index`, which must be a constant (or an initializer).
+  Expected<TensorPtr> constantInput(const onnx::NodeProto& node, int index);
+  // Input `index` as constant integers (i64 or i32).
+  Expected<std::vector<int64_t>> constantInts(const onnx::NodeProto& node, int index);
+  // Input `index` as one constant number.
+  Expected<double> constantScalar(const onnx::NodeProto& node, int index);
+
+  // Emits `op` on the given ONNX input names with its results bound to the node's first
+  // `result_count` outputs: folded when every input is a constant, else a node.
+  Status emit(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
+              int result_count = 1);
+  // emit with the results bound to the ONNX names `outputs` (intermediate steps of a decomposition).
+  Status emitTo(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
+                const std::vector<std::string>& outputs);
+  // Adds `op` on graph values (never folded) and returns its results, named after `result_hint`.
+  Expected<std::vector<ValueId>> emitValues(const onnx::NodeProto& node, OpId op, std::vector<ValueId> operands,
+                                            AttrMap attrs, const std::string& result_hint);
+
+ private:
+  std::string path_;
+  OnnxImportOptions options_;
+  int64_t opset_;
+  Graph graph_;
+  std::unordered_map<std::string, ValueId> values_;         // ONNX tensor -> graph value
+  std::unordered_map<std::string, TensorPtr> constants_;    // ONNX tensor -> known data (foldable)
+  std::unordered_map<std::string, TensorPtr> parameters_;   // float initializers, made params on first use
+};
+
+// Whether input `index` of `node` is present (not absent, not the empty name).
+bool hasInput(const onnx::NodeProto& node, int index);
+// Every input name of `node`, in order.
+std::vector<std::string> allInputs(const onnx::NodeProto& node);
+// Whether output `index` of `node` is present (not absent, not the empty name).
+bool hasOutput(const onnx::NodeProto& node, int index);
+
+// ONNX attribute accessors, with the default when the attribute is absent.
+const onnx::AttributeProto* findAttr(const onnx::NodeProto& node, const std::string& name);
+int64_t intAttr(const onnx::NodeProto& node, const std::string& name, int64_t fallback);
+double floatAttr(const onnx::NodeProto& node, const std::string& name, double fallback);
+std::string stringAttr(const onnx::NodeProto& node, const std::string& name, const std::string& fallback);
+std::optional<std::vector<int64_t>> intsAttr(const onnx::NodeProto& node, const std::string& name);
+
+}  // namespace cleave
