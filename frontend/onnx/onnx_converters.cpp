@@ -2,6 +2,7 @@
 #include "frontend/onnx/onnx_converters.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace cleave {
@@ -24,6 +25,23 @@ std::vector<OnnxConverter> buildTable() {
 std::span<const OnnxConverter> onnxConverters() {
   static const std::vector<OnnxConverter> kTable = buildTable();
   return kTable;
+}
+
+Status checkOnnxConverterTable() {
+  auto table = onnxConverters();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const OnnxConverter& entry = table[i];
+    const std::string where = "ONNX converter table: " + std::string(entry.op_type) + " at opsets " +
+                              std::to_string(entry.first_opset) + ".." + std::to_string(entry.last_opset);
+    if (!entry.convert) return Status::internal(where + " has no converter");
+    if (entry.first_opset < kMinOnnxOpset || entry.last_opset > kMaxOnnxOpset || entry.first_opset > entry.last_opset)
+      return Status::internal(where + " is outside " + std::to_string(kMinOnnxOpset) + ".." +
+                              std::to_string(kMaxOnnxOpset) + " or empty");
+    if (i > 0 && table[i - 1].op_type == entry.op_type && table[i - 1].last_opset >= entry.first_opset)
+      return Status::internal(where + " overlaps the entry for opsets " + std::to_string(table[i - 1].first_opset) +
+                              ".." + std::to_string(table[i - 1].last_opset));
+  }
+  return Status::ok();
 }
 
 const OnnxConverter* findOnnxConverter(std::string_view op_type, int64_t opset) {

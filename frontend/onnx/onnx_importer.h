@@ -53,6 +53,11 @@ struct OnnxModelSupport {
 // Parses the ONNX model at `path` (no checking) and reports its opset and what the importer lacks.
 Expected<OnnxModelSupport> checkOnnxSupport(const std::string& path);
 
+// Checks the converter table (frontend/onnx/onnx_converters.h): every entry has a converter and an
+// opset range inside [kMinOnnxOpset, kMaxOnnxOpset], and the ranges of one op type do not overlap.
+// The error (kInternal) names the op type.
+Status checkOnnxConverterTable();
+
 // Reads one serialized ONNX TensorProto (a conformance case's input_0.pb, say) into tensor data;
 // `name` receives the tensor's name when not null.
 Expected<TensorData> readOnnxTensorFile(const std::string& path, std::string* name = nullptr);

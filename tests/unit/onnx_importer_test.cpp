@@ -31,6 +31,11 @@ Graph importOk(const std::string& name, int64_t batch = 0) {
   return std::move(graph).value();
 }
 
+TEST(OnnxImporter, ConverterTableIsConsistent) {
+  Status status = checkOnnxConverterTable();
+  EXPECT_TRUE(status.isOk()) << status.message();
+}
+
 TEST(OnnxImporter, MlpWeightsBecomeParametersWithTheirData) {
   Graph graph = importOk("mlp");
   ASSERT_EQ(graph.inputs.size(), 1u);
