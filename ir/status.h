@@ -8,12 +8,14 @@
 
 namespace cleave {
 
-// Whose fault an error is; the numeric value is the CLI exit code (see docs/errors.md).
+// Whose fault an error is. Status::exitCode() gives the CLI exit code (see docs/errors.md): the
+// kind's value, except kRemoteRank, which exits with 3 as kRuntime does.
 enum class ErrorKind : int {
-  kBadInput = 1,  // a file, model or flag that does not fit
-  kUsage = 2,     // the command line itself is wrong, or the feature is not built
-  kRuntime = 3,   // system, device or communication failure (dead rank, timeout)
-  kInternal = 4,  // a bug in cleave
+  kBadInput = 1,    // a file, model or flag that does not fit
+  kUsage = 2,       // the command line itself is wrong, or the feature is not built
+  kRuntime = 3,     // system, device or communication failure of this rank (a library error, out of memory)
+  kInternal = 4,    // a bug in cleave
+  kRemoteRank = 5,  // another rank's failure: a peer died, timed out or aborted, and this rank stopped for it
 };
 
 // The result of an operation that returns nothing: ok, or an error kind with a message.
@@ -26,12 +28,17 @@ class [[nodiscard]] Status {
   static Status usage(std::string message) { return Status(ErrorKind::kUsage, std::move(message)); }
   static Status runtime(std::string message) { return Status(ErrorKind::kRuntime, std::move(message)); }
   static Status internal(std::string message) { return Status(ErrorKind::kInternal, std::move(message)); }
+  static Status remoteRank(std::string message) { return Status(ErrorKind::kRemoteRank, std::move(message)); }
 
   bool isOk() const { return !failed_; }
   explicit operator bool() const { return !failed_; }
   ErrorKind kind() const { return kind_; }
   const std::string& message() const { return message_; }
-  int exitCode() const { return failed_ ? static_cast<int>(kind_) : 0; }
+  // 0 when ok, else the CLI exit code of the kind (kRemoteRank: 3, a runtime failure).
+  int exitCode() const {
+    if (!failed_) return 0;
+    return static_cast<int>(kind_ == ErrorKind::kRemoteRank ? ErrorKind::kRuntime : kind_);
+  }
   // Returns the same error with `prefix` put in front of the message.
   Status withContext(const std::string& prefix) const {
     return failed_ ? Status(kind_, prefix + message_) : *this;

@@ -18,6 +18,7 @@
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
 #include "analysis/plan_prediction.h"
+#include "passes/partition/strategy_choice.h"
 #include "passes/partition/strategy_search.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/device/device.h"
@@ -64,20 +65,6 @@ RankCounts countRank(const planpb::RankPlan& rank) {
   return counts;
 }
 
-// The search's estimate of one strategy as the plan records it; `note` says why it was not chosen.
-planpb::StrategyCandidate candidateProto(const StrategyEstimate& estimate, const std::string& note) {
-  planpb::StrategyCandidate candidate;
-  candidate.set_dp(estimate.strategy.dp);
-  candidate.set_tp(estimate.strategy.tp);
-  candidate.set_pp(estimate.strategy.pp);
-  candidate.set_microbatches(estimate.strategy.microbatches);
-  candidate.set_schedule(std::string(pipelineScheduleName(estimate.strategy.schedule)));
-  candidate.set_predicted_step_time_s(estimate.step_time_s);
-  candidate.set_memory_bytes(estimate.memory_bytes);
-  candidate.set_note(note);
-  return candidate;
-}
-
 std::string millis(double seconds) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3f ms", seconds * 1e3);
@@ -110,20 +97,6 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
     std::printf("  rejected: %s, predicted %s per step, %s\n", over.strategy.str().c_str(),
                 millis(over.step_time_s).c_str(), over.infeasible.c_str());
   return result;
-}
-
-// Records the search in the plan's strategy: the cluster, the chosen estimate (ranked[chosen]) and
-// the rejected ones: those ranked before it did not compile (`errors`, in order), those after it
-// are slower, and those over memory do not fit.
-void recordSearch(planpb::Plan& plan, const ClusterSpec& cluster, const std::vector<const StrategyEstimate*>& ranked,
-                  size_t chosen, const std::vector<std::string>& errors, const std::vector<StrategyEstimate>& over_memory) {
-  planpb::Strategy& strategy = *plan.mutable_strategy();
-  strategy.set_search_cluster(cluster.name);
-  *strategy.mutable_chosen() = candidateProto(*ranked[chosen], "");
-  for (size_t k = 0; k < ranked.size(); ++k)
-    if (k != chosen)
-      *strategy.add_alternatives() = candidateProto(*ranked[k], k < chosen ? "did not compile: " + errors[k] : "slower");
-  for (const StrategyEstimate& over : over_memory) *strategy.add_alternatives() = candidateProto(over, over.infeasible);
 }
 
 }  // namespace
@@ -168,25 +141,11 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
     // The search's best strategy, or the next ones when a faster one does not compile.
     auto searched = searchForCompile(*model, flags, options, *cluster);
     if (!searched) return reportError(searched.status());
-    std::vector<const StrategyEstimate*> ranked = {&searched->best};
-    for (const StrategyEstimate& alternative : searched->alternatives) ranked.push_back(&alternative);
-    std::vector<std::string> errors;
-    for (size_t k = 0; k < ranked.size(); ++k) {
-      const ParallelStrategy& strategy = ranked[k]->strategy;
-      options.dp = strategy.dp;
-      options.tp = strategy.tp;
-      options.pp = strategy.pp;
-      options.microbatches = strategy.microbatches;
-      options.schedule = std::string(pipelineScheduleName(strategy.schedule));
-      plan = compileModel(*model, options);
-      if (plan) {
-        recordSearch(*plan, *cluster, ranked, k, errors, searched->over_memory);
-        break;
-      }
-      errors.push_back(plan.status().message());
-      std::fprintf(stderr, "cleave: note: %s did not compile (%s); trying the next strategy\n", strategy.str().c_str(),
-                   plan.status().message().c_str());
-    }
+    plan = compileSearchedStrategy(*model, options, *searched, *cluster,
+                                   [](const ParallelStrategy& strategy, const Status& error) {
+                                     std::fprintf(stderr, "cleave: note: %s did not compile (%s); trying the next strategy\n",
+                                                  strategy.str().c_str(), error.message().c_str());
+                                   });
   } else {
     plan = compileModel(*model, options);
   }

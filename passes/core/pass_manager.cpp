@@ -3,21 +3,15 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
-#include <cstdlib>
 
 #include "ir/verifier.h"
 
 namespace cleave {
 namespace {
 
-[[noreturn]] void internalFailure(const std::string& what) {
-  std::fprintf(stderr, "cleave: internal error: %s\n", what.c_str());
-  std::exit(static_cast<int>(ErrorKind::kInternal));
-}
-
 struct PassRegistry {
   std::vector<PassInfo> passes;  // sorted by name
+  Status problem;                // kInternal when the registry itself is wrong (a build bug)
 
   PassRegistry() {
     passes = {
@@ -26,10 +20,12 @@ struct PassRegistry {
 #undef CLEAVE_PASS
     };
     std::sort(passes.begin(), passes.end(), [](const PassInfo& a, const PassInfo& b) { return a.name < b.name; });
-    // A name registered twice, or a pass without a body, is a build bug: fail at once.
-    for (size_t i = 0; i < passes.size(); ++i) {
-      if (!passes[i].run) internalFailure("pass '" + passes[i].name + "' has no run function");
-      if (i > 0 && passes[i].name == passes[i - 1].name) internalFailure("pass '" + passes[i].name + "' is registered twice");
+    // A name registered twice, or a pass without a body, is a build bug: parsing and running
+    // pipelines report it.
+    for (size_t i = 0; i < passes.size() && problem.isOk(); ++i) {
+      if (!passes[i].run) problem = Status::internal("pass '" + passes[i].name + "' has no run function");
+      if (i > 0 && passes[i].name == passes[i - 1].name)
+        problem = Status::internal("pass '" + passes[i].name + "' is registered twice");
     }
   }
 };
@@ -179,29 +175,24 @@ Status PassOptions::setFromText(const PassInfo& pass, std::string_view name, std
   return Status::ok();
 }
 
-const PassOptionValue& PassOptions::find(std::string_view name) const {
+// The option's value, or (recording the misuse) a zero value when the pass does not declare it as a T.
+template <class T>
+const T& PassOptions::get(std::string_view name, const char* kind) const {
+  static const T kZero{};
   auto it = values_.find(name);
-  if (it == values_.end()) internalFailure("pass option '" + std::string(name) + "' is not declared by its pass");
-  return it->second;
+  const T* value = it == values_.end() ? nullptr : std::get_if<T>(&it->second);
+  if (value) return *value;
+  if (misuse_.isOk())
+    misuse_ = Status::internal("pass option '" + std::string(name) + "' " +
+                               (it == values_.end() ? std::string("is not declared by its pass") : "is not " + std::string(kind)));
+  return kZero;
 }
 
-int64_t PassOptions::getInt(std::string_view name) const {
-  const auto* value = std::get_if<int64_t>(&find(name));
-  if (!value) internalFailure("pass option '" + std::string(name) + "' is not an integer");
-  return *value;
-}
+int64_t PassOptions::getInt(std::string_view name) const { return get<int64_t>(name, "an integer"); }
 
-double PassOptions::getFloat(std::string_view name) const {
-  const auto* value = std::get_if<double>(&find(name));
-  if (!value) internalFailure("pass option '" + std::string(name) + "' is not a number");
-  return *value;
-}
+double PassOptions::getFloat(std::string_view name) const { return get<double>(name, "a number"); }
 
-const std::string& PassOptions::getString(std::string_view name) const {
-  const auto* value = std::get_if<std::string>(&find(name));
-  if (!value) internalFailure("pass option '" + std::string(name) + "' is not a string");
-  return *value;
-}
+const std::string& PassOptions::getString(std::string_view name) const { return get<std::string>(name, "a string"); }
 
 std::span<const PassInfo> allPasses() { return registry().passes; }
 
@@ -211,11 +202,17 @@ const PassInfo* findPass(std::string_view name) {
   return nullptr;
 }
 
-Expected<Pipeline> parsePipeline(std::string_view text) { return PipelineParser(text).parse(); }
+Expected<Pipeline> parsePipeline(std::string_view text) {
+  CLEAVE_TRY(registry().problem);
+  return PipelineParser(text).parse();
+}
 
 Status PassManager::run(Graph& graph) const {
+  CLEAVE_TRY(registry().problem);
   for (const PassStep& step : pipeline_) {
-    CLEAVE_TRY(step.pass->run(graph, step.options));
+    Status ran = step.pass->run(graph, step.options);
+    if (!step.options.misuse().isOk()) return step.options.misuse().withContext("pass '" + step.pass->name + "': ");
+    CLEAVE_TRY(ran);
     Status valid = verifyGraph(graph);
     if (!valid) return Status::internal("pass '" + step.pass->name + "' left an invalid graph: " + valid.message());
     if (after_pass_) after_pass_(*step.pass, graph);

@@ -52,14 +52,19 @@ class PassOptions {
   // text is not a value of the option's kind.
   Status setFromText(const PassInfo& pass, std::string_view name, std::string_view text);
 
-  // Typed accessors; asking for an option the pass does not declare is a bug (exits with code 4).
+  // Typed accessors. Asking for an option the pass does not declare, or as another kind, is a bug:
+  // the accessor gives 0 (or "") and records it in misuse(), which PassManager::run reports.
   int64_t getInt(std::string_view name) const;
   double getFloat(std::string_view name) const;
   const std::string& getString(std::string_view name) const;
+  // Ok, or kInternal naming the first option a pass asked for wrongly.
+  const Status& misuse() const { return misuse_; }
 
  private:
-  const PassOptionValue& find(std::string_view name) const;
+  template <class T>
+  const T& get(std::string_view name, const char* kind) const;
   std::map<std::string, PassOptionValue, std::less<>> values_;
+  mutable Status misuse_;
 };
 
 // The factory of each registered pass (makeDcePass, ...), one per line of passes/core/pass_list.def;
@@ -95,7 +100,8 @@ class PassManager {
   void setAfterPassCallback(AfterPassCallback callback) { after_pass_ = std::move(callback); }
 
   // Runs every pass in order and stops at the first error. A pass that leaves a graph the
-  // verifier rejects is an internal error naming the pass.
+  // verifier rejects, or asks for an option it does not declare, is an internal error naming the
+  // pass; so is a registry that is wrong (a pass registered twice or without a body).
   Status run(Graph& graph) const;
 
  private:

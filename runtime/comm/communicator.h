@@ -40,7 +40,7 @@ bool tensorsOverlap(const TensorView& a, const TensorView& b);
 // One rank's endpoint. Every collective names its group: the global ranks taking part, in
 // increasing order (a rank's position in the group is its coordinate on the group's mesh axis);
 // every member calls the same collectives of a group in the same order. A call waits at most the
-// communicator's timeout; then it fails (kRuntime) naming the collective, the group and the ranks
+// communicator's timeout; then it fails (kRemoteRank) naming the collective, the group and the ranks
 // that did not arrive, e.g. "all_reduce over ranks {0,1} timed out after 300 s waiting for rank 1".
 // Tensors are views into this rank's memory (host-accessible).
 class Communicator {
@@ -77,7 +77,7 @@ class Communicator {
   virtual Status barrier(std::span<const int> group) = 0;
 
   // Tells every rank that this one failed with `error`: their pending and later calls fail promptly
-  // (kRuntime, naming this rank) instead of waiting for it.
+  // (kRemoteRank, naming this rank) instead of waiting for it.
   virtual void abort(const Status& error) = 0;
   // The rank whose abort stopped the communicator (the first to abort), or -1 while none has.
   virtual int abortedBy() const = 0;
@@ -94,8 +94,8 @@ class Communicator {
   // receives have finished (a send copies its bytes when it is issued).
   virtual Status deviceWaitForIssued() { return Status::ok(); }
   // Asynchronous: blocks until every transfer issued so far has finished, polling for the
-  // library's asynchronous errors, for aborts and for the timeout (kRuntime naming the transfer,
-  // its group and the rank waited for, as the synchronous ones do).
+  // library's asynchronous errors (kRuntime), for aborts and for the timeout (kRemoteRank naming the
+  // transfer, its group and the rank waited for, as the synchronous ones do).
   virtual Status finishIssued() { return Status::ok(); }
 };
 

@@ -126,8 +126,11 @@ Expected<size_t> LocalCommunicator::positionIn(const std::string& what, std::spa
   return static_cast<size_t>(it - group.begin());
 }
 
+// kRemoteRank when another rank failed (this rank's own abort keeps kRuntime: its error is reported).
 Status LocalCommunicator::stoppedError(const std::string& what) const {
-  return Status::runtime(what + " stopped: rank " + std::to_string(world_->aborted_by) + " failed");
+  const int by = world_->aborted_by;
+  return Status::error(by == rank_ ? ErrorKind::kRuntime : ErrorKind::kRemoteRank,
+                       what + " stopped: rank " + std::to_string(by) + " failed");
 }
 
 // Steps: check the group, take the group's next call number, then under the lock find or open the
@@ -175,8 +178,8 @@ Status LocalCommunicator::waitFor(std::unique_lock<std::mutex>& lock, const Join
       for (size_t i = 0; i < members.size(); ++i)
         if (members[i].progress < 0) missing.push_back(joined.group[i]);
       if (missing.empty()) missing.push_back(joined.group[position]);
-      return Status::runtime(joined.what + " timed out after " + secondsText(world_->timeout_seconds) +
-                             " s waiting for " + ranksText(missing));
+      return Status::remoteRank(joined.what + " timed out after " + secondsText(world_->timeout_seconds) +
+                                " s waiting for " + ranksText(missing));
     }
   }
 }
@@ -461,8 +464,8 @@ Status LocalCommunicator::recv(int peer, int tag, std::span<uint8_t> bytes) {
       if (world_->changed.wait_until(lock, deadline) == std::cv_status::timeout) {
         box = world_->mailboxes.find(key);
         if ((box == world_->mailboxes.end() || box->second.empty()) && !world_->aborted)
-          return Status::runtime(what + " timed out after " + secondsText(world_->timeout_seconds) +
-                                 " s waiting for rank " + std::to_string(peer));
+          return Status::remoteRank(what + " timed out after " + secondsText(world_->timeout_seconds) +
+                                    " s waiting for rank " + std::to_string(peer));
       }
     }
   }

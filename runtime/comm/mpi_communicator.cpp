@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/comm/collective_algorithms.h"
+#include "runtime/comm/mpi_check.h"
 #include "runtime/exec/tensor_blocks.h"
 
 namespace cleave::runtime {
@@ -59,13 +60,6 @@ std::string ranksText(const std::vector<int>& ranks) {
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
   for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
   return text;
-}
-
-std::string mpiErrorText(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<size_t>(length));
 }
 
 Clock::time_point after(double seconds) {
@@ -189,8 +183,7 @@ Expected<std::unique_ptr<Communicator>> MpiCommunicator::create(int rank, int si
   std::unique_ptr<MpiCommunicator> communicator(new MpiCommunicator(rank, size, timeout_seconds));
   // Separate communicators keep collectives, the plan's tagged messages and control messages apart.
   for (MPI_Comm* comm : {&communicator->collectives_, &communicator->messages_, &communicator->control_}) {
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, comm);
-    if (rc != MPI_SUCCESS) return Status::runtime("rank " + std::to_string(rank) + ": MPI_Comm_dup: " + mpiErrorText(rc));
+    CLEAVE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, comm), rank, "creating the MPI communicator");
     MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
   }
   void* tag_limit = nullptr;
@@ -300,7 +293,7 @@ Status MpiCommunicator::waitAll(Transfers& transfers, const std::string& what, C
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
       std::vector<int> peers = transfers.peers;
       abandon(transfers);
-      return Status::runtime(what + ": MPI failed: " + mpiErrorText(rc) + diagnose(peers));
+      return Status::runtime(mpiStatus(rc, "MPI_Testsome", rank_, what).message() + diagnose(peers));
     }
     if (completed != MPI_UNDEFINED && completed > 0) {
       for (int k = 0; k < completed; ++k) {
@@ -314,8 +307,10 @@ Status MpiCommunicator::waitAll(Transfers& transfers, const std::string& what, C
             return Status::badInput(what + ": rank " + std::to_string(peer) + " sent more than the " +
                                     std::to_string(transfers.receive_bytes[i]) + " bytes rank " +
                                     std::to_string(rank_) + " expects (their programs do not fit together)");
-          return Status::runtime(what + ": the transfer with rank " + std::to_string(peer) +
-                                 " failed: " + mpiErrorText(status.MPI_ERROR) + diagnose({peer}));
+          return Status::runtime(mpiStatus(status.MPI_ERROR, "MPI_Testsome", rank_,
+                                           what + ": the transfer with rank " + std::to_string(peer))
+                                     .message() +
+                                 diagnose({peer}));
         }
         if (transfers.receive_bytes[i] >= 0) {
           int received = 0;
@@ -349,8 +344,8 @@ Status MpiCommunicator::waitAll(Transfers& transfers, const std::string& what, C
           missing.push_back(transfers.peers[i]);
       std::sort(missing.begin(), missing.end());
       abandon(transfers);
-      return Status::runtime(what + " timed out after " + secondsText(timeout_) + " s waiting for " +
-                             ranksText(missing) + diagnose(missing));
+      return Status::remoteRank(what + " timed out after " + secondsText(timeout_) + " s waiting for " +
+                                ranksText(missing) + diagnose(missing));
     }
     backoff.pause();
   }
@@ -372,10 +367,13 @@ void MpiCommunicator::abandon(Transfers& transfers) {
   waiting_for_ = -1;
 }
 
+// kRemoteRank when another rank failed (this rank's own abort keeps kRuntime: its error is reported).
 Status MpiCommunicator::stoppedError(const std::string& what) const {
   std::lock_guard lock(mutex_);
-  return Status::runtime(what + " stopped: rank " + std::to_string(aborted_by_.load()) + " failed" +
-                         (abort_text_.empty() ? "" : " (" + abort_text_ + ")"));
+  const int by = aborted_by_.load();
+  return Status::error(by == rank_ ? ErrorKind::kRuntime : ErrorKind::kRemoteRank,
+                       what + " stopped: rank " + std::to_string(by) + " failed" +
+                           (abort_text_.empty() ? "" : " (" + abort_text_ + ")"));
 }
 
 // Pings every other rank and waits briefly for the answers: a rank that does not answer is dead (or
@@ -810,8 +808,7 @@ Expected<std::unique_ptr<MpiJob>> MpiJob::join() {
   MPI_Initialized(&initialized);
   if (initialized) return Status::internal("MPI is already initialized in this process");
   int provided = 0;
-  int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-  if (rc != MPI_SUCCESS) return Status::runtime("MPI_Init_thread failed: " + mpiErrorText(rc));
+  CLEAVE_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), -1, "");
   if (provided < MPI_THREAD_MULTIPLE) {
     MPI_Finalize();
     return Status::runtime("the MPI library does not support MPI_THREAD_MULTIPLE (a rank's compute and "

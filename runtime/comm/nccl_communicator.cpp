@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/comm/mpi_check.h"
+#include "runtime/comm/nccl_check.h"
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cuda_device.h"
 
@@ -81,13 +83,6 @@ class Backoff {
  private:
   std::chrono::microseconds pause_{50};
 };
-
-std::string mpiErrorText(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<size_t>(length));
-}
 
 // The NCCL element type of `dtype` (bools travel as bytes).
 ncclDataType_t ncclTypeOf(DType dtype) {
@@ -221,23 +216,17 @@ class GroupIds {
                                        Clock::time_point deadline, const std::function<Status()>& stopped) = 0;
 };
 
-Status uniqueIdError(const std::string& what, ncclResult_t result) {
-  return Status::runtime(what + ": ncclGetUniqueId: NCCL error " + ncclGetErrorString(result) + ": " +
-                         ncclGetLastError(nullptr));
-}
-
 // In one process: the first member to ask creates the id, the others find it in the map.
 class InProcessGroupIds final : public GroupIds {
  public:
-  Expected<ncclUniqueId> idFor(std::span<const int> group, int, const std::string& what, Clock::time_point,
+  Expected<ncclUniqueId> idFor(std::span<const int> group, int rank, const std::string& what, Clock::time_point,
                                const std::function<Status()>&) override {
     std::lock_guard lock(mutex_);
     std::vector<int> key(group.begin(), group.end());
     auto found = ids_.find(key);
     if (found != ids_.end()) return found->second;
     ncclUniqueId id;
-    ncclResult_t result = ncclGetUniqueId(&id);
-    if (result != ncclSuccess) return uniqueIdError(what, result);
+    CLEAVE_NCCL_CHECK(ncclGetUniqueId(&id), rank, what);
     ids_.emplace(std::move(key), id);
     return id;
   }
@@ -277,24 +266,23 @@ class MpiGroupIds final : public GroupIds {
       //    (sent eagerly), so the sends complete without waiting for the members to receive them.
       GroupIdMessage& message = sent_.emplace_back();
       message.group_hash = hash;
-      ncclResult_t result = ncclGetUniqueId(&message.id);
-      if (result != ncclSuccess) return uniqueIdError(what, result);
+      CLEAVE_NCCL_CHECK(ncclGetUniqueId(&message.id), rank, what);
+      const std::string sending = what + ": sending the group's NCCL id";
       std::vector<MPI_Request> requests(group.size() - 1, MPI_REQUEST_NULL);
-      for (size_t i = 1; i < group.size(); ++i) {
-        int rc = MPI_Isend(&message, static_cast<int>(sizeof(GroupIdMessage)), MPI_BYTE, group[i], kGroupIdTag, comm_,
-                           &requests[i - 1]);
-        if (rc != MPI_SUCCESS) return Status::runtime(what + ": sending the group's NCCL id: " + mpiErrorText(rc));
-      }
+      for (size_t i = 1; i < group.size(); ++i)
+        CLEAVE_MPI_CHECK(MPI_Isend(&message, static_cast<int>(sizeof(GroupIdMessage)), MPI_BYTE, group[i], kGroupIdTag,
+                                   comm_, &requests[i - 1]),
+                         rank, sending);
       while (true) {
         int done = 0;
-        int rc = MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) return Status::runtime(what + ": sending the group's NCCL id: " + mpiErrorText(rc));
+        CLEAVE_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
+                         rank, sending);
         if (done) return message.id;
         Status stop = stopped();
         if (!stop.isOk() || Clock::now() >= deadline) {
           abandon();
           if (!stop.isOk()) return stop;
-          return Status::runtime(what + ": sending the group's NCCL id to its other ranks timed out");
+          return Status::remoteRank(what + ": sending the group's NCCL id to its other ranks timed out");
         }
         backoff.pause();
       }
@@ -305,20 +293,20 @@ class MpiGroupIds final : public GroupIds {
       if (found != arrived_.end()) return found->second;
       int arrived = 0;
       MPI_Status status;
-      int rc = MPI_Iprobe(group[0], kGroupIdTag, comm_, &arrived, &status);
-      if (rc != MPI_SUCCESS) return Status::runtime(what + ": waiting for the group's NCCL id: " + mpiErrorText(rc));
+      CLEAVE_MPI_CHECK(MPI_Iprobe(group[0], kGroupIdTag, comm_, &arrived, &status), rank,
+                       what + ": waiting for the group's NCCL id");
       if (arrived) {
         GroupIdMessage message;
-        rc = MPI_Recv(&message, static_cast<int>(sizeof(GroupIdMessage)), MPI_BYTE, group[0], kGroupIdTag, comm_,
-                      MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return Status::runtime(what + ": receiving the group's NCCL id: " + mpiErrorText(rc));
+        CLEAVE_MPI_CHECK(MPI_Recv(&message, static_cast<int>(sizeof(GroupIdMessage)), MPI_BYTE, group[0], kGroupIdTag,
+                                  comm_, MPI_STATUS_IGNORE),
+                         rank, what + ": receiving the group's NCCL id");
         arrived_[message.group_hash] = message.id;
         continue;
       }
       CLEAVE_TRY(stopped());
       if (Clock::now() >= deadline)
-        return Status::runtime(what + " timed out waiting for rank " + std::to_string(group[0]) +
-                               " to send the group's NCCL id (it has not reached the group's first collective)");
+        return Status::remoteRank(what + " timed out waiting for rank " + std::to_string(group[0]) +
+                                  " to send the group's NCCL id (it has not reached the group's first collective)");
       backoff.pause();
     }
   }
@@ -449,11 +437,11 @@ class NcclCommunicator final : public Communicator {
   Status startInit(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank);
 
   Status waitForCompute(cudaStream_t stream);
-  Status runGroup(ncclComm_t comm, const std::string& what, Clock::time_point deadline,
+  Status runGroup(ncclComm_t comm, const std::string& what, Clock::time_point deadline, std::string_view call,
                   const std::function<ncclResult_t()>& calls);
   Status settle(ncclComm_t comm, const std::string& what, Clock::time_point deadline);
   Status issueCollective(const Call& call, const std::vector<Buffer*>& buffers,
-                         const std::function<Status(cudaStream_t)>& pack,
+                         const std::function<Status(cudaStream_t)>& pack, std::string_view nccl_call,
                          const std::function<ncclResult_t(cudaStream_t)>& calls,
                          const std::function<Status(cudaStream_t)>& unpack);
   Status issueTransfer(const std::string& what, bool sending, int peer, void* data, int64_t bytes);
@@ -461,7 +449,6 @@ class NcclCommunicator final : public Communicator {
   Status recordIssued(const std::string& what, cudaStream_t stream, bool compute_waits = true);
   Status checkAsyncErrors(const std::string& what);
 
-  std::string ncclErrorText(const std::string& what, ncclResult_t result, ncclComm_t comm) const;
   Status stopped(const std::string& what) const;
   Status stoppedError(const std::string& what) const;
   bool commsAborted() const;
@@ -511,10 +498,8 @@ Status NcclCommunicator::startInit(ncclComm_t* comm, int nranks, const ncclUniqu
   config.blocking = 0;
   ncclUniqueId id_copy = id;
   std::lock_guard lock(nccl_mutex_);
-  ncclResult_t result = ncclCommInitRankConfig(comm, nranks, id_copy, rank, &config);
-  if (result != ncclSuccess && result != ncclInProgress)
-    return Status::runtime(ncclErrorText("creating an NCCL communicator", result, nullptr));
-  return Status::ok();
+  return ncclStatus(ncclCommInitRankConfig(comm, nranks, id_copy, rank, &config), "ncclCommInitRankConfig", rank_,
+                    "creating an NCCL communicator");
 }
 
 // Steps: 1. the world, up and down communicators, each created by all ranks of this process in one
@@ -527,21 +512,16 @@ Status NcclCommunicator::connect(std::span<NcclCommunicator* const> ranks, std::
                                                                &NcclCommunicator::down_};
   const std::array<const char*, 3> names = {"world", "up", "down"};
   for (size_t which = 0; which < slots.size(); ++which) {
-    ncclResult_t group_started = ncclGroupStart();
-    if (group_started != ncclSuccess)
-      return Status::runtime(std::string("creating the NCCL communicators: ncclGroupStart: NCCL error ") +
-                             ncclGetErrorString(group_started));
+    CLEAVE_NCCL_CHECK(ncclGroupStart(), -1, "creating the NCCL communicators");
     Status started = Status::ok();
     for (NcclCommunicator* communicator : ranks) {
       started = communicator->startInit(&(communicator->*slots[which]), communicator->size_, ids[which],
                                         communicator->rank_);
       if (!started.isOk()) break;
     }
-    ncclResult_t ended = ncclGroupEnd();
+    ncclResult_t ended = ncclGroupEnd();  // always, to close the group
     CLEAVE_TRY(started);
-    if (ended != ncclSuccess && ended != ncclInProgress)
-      return Status::runtime(std::string("creating the NCCL communicators: NCCL error ") + ncclGetErrorString(ended) +
-                             ": " + ncclGetLastError(nullptr));
+    CLEAVE_TRY(ncclStatus(ended, "ncclGroupEnd", -1, "creating the NCCL communicators"));
     for (NcclCommunicator* communicator : ranks) {
       const std::string what = std::string("creating the ") + names[which] + " NCCL communicator of " +
                                std::to_string(communicator->size_) + " ranks";
@@ -555,7 +535,8 @@ Status NcclCommunicator::connect(std::span<NcclCommunicator* const> ranks, std::
     CLEAVE_TRY(ranks[i]->makeCurrent());
     CLEAVE_ASSIGN_OR_RETURN(bytes[i], ranks[i]->pool_.acquire(1 + ranks[i]->size_, "connecting the ranks"));
   }
-  auto fine = [](ncclResult_t result) { return result == ncclSuccess || result == ncclInProgress; };
+  auto fine = [](ncclResult_t result) { return !ncclFailed(result); };
+  const char* call = "ncclGroupStart";  // the call that failed, when one did
   ncclResult_t result = ncclGroupStart();
   if (result == ncclSuccess) {
     for (size_t i = 0; i < ranks.size() && fine(result); ++i) {
@@ -566,19 +547,22 @@ Status NcclCommunicator::connect(std::span<NcclCommunicator* const> ranks, std::
         const bool higher = peer > communicator.rank_;
         ncclComm_t comm = higher ? communicator.up_ : communicator.down_;
         cudaStream_t stream = higher ? communicator.up_stream_ : communicator.down_stream_;
+        call = "ncclSend";
         result = ncclSend(data, 1, ncclUint8, peer, comm, stream);
         // The peer's message to this rank travels the other way.
-        if (fine(result))
-          result = ncclRecv(data + 1 + peer, 1, ncclUint8, peer, higher ? communicator.down_ : communicator.up_,
-                            higher ? communicator.down_stream_ : communicator.up_stream_);
+        if (!fine(result)) break;
+        call = "ncclRecv";
+        result = ncclRecv(data + 1 + peer, 1, ncclUint8, peer, higher ? communicator.down_ : communicator.up_,
+                          higher ? communicator.down_stream_ : communicator.up_stream_);
       }
     }
     ncclResult_t ended = ncclGroupEnd();  // always, to close the group
-    if (fine(result)) result = ended;
+    if (fine(result)) {
+      call = "ncclGroupEnd";
+      result = ended;
+    }
   }
-  if (!fine(result))
-    return Status::runtime(std::string("connecting the NCCL ranks: NCCL error ") + ncclGetErrorString(result) + ": " +
-                           ncclGetLastError(nullptr));
+  CLEAVE_TRY(ncclStatus(result, call, -1, "connecting the NCCL ranks"));
   const std::string what = "connecting every pair of ranks";
   for (size_t i = 0; i < ranks.size(); ++i) {
     NcclCommunicator& communicator = *ranks[i];
@@ -644,19 +628,15 @@ bool NcclCommunicator::commsAborted() const {
   return comms_aborted_;
 }
 
-std::string NcclCommunicator::ncclErrorText(const std::string& what, ncclResult_t result, ncclComm_t comm) const {
-  return "rank " + std::to_string(rank_) + ": " + what + ": NCCL error " + ncclGetErrorString(result) + ": " +
-         ncclGetLastError(comm);
-}
-
-// The error of a call after the communicators were stopped: by an abort, naming the rank that failed,
-// or by an earlier error of this rank.
+// The error of a call after the communicators were stopped: by an abort, naming the rank that failed
+// (kRemoteRank when it is another rank), or by an earlier error of this rank.
 Status NcclCommunicator::stoppedError(const std::string& what) const {
   int by = shared_->aborted_by.load();
   if (by >= 0) {
     std::lock_guard lock(shared_->mutex);
-    return Status::runtime(what + " stopped: rank " + std::to_string(by) + " failed" +
-                           (shared_->abort_text.empty() ? "" : " (" + shared_->abort_text + ")"));
+    return Status::error(by == rank_ ? ErrorKind::kRuntime : ErrorKind::kRemoteRank,
+                         what + " stopped: rank " + std::to_string(by) + " failed" +
+                             (shared_->abort_text.empty() ? "" : " (" + shared_->abort_text + ")"));
   }
   return Status::runtime("rank " + std::to_string(rank_) + ": " + what +
                          " stopped: this rank's NCCL communicators were aborted after an earlier error");
@@ -731,24 +711,25 @@ Status NcclCommunicator::waitForCompute(cudaStream_t stream) {
 
 // Runs `calls` (NCCL calls on `comm`) in one ncclGroupStart/End, then waits until they are enqueued.
 Status NcclCommunicator::runGroup(ncclComm_t comm, const std::string& what, Clock::time_point deadline,
-                                  const std::function<ncclResult_t()>& calls) {
-  std::string error;
+                                  std::string_view call, const std::function<ncclResult_t()>& calls) {
+  Status error = Status::ok();
   bool aborted = false;
   {
     std::lock_guard lock(nccl_mutex_);
     aborted = comms_aborted_;
-    ncclResult_t result = aborted ? ncclSuccess : ncclGroupStart();
-    if (!aborted && result == ncclSuccess) {
-      ncclResult_t called = calls();
-      ncclResult_t ended = ncclGroupEnd();  // always, to close the group
-      result = called != ncclSuccess && called != ncclInProgress ? called : ended;
+    if (!aborted) {
+      error = ncclStatus(ncclGroupStart(), "ncclGroupStart", rank_, what, comm);
+      if (error.isOk()) {
+        error = ncclStatus(calls(), call, rank_, what, comm);
+        Status ended = ncclStatus(ncclGroupEnd(), "ncclGroupEnd", rank_, what, comm);  // always, to close the group
+        if (error.isOk()) error = ended;
+      }
     }
-    if (result != ncclSuccess && result != ncclInProgress) error = ncclErrorText(what, result, comm);
   }
   if (aborted) return stoppedError(what);  // (outside the lock: abort() takes the locks the other way round)
-  if (!error.empty()) {
+  if (!error.isOk()) {
     abortComms();
-    return Status::runtime(error);
+    return error;
   }
   return settle(comm, what, deadline);
 }
@@ -760,7 +741,7 @@ Status NcclCommunicator::settle(ncclComm_t comm, const std::string& what, Clock:
   Backoff backoff;
   while (true) {
     ncclResult_t state = ncclSuccess;
-    std::string error;
+    Status error = Status::ok();
     bool aborted = false;
     {
       std::lock_guard lock(nccl_mutex_);
@@ -768,13 +749,13 @@ Status NcclCommunicator::settle(ncclComm_t comm, const std::string& what, Clock:
       if (!aborted) {
         ncclResult_t result = ncclCommGetAsyncError(comm, &state);
         if (result != ncclSuccess) state = result;
-        if (state != ncclSuccess && state != ncclInProgress) error = ncclErrorText(what, state, comm);
+        error = ncclStatus(state, "ncclCommGetAsyncError", rank_, what, comm);
       }
     }
     if (aborted) return stoppedError(what);
-    if (!error.empty()) {
+    if (!error.isOk()) {
       abortComms();
-      return Status::runtime(error);
+      return error;
     }
     if (state == ncclSuccess) return Status::ok();
     if (shared_->aborted_by.load() >= 0) {
@@ -783,8 +764,8 @@ Status NcclCommunicator::settle(ncclComm_t comm, const std::string& what, Clock:
     }
     if (Clock::now() >= deadline) {
       abortComms();
-      return Status::runtime("rank " + std::to_string(rank_) + ": " + what + " timed out after " +
-                             secondsText(timeout_) + " s waiting for the other ranks to join it in NCCL");
+      return Status::remoteRank("rank " + std::to_string(rank_) + ": " + what + " timed out after " +
+                                secondsText(timeout_) + " s waiting for the other ranks to join it in NCCL");
     }
     backoff.pause();
   }
@@ -811,14 +792,15 @@ Status NcclCommunicator::recordIssued(const std::string& what, cudaStream_t stre
 // per-rank blocks (when the layout needs it); 3. the NCCL calls in one group; 4. unpack the result;
 // 5. the done event. The scratch buffers are released after the work on the stream.
 Status NcclCommunicator::issueCollective(const Call& call, const std::vector<Buffer*>& buffers,
-                                         const std::function<Status(cudaStream_t)>& pack,
+                                         const std::function<Status(cudaStream_t)>& pack, std::string_view nccl_call,
                                          const std::function<ncclResult_t(cudaStream_t)>& calls,
                                          const std::function<Status(cudaStream_t)>& unpack) {
   cudaStream_t stream = context_.communication();
   const std::string where = "rank " + std::to_string(rank_) + ": " + call.what + ": ";
   Status status = waitForCompute(stream).withContext(where);
   if (status.isOk() && pack) status = pack(stream).withContext(where);
-  if (status.isOk()) status = runGroup(call.comm, call.what, call.deadline, [&] { return calls(stream); });
+  if (status.isOk())
+    status = runGroup(call.comm, call.what, call.deadline, nccl_call, [&] { return calls(stream); });
   if (status.isOk() && unpack) status = unpack(stream).withContext(where);
   if (status.isOk()) status = recordIssued(call.what, stream).withContext(where);
   for (Buffer* buffer : buffers) {
@@ -836,7 +818,7 @@ Status NcclCommunicator::issueTransfer(const std::string& what, bool sending, in
   ncclComm_t comm = upward ? up_ : down_;
   cudaStream_t stream = upward ? up_stream_ : down_stream_;
   CLEAVE_TRY(waitForCompute(stream).withContext("rank " + std::to_string(rank_) + ": " + what + ": "));
-  CLEAVE_TRY(runGroup(comm, what, after(timeout_), [&] {
+  CLEAVE_TRY(runGroup(comm, what, after(timeout_), sending ? "ncclSend" : "ncclRecv", [&] {
     const auto count = static_cast<size_t>(bytes);
     return sending ? ncclSend(data, count, ncclUint8, peer, comm, stream)
                    : ncclRecv(data, count, ncclUint8, peer, comm, stream);
@@ -857,13 +839,13 @@ Status NcclCommunicator::allReduce(std::span<const int> group, std::span<const T
   constexpr size_t kCallsPerGroup = 1024;
   for (size_t first = 0; first < inputs.size(); first += kCallsPerGroup) {
     const size_t last = std::min(inputs.size(), first + kCallsPerGroup);
-    CLEAVE_TRY(issueCollective(call, {}, nullptr, [&](cudaStream_t stream) {
+    CLEAVE_TRY(issueCollective(call, {}, nullptr, "ncclAllReduce", [&](cudaStream_t stream) {
       for (size_t i = first; i < last; ++i) {
         const auto count = static_cast<size_t>(inputs[i].type.numel());
         if (count == 0) continue;
         ncclResult_t result = ncclAllReduce(inputs[i].data, outputs[i].data, count, ncclTypeOf(dtype),
                                             ncclOpOf(op, dtype), call.comm, stream);
-        if (result != ncclSuccess && result != ncclInProgress) return result;
+        if (ncclFailed(result)) return result;
       }
       return ncclSuccess;
     }, nullptr));
@@ -898,7 +880,7 @@ Status NcclCommunicator::allGather(std::span<const int> group, const TensorView&
                           static_cast<const uint8_t*>(gathered) + q * bytes, row, row, outer, stream));
     return Status::ok();
   };
-  return issueCollective(call, buffers, nullptr, [&](cudaStream_t stream) {
+  return issueCollective(call, buffers, nullptr, "ncclAllGather", [&](cudaStream_t stream) {
     return ncclAllGather(input.data, gathered, static_cast<size_t>(bytes), ncclUint8, call.comm, stream);
   }, outer > 1 ? std::function<Status(cudaStream_t)>(unpack) : nullptr);
 }
@@ -931,7 +913,7 @@ Status NcclCommunicator::reduceScatter(std::span<const int> group, const TensorV
     return Status::ok();
   };
   return issueCollective(call, buffers, outer > 1 ? std::function<Status(cudaStream_t)>(pack) : nullptr,
-                         [&](cudaStream_t stream) {
+                         "ncclReduceScatter", [&](cudaStream_t stream) {
                            return ncclReduceScatter(blocks, output.data, static_cast<size_t>(output.type.numel()),
                                                     ncclTypeOf(dtype), ncclOpOf(op, dtype), call.comm, stream);
                          },
@@ -985,7 +967,7 @@ Status NcclCommunicator::allToAll(std::span<const int> group, const TensorView& 
     return Status::ok();
   };
   return issueCollective(
-      call, buffers, split_outer > 1 ? std::function<Status(cudaStream_t)>(pack) : nullptr,
+      call, buffers, split_outer > 1 ? std::function<Status(cudaStream_t)>(pack) : nullptr, "ncclAlltoAll",
       [&](cudaStream_t stream) {
         return ncclAlltoAll(send_blocks, receive_blocks, static_cast<size_t>(block_bytes), ncclUint8, call.comm, stream);
       },
@@ -996,7 +978,7 @@ Status NcclCommunicator::allToAll(std::span<const int> group, const TensorView& 
 Status NcclCommunicator::barrier(std::span<const int> group) {
   CLEAVE_ASSIGN_OR_RETURN(Call call, begin("barrier", group));
   CLEAVE_ASSIGN_OR_RETURN(Buffer * byte, pool_.acquire(1, call.what));
-  CLEAVE_TRY(issueCollective(call, {byte}, nullptr, [&](cudaStream_t stream) {
+  CLEAVE_TRY(issueCollective(call, {byte}, nullptr, "ncclAllReduce", [&](cudaStream_t stream) {
     return ncclAllReduce(byte->data, byte->data, 1, ncclUint8, ncclMax, call.comm, stream);
   }, nullptr));
   return finishIssued();
@@ -1084,7 +1066,7 @@ Status NcclCommunicator::deviceWaitForIssued() {
 
 // An asynchronous NCCL error of any of this rank's communicators, which are then aborted.
 Status NcclCommunicator::checkAsyncErrors(const std::string& what) {
-  std::string error;
+  Status error = Status::ok();
   {
     std::lock_guard lock(nccl_mutex_);
     if (comms_aborted_) return Status::ok();  // stopped() reports it
@@ -1094,15 +1076,13 @@ Status NcclCommunicator::checkAsyncErrors(const std::string& what) {
       ncclResult_t state = ncclSuccess;
       ncclResult_t result = ncclCommGetAsyncError(comm, &state);
       if (result != ncclSuccess) state = result;
-      if (state != ncclSuccess && state != ncclInProgress) {
-        error = ncclErrorText(what, state, comm);
-        break;
-      }
+      error = ncclStatus(state, "ncclCommGetAsyncError", rank_, what, comm);
+      if (!error.isOk()) break;
     }
   }
-  if (error.empty()) return Status::ok();
+  if (error.isOk()) return Status::ok();
   abortComms();
-  return Status::runtime(error);
+  return error;
 }
 
 // Waits for the issued work, oldest first, polling the done events, NCCL's asynchronous errors and
@@ -1130,8 +1110,8 @@ Status NcclCommunicator::finishIssued() {
     CLEAVE_TRY(checkAsyncErrors(oldest.what));
     if (Clock::now() >= deadline) {
       abortComms();
-      return Status::runtime(where + " timed out after " + secondsText(timeout_) +
-                             " s (issued, but not finished on the device: a rank taking part has not reached it)");
+      return Status::remoteRank(where + " timed out after " + secondsText(timeout_) +
+                                " s (issued, but not finished on the device: a rank taking part has not reached it)");
     }
     backoff.pause();
   }
@@ -1157,8 +1137,7 @@ Expected<bool> initializeMpi() {
     return false;
   }
   int provided = 0;
-  int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-  if (rc != MPI_SUCCESS) return Status::runtime("MPI_Init_thread failed: " + mpiErrorText(rc));
+  CLEAVE_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), -1, "");
   if (provided < MPI_THREAD_SERIALIZED) {
     MPI_Finalize();
     return Status::runtime("the MPI library lacks thread support (MPI_THREAD_SERIALIZED at least)");
@@ -1204,10 +1183,7 @@ Expected<std::vector<std::unique_ptr<Communicator>>> createNcclCommunicators(std
   }
   // 3. The NCCL communicators.
   std::array<ncclUniqueId, 3> ids;  // world, up, down
-  for (ncclUniqueId& id : ids) {
-    ncclResult_t result = ncclGetUniqueId(&id);
-    if (result != ncclSuccess) return uniqueIdError("creating the NCCL communicators", result);
-  }
+  for (ncclUniqueId& id : ids) CLEAVE_NCCL_CHECK(ncclGetUniqueId(&id), -1, "creating the NCCL communicators");
   CLEAVE_TRY(NcclCommunicator::connect(raw, ids));
   std::vector<std::unique_ptr<Communicator>> communicators;
   for (auto& endpoint : endpoints) communicators.push_back(std::move(endpoint));
@@ -1226,9 +1202,9 @@ Expected<std::unique_ptr<Communicator>> createNcclCommunicatorForProcess(Device&
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const std::string where = "rank " + std::to_string(rank) + ": creating the NCCL communicator";
+  const std::string creating = "creating the NCCL communicator";
   MPI_Comm comm = MPI_COMM_NULL;
-  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  if (rc != MPI_SUCCESS) return Status::runtime(where + ": MPI_Comm_dup: " + mpiErrorText(rc));
+  CLEAVE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm), rank, creating);
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   auto group_ids = std::make_unique<MpiGroupIds>(comm);
   shared->mpi_group_ids = group_ids.get();
@@ -1237,27 +1213,21 @@ Expected<std::unique_ptr<Communicator>> createNcclCommunicatorForProcess(Device&
   CLEAVE_TRY(endpoint->setUp());
 
   std::array<ncclUniqueId, 3> ids;  // world, up, down
-  if (rank == 0) {
-    for (ncclUniqueId& id : ids) {
-      ncclResult_t result = ncclGetUniqueId(&id);
-      if (result != ncclSuccess) return uniqueIdError(where, result);
-    }
-  }
+  if (rank == 0)
+    for (ncclUniqueId& id : ids) CLEAVE_NCCL_CHECK(ncclGetUniqueId(&id), rank, creating);
   MPI_Request request;
-  rc = MPI_Ibcast(ids.data(), static_cast<int>(sizeof ids), MPI_BYTE, 0, comm, &request);
-  if (rc != MPI_SUCCESS) return Status::runtime(where + ": MPI_Ibcast: " + mpiErrorText(rc));
+  CLEAVE_MPI_CHECK(MPI_Ibcast(ids.data(), static_cast<int>(sizeof ids), MPI_BYTE, 0, comm, &request), rank, creating);
   const Clock::time_point deadline = after(timeout_seconds);
   Backoff backoff;
   while (true) {
     int done = 0;
-    rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return Status::runtime(where + ": broadcasting the NCCL ids: " + mpiErrorText(rc));
+    CLEAVE_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE), rank, creating + ": broadcasting the NCCL ids");
     if (done) break;
     if (Clock::now() >= deadline) {
       shared->failed = true;
       shared->mpi_group_ids->abandon();
-      return Status::runtime(where + ": timed out after " + secondsText(timeout_seconds) +
-                             " s waiting for rank 0's NCCL ids");
+      return Status::remoteRank(where + ": timed out after " + secondsText(timeout_seconds) +
+                                " s waiting for rank 0's NCCL ids");
     }
     backoff.pause();
   }

@@ -211,7 +211,7 @@ void RankGroup::workerLoop(size_t rank) {
 
 Status RankGroup::forEachRank(const std::function<Status(RankExecutor&)>& job) {
   if (!worker_) return job(*executors_[0]);
-  if (abandoned_) return Status::runtime("the ranks cannot run: a rank is still stuck in an earlier failed job");
+  if (abandoned_) return Status::remoteRank("the ranks cannot run: a rank is still stuck in an earlier failed job");
   std::unique_lock lock(worker_->mutex);
   // The job lives in the worker state, which outlives this call if a rank is left running it.
   worker_->job_storage = job;
@@ -238,8 +238,8 @@ Status RankGroup::forEachRank(const std::function<Status(RankExecutor&)>& job) {
         if (!worker_->finished[rank]) running += (count++ ? ", " : "") + std::to_string(rank);
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds_);
-      stuck_error = Status::runtime((count > 1 ? "ranks " : "rank ") + running + " had not finished " + seconds +
-                                    " s after the first rank did (stuck?)");
+      stuck_error = Status::remoteRank((count > 1 ? "ranks " : "rank ") + running + " had not finished " + seconds +
+                                       " s after the first rank did (stuck?)");
       communicators_[0]->abort(*stuck_error);
     }
     if (!give_up && communicators_[0]->abortedBy() >= 0) give_up = now + timeout;

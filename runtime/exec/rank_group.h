@@ -73,9 +73,9 @@ class RankGroup {
   // the communicator is aborted so the others stop promptly; the result is the error of the rank
   // that stopped the communicator (the others' errors only say that it failed), else the lowest
   // failed rank's, or ok when every job succeeded. A rank still running one timeout after another
-  // finished is stuck: the communicator is aborted (kRuntime naming it). A rank still running one
+  // finished is stuck: the communicator is aborted (kRemoteRank naming it). A rank still running one
   // timeout after the communicator was aborted (stuck in a kernel, say) is left running: the error
-  // is returned anyway, and the group refuses later jobs (kRuntime) and leaks its ranks rather
+  // is returned anyway, and the group refuses later jobs (kRemoteRank) and leaks its ranks rather
   // than wait for it.
   Status forEachRank(const std::function<Status(RankExecutor&)>& job);
   // Runs `program` on every rank at once.

@@ -372,7 +372,7 @@ TEST(NcclCommunicatorTest, RankThatNeverJoinsTimesOut) {
   if (status.isOk()) status = ranks[0].finishIssued();
   const double waited = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_FALSE(status.isOk());
-  EXPECT_EQ(status.kind(), ErrorKind::kRuntime);
+  EXPECT_EQ(status.kind(), ErrorKind::kRemoteRank);
   EXPECT_NE(status.message().find("all_reduce over ranks {0,1}"), std::string::npos) << status.message();
   EXPECT_NE(status.message().find("timed out"), std::string::npos) << status.message();
   EXPECT_NE(status.message().find("rank 0"), std::string::npos) << status.message();

@@ -330,7 +330,7 @@ TEST(LocalCommunicatorTest, TimeoutsNameTheMissingRank) {
     return comm.allReduce(Group{0, 1, 2}, {&view, 1}, {&view, 1}, ReduceOp::kSum);
   });
   for (int rank : {0, 2}) {
-    EXPECT_EQ(statuses[rank].kind(), ErrorKind::kRuntime);
+    EXPECT_EQ(statuses[rank].kind(), ErrorKind::kRemoteRank);
     EXPECT_EQ(statuses[rank].message(), "all_reduce over ranks {0,1,2} timed out after 0.2 s waiting for rank 1");
   }
 
@@ -360,8 +360,9 @@ TEST(LocalCommunicatorTest, AnAbortStopsWaitingRanksPromptly) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 10);
   for (int rank : {0, 1}) {
-    EXPECT_EQ(statuses[rank].kind(), ErrorKind::kRuntime);
+    EXPECT_EQ(statuses[rank].kind(), ErrorKind::kRemoteRank);
     EXPECT_EQ(statuses[rank].message(), "all_reduce over ranks {0,1,2} stopped: rank 2 failed");
+    EXPECT_EQ(statuses[rank].exitCode(), 3);  // a remote rank's failure exits as a runtime one
   }
 }
 

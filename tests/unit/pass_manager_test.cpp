@@ -154,6 +154,25 @@ TEST(PassManager, InvalidGraphAfterAPassIsAnInternalErrorNamingIt) {
   EXPECT_FALSE(called_back);
 }
 
+TEST(PassManager, AnUndeclaredOptionIsAnInternalErrorNamingThePassNotAnExit) {
+  const PassInfo asks_wrongly{"asks-wrongly", "reads an option it does not declare (a broken pass)",
+                              {{"depth", int64_t{2}, "a declared option"}},
+                              [](Graph&, const PassOptions& options) {
+                                EXPECT_EQ(options.getInt("depth"), 2);
+                                EXPECT_EQ(options.getInt("width"), 0);      // not declared
+                                EXPECT_EQ(options.getString("depth"), "");  // declared as an integer
+                                return Status::ok();
+                              }};
+  Graph graph;
+  ValueId x = addInput(graph, "x", kMatrix);
+  graph.outputs = {addOne(graph, OpId::relu, {x})};
+  Pipeline pipeline{PassStep{&asks_wrongly, PassOptions::defaultsFor(asks_wrongly)}};
+  Status status = PassManager(std::move(pipeline)).run(graph);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_EQ(status.kind(), ErrorKind::kInternal);
+  EXPECT_EQ(status.message(), "pass 'asks-wrongly': pass option 'width' is not declared by its pass");
+}
+
 TEST(PassManager, PassErrorStopsThePipeline) {
   Graph graph;
   ValueId x = addInput(graph, "x", kMatrix);
