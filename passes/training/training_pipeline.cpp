@@ -13,7 +13,10 @@ namespace {
 Status runPass(Graph& graph, const std::string& name) {
   const PassInfo* pass = findPass(name);
   if (!pass) return Status::internal("training pipeline: pass '" + name + "' is not registered");
-  return pass->run(graph, PassOptions::defaultsFor(*pass));
+  PassOptions options = PassOptions::defaultsFor(*pass);
+  CLEAVE_TRY(pass->run(graph, options));
+  if (!options.misuse().isOk()) return options.misuse().withContext("training pipeline: pass '" + name + "': ");
+  return Status::ok();
 }
 
 Status simplify(Graph& graph) {
