@@ -1,7 +1,9 @@
 // Elementwise ops: binary arithmetic, comparisons, unary math, clip, cast, where, dropout, identity.
 #include <cmath>
 #include <limits>
+#include <numbers>
 
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 
 namespace cleave::ops {
@@ -126,6 +128,146 @@ OpDef unaryOp(OpId id, std::string_view name, std::string_view summary) {
                .sharding = broadcastShardingRule};
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+// Binary ops broadcast (numpy rules): each operand's gradient is summed back to its shape.
+
+Status addGradient(GradientContext& g) {
+  g.operand_grads[0] = g.reduceToShape(dy(g), shapeOf(g, g.operand(0)));
+  g.operand_grads[1] = g.reduceToShape(dy(g), shapeOf(g, g.operand(1)));
+  return g.status;
+}
+
+Status subGradient(GradientContext& g) {
+  g.operand_grads[0] = g.reduceToShape(dy(g), shapeOf(g, g.operand(0)));
+  g.operand_grads[1] = g.reduceToShape(g.emit(OpId::neg, {dy(g)}), shapeOf(g, g.operand(1)));
+  return g.status;
+}
+
+Status mulGradient(GradientContext& g) {
+  ValueId a = g.operand(0), b = g.operand(1);
+  g.operand_grads[0] = g.reduceToShape(g.emit(OpId::mul, {dy(g), b}), shapeOf(g, a));
+  g.operand_grads[1] = g.reduceToShape(g.emit(OpId::mul, {dy(g), a}), shapeOf(g, b));
+  return g.status;
+}
+
+// y = a / b: da = dy / b, db = -dy · a / b² = -dy · y / b.
+Status divGradient(GradientContext& g) {
+  ValueId a = g.operand(0), b = g.operand(1), y = g.result(0);
+  g.operand_grads[0] = g.reduceToShape(g.emit(OpId::div, {dy(g), b}), shapeOf(g, a));
+  ValueId db = g.emit(OpId::neg, {g.emit(OpId::div, {g.emit(OpId::mul, {dy(g), y}), b})});
+  g.operand_grads[1] = g.reduceToShape(db, shapeOf(g, b));
+  return g.status;
+}
+
+// y = a^b: da = dy · b · a^(b−1), db = dy · y · log(a) (NaN where a < 0, as in PyTorch).
+Status powGradient(GradientContext& g) {
+  ValueId a = g.operand(0), b = g.operand(1), y = g.result(0);
+  DType dtype = dtypeOf(g, a);
+  ValueId a_to_b_minus_1 = g.emit(OpId::pow, {a, g.emit(OpId::sub, {b, g.scalar(1.0, dtype)})});
+  ValueId da = g.emit(OpId::mul, {dy(g), g.emit(OpId::mul, {b, a_to_b_minus_1})});
+  ValueId db = g.emit(OpId::mul, {dy(g), g.emit(OpId::mul, {y, g.emit(OpId::log, {a})})});
+  g.operand_grads[0] = g.reduceToShape(da, shapeOf(g, a));
+  g.operand_grads[1] = g.reduceToShape(db, shapeOf(g, b));
+  return g.status;
+}
+
+
+// y = √x: dx = dy · 0.5 / y.
+Status sqrtGradient(GradientContext& g) {
+  ValueId y = g.result(0);
+  g.operand_grads[0] = g.emit(OpId::div, {g.emit(OpId::mul, {dy(g), g.scalar(0.5, dtypeOf(g, y))}), y});
+  return g.status;
+}
+
+Status expGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), g.result(0)});
+  return g.status;
+}
+
+Status logGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::div, {dy(g), g.operand(0)});
+  return g.status;
+}
+
+Status negGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::neg, {dy(g)});
+  return g.status;
+}
+
+// erf'(x) = 2/√π · exp(−x²).
+Status erfGradient(GradientContext& g) {
+  ValueId x = g.operand(0);
+  ValueId gaussian = g.emit(OpId::exp, {g.emit(OpId::neg, {g.emit(OpId::mul, {x, x})})});
+  ValueId scale = g.scalar(2.0 * std::numbers::inv_sqrtpi, dtypeOf(g, x));
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), g.emit(OpId::mul, {gaussian, scale})});
+  return g.status;
+}
+
+Status tanhGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::tanh_grad, {dy(g), g.result(0)});
+  return g.status;
+}
+
+Status sigmoidGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::sigmoid_grad, {dy(g), g.result(0)});
+  return g.status;
+}
+
+Status reluGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::relu_grad, {dy(g), g.operand(0)});
+  return g.status;
+}
+
+Status geluGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::gelu_grad, {dy(g), g.operand(0)}, copyAttrs(g, {"approximate"}));
+  return g.status;
+}
+
+// dy passes where min <= x <= max (boundaries included, as PyTorch's clamp), zero elsewhere.
+Status clipGradient(GradientContext& g) {
+  OpContext attrs = forwardAttrs(g);
+  ValueId x = g.operand(0);
+  DType dtype = dtypeOf(g, x);
+  double min = attrs.getFloat("min"), max = attrs.getFloat("max");
+  ValueId dx = dy(g);
+  ValueId zero = g.scalar(0.0, dtype);
+  if (min != -INFINITY) dx = g.emit(OpId::where, {g.emit(OpId::less, {x, g.scalar(min, dtype)}), zero, dx});
+  if (max != INFINITY) dx = g.emit(OpId::where, {g.emit(OpId::greater, {x, g.scalar(max, dtype)}), zero, dx});
+  g.operand_grads[0] = dx;
+  return g.status;
+}
+
+// The gradient is cast back to the operand's dtype (a cast from an integer carries none).
+Status castGradient(GradientContext& g) {
+  DType from = dtypeOf(g, g.operand(0));
+  if (isFloat(from)) g.operand_grads[0] = g.emit(OpId::cast, {dy(g)}, {{"to", std::string(dtypeName(from))}});
+  return g.status;
+}
+
+// dy goes to a where cond holds and to b elsewhere; the condition gets none.
+Status whereGradient(GradientContext& g) {
+  ValueId cond = g.operand(0), a = g.operand(1), b = g.operand(2);
+  ValueId zero = g.scalar(0.0, dtypeOf(g, a));
+  g.operand_grads[1] = g.reduceToShape(g.emit(OpId::where, {cond, dy(g), zero}), shapeOf(g, a));
+  g.operand_grads[2] = g.reduceToShape(g.emit(OpId::where, {cond, zero, dy(g)}), shapeOf(g, b));
+  return g.status;
+}
+
+Status identityGradient(GradientContext& g) {
+  g.operand_grads[0] = dy(g);
+  return g.status;
+}
+
+// Dropout with ratio 0 is the identity; a random mask would need the forward mask kept for the
+// backward pass, which the op does not provide yet.
+Status dropoutGradient(GradientContext& g) {
+  if (forwardAttrs(g).getFloat("ratio") != 0.0)
+    return Status::badInput(nodeContext(g.graph, g.node) +
+                            "dropout with ratio > 0 cannot be trained yet (set ratio = 0 or remove the dropout)");
+  g.operand_grads[0] = dy(g);
+  return g.status;
+}
+
 }  // namespace
 
 void addElementwiseOps(std::vector<OpDef>& table) {
@@ -197,6 +339,27 @@ void addElementwiseOps(std::vector<OpDef>& table) {
     appendedDef(table, id).in_place = true;
   appendedDef(table, OpId::identity).view = true;
   appendedDef(table, OpId::dropout).random = true;
+
+  // Gradient rules.
+  appendedDef(table, OpId::add).gradient = addGradient;
+  appendedDef(table, OpId::sub).gradient = subGradient;
+  appendedDef(table, OpId::mul).gradient = mulGradient;
+  appendedDef(table, OpId::div).gradient = divGradient;
+  appendedDef(table, OpId::pow).gradient = powGradient;
+  appendedDef(table, OpId::sqrt).gradient = sqrtGradient;
+  appendedDef(table, OpId::exp).gradient = expGradient;
+  appendedDef(table, OpId::log).gradient = logGradient;
+  appendedDef(table, OpId::neg).gradient = negGradient;
+  appendedDef(table, OpId::erf).gradient = erfGradient;
+  appendedDef(table, OpId::tanh).gradient = tanhGradient;
+  appendedDef(table, OpId::sigmoid).gradient = sigmoidGradient;
+  appendedDef(table, OpId::relu).gradient = reluGradient;
+  appendedDef(table, OpId::gelu).gradient = geluGradient;
+  appendedDef(table, OpId::clip).gradient = clipGradient;
+  appendedDef(table, OpId::cast).gradient = castGradient;
+  appendedDef(table, OpId::where).gradient = whereGradient;
+  appendedDef(table, OpId::identity).gradient = identityGradient;
+  appendedDef(table, OpId::dropout).gradient = dropoutGradient;
 }
 
 }  // namespace cleave::ops

@@ -1,6 +1,7 @@
 // Gradient ops: the backward kernels autodiff emits (relu_grad, conv2d_grad_input, ...).
 
 #include "ir/op_table.h"
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 
 namespace cleave::ops {
@@ -297,6 +298,21 @@ std::vector<AttrSpec> poolAttrs(bool avg) {
   return attrs;
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+
+// conv2d_grad_input is also the transposed convolution (the ONNX importer's ConvTranspose): for
+// y = Cᵀ(w)·u, du is the convolution of dy by w, and dw the weight gradient of that convolution
+// with u in the role of its output gradient.
+Status conv2dGradInputGradient(GradientContext& g) {
+  ValueId u = g.operand(0), w = g.operand(1);
+  AttrMap conv_attrs = copyAttrs(g, {"strides", "pads", "dilations", "groups"});
+  AttrMap weight_attrs = conv_attrs;
+  weight_attrs.emplace("weight_shape", shapeOf(g, w));
+  g.operand_grads[0] = g.emit(OpId::conv2d, {dy(g), w}, std::move(conv_attrs));
+  g.operand_grads[1] = g.emit(OpId::conv2d_grad_weight, {u, dy(g)}, std::move(weight_attrs));
+  return g.status;
+}
+
 }  // namespace
 
 void addGradientOps(std::vector<OpDef>& table) {
@@ -335,6 +351,9 @@ void addGradientOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::softmax_cross_entropy_grad, "softmax_cross_entropy_grad",
                         "dloss * (softmax(logits) - onehot(labels)) / count", 3, 3, {optionalInt("ignore_index", -100)},
                         softmaxCrossEntropyGradShape, elementwiseGradCost, softmaxCrossEntropyGradSharding});
+
+  // Gradient rules.
+  appendedDef(table, OpId::conv2d_grad_input).gradient = conv2dGradInputGradient;
 }
 
 }  // namespace cleave::ops

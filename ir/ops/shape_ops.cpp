@@ -2,6 +2,7 @@
 // squeeze, unsqueeze, trilu, constant.
 #include <algorithm>
 
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 
 namespace cleave::ops {
@@ -491,6 +492,74 @@ OpDef shapeOp(OpId id, std::string_view name, std::string_view summary, std::vec
                .sharding = sharding};
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+
+// reshape, flatten, squeeze and unsqueeze only relabel dims: the gradient is reshaped back.
+Status reshapeGradient(GradientContext& g) {
+  g.operand_grads[0] = reshapeTo(g, dy(g), shapeOf(g, g.operand(0)));
+  return g.status;
+}
+
+Status transposeGradient(GradientContext& g) {
+  const std::vector<int64_t>& perm = forwardAttrs(g).getInts("perm");
+  AttrMap attrs;  // no perm: reversed dims, which are their own inverse
+  if (!perm.empty()) {
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i)
+      inverse[normalizeAxis(perm[i], static_cast<int64_t>(perm.size()))] = static_cast<int64_t>(i);
+    attrs.emplace("perm", std::move(inverse));
+  }
+  g.operand_grads[0] = g.emit(OpId::transpose, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
+// One split of dy along the concat axis gives every operand its piece.
+Status concatGradient(GradientContext& g) {
+  int64_t rank = g.typeOf(g.result(0)).rank();
+  int64_t axis = normalizeAxis(forwardAttrs(g).getInt("axis"), rank);
+  std::vector<int64_t> sizes;
+  for (ValueId v : g.node.operands) sizes.push_back(shapeOf(g, v)[axis]);
+  std::vector<ValueId> pieces = g.emitAll(OpId::split, {dy(g)}, {{"axis", axis}, {"sizes", sizes}});
+  if (pieces.size() != g.node.operands.size()) return g.status;
+  g.operand_grads = pieces;
+  return g.status;
+}
+
+// The results' gradients concatenated back, with zeros for results no gradient reached.
+Status splitGradient(GradientContext& g) {
+  std::vector<ValueId> pieces;
+  for (size_t r = 0; r < g.node.results.size(); ++r)
+    pieces.push_back(g.result_grads[r] != kNoValue ? g.result_grads[r] : zeros(g, g.typeOf(g.result(r))));
+  int64_t axis = normalizeAxis(forwardAttrs(g).getInt("axis"), g.typeOf(g.operand(0)).rank());
+  g.operand_grads[0] = g.emit(OpId::concat, std::move(pieces), {{"axis", axis}});
+  return g.status;
+}
+
+Status sliceGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"starts", "ends", "axes", "steps"});
+  attrs.emplace("input_shape", shapeOf(g, g.operand(0)));
+  g.operand_grads[0] = g.emit(OpId::slice_grad, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
+// dy is scatter-added into the gathered rows; the indices get no gradient.
+Status gatherGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"axis"});
+  attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
+  g.operand_grads[0] = g.emit(OpId::gather_grad, {dy(g), g.operand(1)}, std::move(attrs));
+  return g.status;
+}
+
+Status expandGradient(GradientContext& g) {
+  g.operand_grads[0] = g.reduceToShape(dy(g), shapeOf(g, g.operand(0)));
+  return g.status;
+}
+
+Status triluGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::trilu, {dy(g)}, copyAttrs(g, {"upper", "k"}));
+  return g.status;
+}
+
 }  // namespace
 
 void addShapeOps(std::vector<OpDef>& table) {
@@ -539,6 +608,19 @@ void addShapeOps(std::vector<OpDef>& table) {
     def.view = true;
     def.reshape_like = true;
   }
+
+  // Gradient rules.
+  appendedDef(table, OpId::reshape).gradient = reshapeGradient;
+  appendedDef(table, OpId::flatten).gradient = reshapeGradient;
+  appendedDef(table, OpId::squeeze).gradient = reshapeGradient;
+  appendedDef(table, OpId::unsqueeze).gradient = reshapeGradient;
+  appendedDef(table, OpId::transpose).gradient = transposeGradient;
+  appendedDef(table, OpId::concat).gradient = concatGradient;
+  appendedDef(table, OpId::split).gradient = splitGradient;
+  appendedDef(table, OpId::slice).gradient = sliceGradient;
+  appendedDef(table, OpId::gather).gradient = gatherGradient;
+  appendedDef(table, OpId::expand).gradient = expandGradient;
+  appendedDef(table, OpId::trilu).gradient = triluGradient;
 }
 
 }  // namespace cleave::ops
