@@ -1,10 +1,15 @@
 // Elementwise ops: binary arithmetic, comparisons, unary math, clip, cast, where, dropout, identity.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
+#include <string>
+#include <type_traits>
 
 #include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_support.h"
 
 namespace cleave::ops {
 namespace {
@@ -268,6 +273,199 @@ Status dropoutGradient(GradientContext& g) {
   return g.status;
 }
 
+// ---- Reference evaluation (see ir/ops/reference_support.h) ----
+// Integer division truncates toward zero; float ops compute in the operand's own type.
+
+// base^exponent for integers: exact (wrapping) for exponent ≥ 0, truncated 1/base^|exponent| below.
+template <class T>
+T integerPow(T base, T exponent) {
+  if (exponent < 0) return base == 1 ? 1 : base == -1 ? (exponent % 2 == 0 ? 1 : -1) : 0;
+  T result = 1;
+  while (exponent > 0) {
+    if (exponent & 1) result = wrappingMul(result, base);
+    base = wrappingMul(base, base);
+    exponent >>= 1;
+  }
+  return result;
+}
+
+// One arithmetic op on two elements; sets `error` instead of dividing an integer by zero.
+template <class T>
+T arithmetic(OpId op, T a, T b, const char*& error) {
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case OpId::add: return a + b;
+      case OpId::sub: return a - b;
+      case OpId::mul: return a * b;
+      case OpId::div: return a / b;
+      default: return std::pow(a, b);
+    }
+  } else {
+    switch (op) {
+      case OpId::add: return wrappingAdd(a, b);
+      case OpId::sub: return wrappingSub(a, b);
+      case OpId::mul: return wrappingMul(a, b);
+      case OpId::div:
+        if (b == 0) {
+          error = "integer division by zero";
+          return 0;
+        }
+        return b == -1 ? wrappingSub(T{0}, a) : static_cast<T>(a / b);  // -1: INT_MIN / -1 wraps
+      default:
+        if (a == 0 && b < 0) {
+          error = "zero raised to a negative integer power";
+          return 0;
+        }
+        return integerPow(a, b);
+    }
+  }
+}
+
+uint8_t compare(OpId op, auto a, auto b) {
+  switch (op) {
+    case OpId::equal: return a == b;
+    case OpId::less: return a < b;
+    case OpId::less_equal: return a <= b;
+    case OpId::greater: return a > b;
+    default: return a >= b;  // greater_equal
+  }
+}
+
+// add, sub, mul, div, pow and the comparisons, broadcasting.
+Expected<std::vector<TensorData>> binaryReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const OpId op = ctx.def.id;
+  const TensorData &a = *operands[0], &b = *operands[1];
+  const TensorType& result = ctx.results[0];
+  const std::vector<int64_t> a_index = broadcastSourceIndices(a.type.shape, result.shape);
+  const std::vector<int64_t> b_index = broadcastSourceIndices(b.type.shape, result.shape);
+  const bool is_comparison = result.dtype == DType::kBool;
+  return single(visitDType(a.type.dtype, [&]<class T>(T) -> Expected<TensorData> {
+    const std::vector<T> lhs = readElements<T>(a), rhs = readElements<T>(b);
+    if (is_comparison) {
+      std::vector<uint8_t> out(a_index.size());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = compare(op, lhs[a_index[i]], rhs[b_index[i]]);
+      return makeTensor(result, out);
+    }
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      return Status::internal("constant evaluation: arithmetic on bool");
+    } else {
+      const char* error = nullptr;
+      std::vector<T> out(a_index.size());
+      for (size_t i = 0; i < out.size() && !error; ++i) out[i] = arithmetic(op, lhs[a_index[i]], rhs[b_index[i]], error);
+      if (error) return referenceError(ctx, error);
+      return makeTensor(result, out);
+    }
+  }));
+}
+
+// One float unary op on x; gelu's form and clip's bounds come from the node's attributes.
+template <class T>
+T floatUnary(OpId op, T x, const OpContext& ctx) {
+  switch (op) {
+    case OpId::sqrt: return std::sqrt(x);
+    case OpId::exp: return std::exp(x);
+    case OpId::log: return std::log(x);
+    case OpId::erf: return std::erf(x);
+    case OpId::tanh: return std::tanh(x);
+    case OpId::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case OpId::gelu:
+      if (ctx.getString("approximate") == "tanh") {
+        const T k = std::sqrt(T(2) / std::numbers::pi_v<T>);
+        return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+      }
+      return T(0.5) * x * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
+    default: {  // clip; a NaN stays NaN
+      const T low = static_cast<T>(ctx.getFloat("min")), high = static_cast<T>(ctx.getFloat("max"));
+      return std::min(std::max(x, low), high);
+    }
+  }
+}
+
+// The unary math ops and clip.
+Expected<std::vector<TensorData>> unaryReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const OpId op = ctx.def.id;
+  return single(visitDType(operands[0]->type.dtype, [&]<class T>(T) -> TensorData {
+    std::vector<T> elements = readElements<T>(*operands[0]);
+    for (T& e : elements) {
+      if (op == OpId::neg) {
+        if constexpr (std::is_integral_v<T>) e = wrappingSub(T{0}, e);
+        else e = -e;
+      } else if (op == OpId::relu) {
+        e = e < T{0} ? T{0} : e;  // keeps NaN
+      } else if constexpr (std::is_floating_point_v<T>) {
+        e = floatUnary(op, e, ctx);
+      }
+    }
+    return makeTensor(ctx.results[0], elements);
+  }));
+}
+
+// cast: float→int truncates toward zero (NaN or out of range is an error), int→int wraps,
+// anything→bool is "≠ 0", bool→anything is 0 or 1.
+template <class To, class From>
+bool convertElement(From value, bool to_bool, To& out) {
+  if (to_bool) {
+    out = value != From{0} ? 1 : 0;
+    return true;
+  }
+  if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+    const double truncated = std::trunc(static_cast<double>(value));
+    const double low = static_cast<double>(std::numeric_limits<To>::min());  // -2^(bits-1), exact
+    if (!(truncated >= low && truncated < -low)) return false;
+    out = static_cast<To>(truncated);
+  } else {
+    out = static_cast<To>(value);
+  }
+  return true;
+}
+
+Expected<std::vector<TensorData>> castReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const TensorType& result = ctx.results[0];
+  const bool to_bool = result.dtype == DType::kBool;
+  return single(visitDType(x.type.dtype, [&]<class From>(From) -> Expected<TensorData> {
+    const std::vector<From> in = readElements<From>(x);
+    return visitDType(result.dtype, [&]<class To>(To) -> Expected<TensorData> {
+      std::vector<To> out(in.size());
+      for (size_t i = 0; i < in.size(); ++i)
+        if (!convertElement(in[i], to_bool, out[i]))
+          return referenceError(ctx, "element " + std::to_string(i) + " (" + std::to_string(in[i]) +
+                                         ") does not fit in " + std::string(dtypeName(result.dtype)));
+      return makeTensor(result, out);
+    });
+  }));
+}
+
+Expected<std::vector<TensorData>> whereReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData &cond = *operands[0], &a = *operands[1], &b = *operands[2];
+  const TensorType& result = ctx.results[0];
+  const std::vector<int64_t> cond_index = broadcastSourceIndices(cond.type.shape, result.shape);
+  const std::vector<int64_t> a_index = broadcastSourceIndices(a.type.shape, result.shape);
+  const std::vector<int64_t> b_index = broadcastSourceIndices(b.type.shape, result.shape);
+  const size_t size = static_cast<size_t>(dtypeSize(result.dtype));
+  TensorData out{result, std::vector<uint8_t>(cond_index.size() * size)};
+  for (size_t i = 0; i < cond_index.size(); ++i) {
+    const bool take_a = cond.bytes[cond_index[i]] != 0;
+    const uint8_t* from = take_a ? a.bytes.data() + a_index[i] * size : b.bytes.data() + b_index[i] * size;
+    std::memcpy(out.bytes.data() + i * size, from, size);
+  }
+  return std::vector<TensorData>{std::move(out)};
+}
+
+// Sets the references constant folding uses.
+void addElementwiseReferences(std::vector<OpDef>& table) {
+  for (OpId id : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::pow, OpId::less, OpId::less_equal, OpId::greater,
+                  OpId::greater_equal})
+    setFoldingReference(table, id, binaryReference, referenceNumeric);
+  setFoldingReference(table, OpId::equal, binaryReference, referenceDTypes);  // also bool
+  for (OpId id : {OpId::neg, OpId::relu}) setFoldingReference(table, id, unaryReference, referenceNumeric);
+  for (OpId id : {OpId::sqrt, OpId::exp, OpId::log, OpId::erf, OpId::tanh, OpId::sigmoid, OpId::gelu, OpId::clip})
+    setFoldingReference(table, id, unaryReference, referenceFloat);
+  setFoldingReference(table, OpId::cast, castReference, referenceDTypes);
+  setFoldingReference(table, OpId::where, whereReference, referenceDTypes);
+  setFoldingReference(table, OpId::identity, sameBytesReference, referenceDTypes);
+}
+
 }  // namespace
 
 void addElementwiseOps(std::vector<OpDef>& table) {
@@ -360,6 +558,8 @@ void addElementwiseOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::where).gradient = whereGradient;
   appendedDef(table, OpId::identity).gradient = identityGradient;
   appendedDef(table, OpId::dropout).gradient = dropoutGradient;
+
+  addElementwiseReferences(table);
 }
 
 }  // namespace cleave::ops

@@ -1,9 +1,12 @@
 // Reductions and normalisations: reduce_sum/mean/max, softmax, log_softmax, layer_norm, batch_norm.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <type_traits>
 
 #include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_support.h"
 
 namespace cleave::ops {
 namespace {
@@ -280,6 +283,62 @@ Status batchNormGradient(GradientContext& g) {
   return g.status;
 }
 
+// ---- Reference evaluation (see ir/ops/reference_support.h) ----
+
+// reduce_sum, reduce_mean and reduce_max over `axes` (empty: all); floats accumulate in double,
+// integers wrap in their own type. keepdims does not change the row-major order of the results,
+// so the result type's shape is used as given.
+Expected<std::vector<TensorData>> reduceReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const OpId op = ctx.def.id;
+  const TensorData& x = *operands[0];
+  const TensorType& result = ctx.results[0];
+  const Shape& shape = x.type.shape;
+  // 1. Which dims are reduced.
+  std::vector<bool> reduced(shape.size(), ctx.getInts("axes").empty());
+  for (int64_t axis : ctx.getInts("axes")) {
+    int64_t d = normalizeAxis(axis, x.type.rank());
+    if (d < 0)
+      return referenceError(ctx, "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(x.type.rank()));
+    reduced[d] = true;
+  }
+  // 2. For each input element, the result element it contributes to: reduced dims get stride 0.
+  Shape kept_shape = shape;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (reduced[d]) kept_shape[d] = 1;
+  std::vector<int64_t> strides = rowMajorStrides(kept_shape);
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (reduced[d]) strides[d] = 0;
+  const std::vector<int64_t> target = stridedIndices(shape, strides);
+  const int64_t out_count = numelOf(kept_shape);
+  const int64_t group_size = out_count == 0 ? 0 : x.type.numel() / out_count;
+  if (op == OpId::reduce_max && group_size == 0 && out_count > 0)
+    return referenceError(ctx, "the maximum of an empty set is undefined");
+  // 3. Accumulate.
+  return single(visitDType(x.type.dtype, [&]<class T>(T) -> Expected<TensorData> {
+    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+    const std::vector<T> in = readElements<T>(x);
+    std::vector<Acc> acc(static_cast<size_t>(out_count), Acc{0});
+    std::vector<bool> seen(acc.size(), false);
+    for (size_t i = 0; i < in.size(); ++i) {
+      Acc& slot = acc[target[i]];
+      if (op != OpId::reduce_max) slot = addElements(slot, static_cast<Acc>(in[i]));
+      else if (!seen[target[i]] || in[i] > slot || std::isnan(static_cast<double>(in[i]))) slot = in[i];
+      seen[target[i]] = true;
+    }
+    std::vector<T> out(acc.size());
+    for (size_t i = 0; i < acc.size(); ++i)
+      out[i] = static_cast<T>(op == OpId::reduce_mean ? acc[i] / static_cast<Acc>(group_size) : acc[i]);
+    return makeTensor(result, out);
+  }));
+}
+
+// Sets the references constant folding uses.
+void addReductionReferences(std::vector<OpDef>& table) {
+  setFoldingReference(table, OpId::reduce_sum, reduceReference, referenceNumeric);
+  setFoldingReference(table, OpId::reduce_mean, reduceReference, referenceFloat);
+  setFoldingReference(table, OpId::reduce_max, reduceReference, referenceNumeric);
+}
+
 }  // namespace
 
 void addReductionOps(std::vector<OpDef>& table) {
@@ -328,6 +387,8 @@ void addReductionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::log_softmax).gradient = logSoftmaxGradient;
   appendedDef(table, OpId::layer_norm).gradient = layerNormGradient;
   appendedDef(table, OpId::batch_norm).gradient = batchNormGradient;
+
+  addReductionReferences(table);
 }
 
 }  // namespace cleave::ops
