@@ -11,14 +11,14 @@
 
 namespace cleave {
 
-// True when evaluateConstantNode computes `op` on these operand and result types: the op is one of
-// the elementwise, comparison, cast, data-movement and reduction ops it knows, and every dtype is
-// one of f32, f64, i64, i32, bool that the op accepts.
+// True when evaluateConstantNode computes `op` on these operand and result types: the op is constant
+// foldable (OpDef::constant_foldable: the elementwise, comparison, cast, data-movement and reduction
+// ops), and its reference handles these dtypes (OpDef::reference_supports; f32, f64, i64, i32, bool).
 bool isConstantEvaluable(OpId op, std::span<const TensorType> operand_types,
                          std::span<const TensorType> result_types);
 
-// Computes a node's results from its constant operands, following docs/ops.md. `result_types` are
-// the node's (already inferred) result types. Errors: bad data such as an out-of-range gather index
+// Computes a node's results from its constant operands with the op's reference, following
+// docs/ops.md. `result_types` are the node's (already inferred) result types. Errors: bad data such as an out-of-range gather index
 // or an integer division by zero (kBadInput), or an op or dtype isConstantEvaluable rejects (kInternal).
 Expected<std::vector<TensorData>> evaluateConstantNode(OpId op, const AttrMap& attrs,
                                                        std::span<const TensorData* const> operands,

@@ -2,21 +2,52 @@
 #include "ir/op_table.h"
 
 #include <array>
-#include <cstdio>
 #include <unordered_map>
 
 namespace cleave {
 namespace {
 
 constexpr std::array<std::string_view, kNumOps> kOpNames = {
-#define CLEAVE_OP(id, name) name,
-#include "ir/op_list.def"
-#undef CLEAVE_OP
+#define CLEAVE_OP_NAME(id, name) name,
+    CLEAVE_ALL_OPS(CLEAVE_OP_NAME)
+#undef CLEAVE_OP_NAME
 };
+
+// The family whose header lists each id.
+constexpr std::array<OpFamily, kNumOps> kListedFamily = {
+#define CLEAVE_LINEAR_ALGEBRA(id, name) OpFamily::kLinearAlgebra,
+#define CLEAVE_ELEMENTWISE(id, name) OpFamily::kElementwise,
+#define CLEAVE_REDUCTION(id, name) OpFamily::kReduction,
+#define CLEAVE_CONVOLUTION(id, name) OpFamily::kConvolution,
+#define CLEAVE_SHAPE(id, name) OpFamily::kShape,
+#define CLEAVE_LOSS(id, name) OpFamily::kLoss,
+#define CLEAVE_GRADIENT(id, name) OpFamily::kGradient,
+#define CLEAVE_OPTIMIZER(id, name) OpFamily::kOptimizer,
+#define CLEAVE_COMMUNICATION(id, name) OpFamily::kCommunication,
+    CLEAVE_LINEAR_ALGEBRA_OPS(CLEAVE_LINEAR_ALGEBRA) CLEAVE_ELEMENTWISE_OPS(CLEAVE_ELEMENTWISE)
+    CLEAVE_REDUCTION_OPS(CLEAVE_REDUCTION) CLEAVE_CONVOLUTION_OPS(CLEAVE_CONVOLUTION) CLEAVE_SHAPE_OPS(CLEAVE_SHAPE)
+    CLEAVE_LOSS_OPS(CLEAVE_LOSS) CLEAVE_GRADIENT_OPS(CLEAVE_GRADIENT) CLEAVE_OPTIMIZER_OPS(CLEAVE_OPTIMIZER)
+    CLEAVE_COMMUNICATION_OPS(CLEAVE_COMMUNICATION)
+#undef CLEAVE_LINEAR_ALGEBRA
+#undef CLEAVE_ELEMENTWISE
+#undef CLEAVE_REDUCTION
+#undef CLEAVE_CONVOLUTION
+#undef CLEAVE_SHAPE
+#undef CLEAVE_LOSS
+#undef CLEAVE_GRADIENT
+#undef CLEAVE_OPTIMIZER
+#undef CLEAVE_COMMUNICATION
+};
+
+// "op table: <what>: <op>".
+Status tableError(const char* what, std::string_view name) {
+  return Status::internal("op table: " + std::string(what) + ": " + std::string(name));
+}
 
 struct OpTable {
   std::vector<OpDef> defs;  // indexed by OpId
   std::unordered_map<std::string_view, OpId> by_name;
+  Status status;  // the first inconsistency (a build bug), or ok
 
   OpTable() {
     std::vector<OpDef> added;
@@ -34,26 +65,16 @@ struct OpTable {
     add_family(OpFamily::kGradient, ops::addGradientOps);
     add_family(OpFamily::kOptimizer, ops::addOptimizerOps);
     add_family(OpFamily::kCommunication, ops::addCommunicationOps);
-    // Every id in op_list.def must have exactly one definition: a broken table is a build bug.
-    std::vector<bool> seen(kNumOps, false);
-    for (const auto& def : added) {
-      int i = static_cast<int>(def.id);
-      if (seen[i]) fail("op defined twice", kOpNames[i]);
-      if (def.name != kOpNames[i]) fail("op name differs from op_list.def", def.name);
-      if (!def.shape || !def.cost || !def.sharding) fail("op lacks a shape, cost or sharding rule", def.name);
-      seen[i] = true;
-    }
-    for (int i = 0; i < kNumOps; ++i)
-      if (!seen[i]) fail("op has no definition", kOpNames[i]);
+    status = checkOpDefinitions(added);
+    // Each id gets its definition; on a broken table (status not ok) an id may keep an empty one.
     defs.resize(kNumOps);
+    for (int i = 0; i < kNumOps; ++i) {
+      defs[i].id = static_cast<OpId>(i);
+      defs[i].name = kOpNames[i];
+      defs[i].family = kListedFamily[i];
+    }
     for (auto& def : added) defs[static_cast<int>(def.id)] = std::move(def);
-    ops::addGradientRules(defs);
     for (int i = 0; i < kNumOps; ++i) by_name.emplace(kOpNames[i], static_cast<OpId>(i));
-  }
-  [[noreturn]] static void fail(const char* what, std::string_view name) {
-    std::fprintf(stderr, "cleave: internal error: op table: %s: %.*s\n", what, static_cast<int>(name.size()),
-                 name.data());
-    std::exit(4);
   }
 };
 
@@ -133,6 +154,26 @@ std::string_view opName(OpId id) { return kOpNames[static_cast<int>(id)]; }
 
 std::span<const OpDef> allOpDefs() { return table().defs; }
 
+Status opTableStatus() { return table().status; }
+
+Status checkOpDefinitions(std::span<const OpDef> defs) {
+  std::vector<bool> seen(kNumOps, false);
+  for (const auto& def : defs) {
+    int i = static_cast<int>(def.id);
+    if (i < 0 || i >= kNumOps) return tableError("op id out of range", def.name);
+    if (def.name.empty()) return tableError("op's properties set before its family defined it", kOpNames[i]);
+    if (seen[i]) return tableError("op defined twice", kOpNames[i]);
+    if (def.name != kOpNames[i]) return tableError("op name differs from its id's name", def.name);
+    if (def.family != kListedFamily[i])
+      return tableError("op defined by another family than the one whose header lists it", def.name);
+    if (!def.shape || !def.cost || !def.sharding) return tableError("op lacks a shape, cost or sharding rule", def.name);
+    seen[i] = true;
+  }
+  for (int i = 0; i < kNumOps; ++i)
+    if (!seen[i]) return tableError("op has no definition", kOpNames[i]);
+  return Status::ok();
+}
+
 Status checkAttributes(const OpDef& def, const AttrMap& attrs) {
   for (const auto& [name, value] : attrs) {
     const AttrSpec* spec = def.findAttr(name);
@@ -168,6 +209,7 @@ Expected<std::vector<TensorType>> inferResultTypes(const OpDef& def, std::span<c
     return Status::badInput(std::string(def.name) + " takes " + want + " operand(s), got " + std::to_string(n));
   }
   CLEAVE_TRY(checkAttributes(def, attrs));
+  if (!def.shape) return Status::internal(std::string(def.name) + " has no shape rule (" + opTableStatus().message() + ")");
   OpContext ctx{def, operands, {}, attrs};
   return def.shape(ctx);
 }

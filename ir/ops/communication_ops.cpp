@@ -1,6 +1,7 @@
 // Communication ops: collectives over one mesh axis and pipeline sends/receives, as graph nodes.
 // Per-device graphs carry them; plan lowering turns each into a communication instruction.
 #include "ir/op_table.h"
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 
 namespace cleave::ops {
@@ -110,6 +111,60 @@ OpDef communicationOp(OpId id, std::string_view name, std::string_view summary, 
   return def;
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+// Cotangents of replicated values are whole on every device.
+
+AttrMap groupAttrs(const GradientContext& g, std::initializer_list<const char*> extra = {}) {
+  AttrMap attrs = copyAttrs(g, {"axis", "group_size"});
+  for (const char* name : extra) {
+    auto it = g.node.attrs.find(name);
+    if (it != g.node.attrs.end()) attrs.emplace(name, it->second);
+  }
+  return attrs;
+}
+
+// y = sum over devices of x: each device's x gets the whole dy; mean also divides by the group size.
+Status allReduceGradient(GradientContext& g) {
+  const std::string& reduce = forwardAttrs(g).getString("reduce");
+  if (reduce == "max")
+    return Status::badInput(nodeContext(g.graph, g.node) + "all_reduce with reduce = max has no gradient");
+  double n = static_cast<double>(forwardAttrs(g).getInt("group_size"));
+  for (size_t i = 0; i < g.node.operands.size(); ++i) {
+    ValueId grad = g.result_grads[i];
+    if (grad != kNoValue && reduce == "mean") grad = g.emit(OpId::mul, {grad, g.scalar(1.0 / n, dtypeOf(g, grad))});
+    g.operand_grads[i] = grad;
+  }
+  return g.status;
+}
+
+// The identity whose users are split over the axis: their gradients are partial sums.
+Status gradAllReduceGradient(GradientContext& g) {
+  AttrMap attrs = groupAttrs(g);
+  attrs.emplace("reduce", std::string("sum"));
+  g.operand_grads[0] = g.emit(OpId::all_reduce, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
+Status allGatherGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::shard_slice, {dy(g)}, groupAttrs(g, {"dim"}));
+  return g.status;
+}
+
+// reduce_scatter and shard_slice: the device's block of dy comes back whole from every device.
+Status gatherBackGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::all_gather, {dy(g)}, groupAttrs(g, {"dim"}));
+  return g.status;
+}
+
+Status allToAllGradient(GradientContext& g) {
+  AttrMap attrs = groupAttrs(g);
+  OpContext forward = forwardAttrs(g);
+  attrs.emplace("split_dim", forward.getInt("concat_dim"));
+  attrs.emplace("concat_dim", forward.getInt("split_dim"));
+  g.operand_grads[0] = g.emit(OpId::all_to_all, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
 }  // namespace
 
 void addCommunicationOps(std::vector<OpDef>& table) {
@@ -169,6 +224,14 @@ void addCommunicationOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::shard_slice).gradient_communication = CommKind::kAllGather;
   appendedDef(table, OpId::all_to_all).gradient_communication = CommKind::kAllToAll;
   appendedDef(table, OpId::grad_all_reduce).view = true;  // the forward is an identity
+
+  // Gradient rules.
+  appendedDef(table, OpId::all_reduce).gradient = allReduceGradient;
+  appendedDef(table, OpId::grad_all_reduce).gradient = gradAllReduceGradient;
+  appendedDef(table, OpId::all_gather).gradient = allGatherGradient;
+  appendedDef(table, OpId::reduce_scatter).gradient = gatherBackGradient;
+  appendedDef(table, OpId::shard_slice).gradient = gatherBackGradient;
+  appendedDef(table, OpId::all_to_all).gradient = allToAllGradient;
 }
 
 }  // namespace cleave::ops

@@ -1,6 +1,7 @@
 // Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, global_avg_pool.
 #include <cmath>
 
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_helpers.h"
 
@@ -272,6 +273,43 @@ Expected<std::vector<TensorData>> globalAvgPoolReference(const OpContext& ctx,
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+
+Status conv2dGradient(GradientContext& g) {
+  ValueId x = g.operand(0), w = g.operand(1);
+  AttrMap input_attrs = copyAttrs(g, {"strides", "pads", "dilations", "groups"});
+  AttrMap weight_attrs = input_attrs;
+  input_attrs.emplace("input_shape", shapeOf(g, x));
+  weight_attrs.emplace("weight_shape", shapeOf(g, w));
+  g.operand_grads[0] = g.emit(OpId::conv2d_grad_input, {dy(g), w}, std::move(input_attrs));
+  g.operand_grads[1] = g.emit(OpId::conv2d_grad_weight, {dy(g), x}, std::move(weight_attrs));
+  if (g.node.operands.size() == 3)
+    g.operand_grads[2] = g.emit(OpId::reduce_sum, {dy(g)}, {{"axes", std::vector<int64_t>{0, 2, 3}}, {"keepdims", int64_t{0}}});
+  return g.status;
+}
+
+Status maxPool2dGradient(GradientContext& g) {
+  g.operand_grads[0] =
+      g.emit(OpId::max_pool2d_grad, {dy(g), g.operand(0)}, copyAttrs(g, {"kernel", "strides", "pads", "ceil_mode"}));
+  return g.status;
+}
+
+Status avgPool2dGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"kernel", "strides", "pads", "ceil_mode", "count_include_pad"});
+  attrs.emplace("input_shape", shapeOf(g, g.operand(0)));
+  g.operand_grads[0] = g.emit(OpId::avg_pool2d_grad, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
+// A mean over H and W: dy [N,C,1,1] scaled by 1/(H·W) and expanded.
+Status globalAvgPoolGradient(GradientContext& g) {
+  const Shape x = shapeOf(g, g.operand(0));
+  double count = static_cast<double>(x[2] * x[3]);
+  ValueId scaled = g.emit(OpId::mul, {dy(g), g.scalar(1.0 / count, dtypeOf(g, dy(g)))});
+  g.operand_grads[0] = g.emit(OpId::expand, {scaled}, {{"shape", x}});
+  return g.status;
+}
+
 }  // namespace
 
 void addConvolutionOps(std::vector<OpDef>& table) {
@@ -301,6 +339,12 @@ void addConvolutionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::global_avg_pool).reference = globalAvgPoolReference;
   for (OpId id : {OpId::conv2d, OpId::max_pool2d, OpId::avg_pool2d, OpId::global_avg_pool})
     appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
+
+  // Gradient rules.
+  appendedDef(table, OpId::conv2d).gradient = conv2dGradient;
+  appendedDef(table, OpId::max_pool2d).gradient = maxPool2dGradient;
+  appendedDef(table, OpId::avg_pool2d).gradient = avgPool2dGradient;
+  appendedDef(table, OpId::global_avg_pool).gradient = globalAvgPoolGradient;
 }
 
 }  // namespace cleave::ops

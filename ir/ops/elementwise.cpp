@@ -1,8 +1,15 @@
 // Elementwise ops: binary arithmetic, comparisons, unary math, clip, cast, where, dropout, identity.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <numbers>
+#include <string>
+#include <type_traits>
 
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_support.h"
 
 namespace cleave::ops {
 namespace {
@@ -128,9 +135,342 @@ OpDef unaryOp(OpId id, std::string_view name, std::string_view summary) {
 
 // ---- Reference computations ----
 
-// identity, and dropout at inference (as the kernels run it): the operand unchanged.
+// dropout at inference (as the kernels run it): the operand unchanged.
 Expected<std::vector<TensorData>> copyReference(const OpContext&, std::span<const TensorData* const> operands) {
   return std::vector<TensorData>{*operands[0]};
+}
+
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+// Binary ops broadcast (numpy rules): each operand's gradient is summed back to its shape.
+
+Status addGradient(GradientContext& g) {
+  g.operand_grads[0] = g.reduceToShape(dy(g), shapeOf(g, g.operand(0)));
+  g.operand_grads[1] = g.reduceToShape(dy(g), shapeOf(g, g.operand(1)));
+  return g.status;
+}
+
+Status subGradient(GradientContext& g) {
+  g.operand_grads[0] = g.reduceToShape(dy(g), shapeOf(g, g.operand(0)));
+  g.operand_grads[1] = g.reduceToShape(g.emit(OpId::neg, {dy(g)}), shapeOf(g, g.operand(1)));
+  return g.status;
+}
+
+Status mulGradient(GradientContext& g) {
+  ValueId a = g.operand(0), b = g.operand(1);
+  g.operand_grads[0] = g.reduceToShape(g.emit(OpId::mul, {dy(g), b}), shapeOf(g, a));
+  g.operand_grads[1] = g.reduceToShape(g.emit(OpId::mul, {dy(g), a}), shapeOf(g, b));
+  return g.status;
+}
+
+// y = a / b: da = dy / b, db = -dy · a / b² = -dy · y / b.
+Status divGradient(GradientContext& g) {
+  ValueId a = g.operand(0), b = g.operand(1), y = g.result(0);
+  g.operand_grads[0] = g.reduceToShape(g.emit(OpId::div, {dy(g), b}), shapeOf(g, a));
+  ValueId db = g.emit(OpId::neg, {g.emit(OpId::div, {g.emit(OpId::mul, {dy(g), y}), b})});
+  g.operand_grads[1] = g.reduceToShape(db, shapeOf(g, b));
+  return g.status;
+}
+
+// y = a^b: da = dy · b · a^(b−1), db = dy · y · log(a) (NaN where a < 0, as in PyTorch).
+Status powGradient(GradientContext& g) {
+  ValueId a = g.operand(0), b = g.operand(1), y = g.result(0);
+  DType dtype = dtypeOf(g, a);
+  ValueId a_to_b_minus_1 = g.emit(OpId::pow, {a, g.emit(OpId::sub, {b, g.scalar(1.0, dtype)})});
+  ValueId da = g.emit(OpId::mul, {dy(g), g.emit(OpId::mul, {b, a_to_b_minus_1})});
+  ValueId db = g.emit(OpId::mul, {dy(g), g.emit(OpId::mul, {y, g.emit(OpId::log, {a})})});
+  g.operand_grads[0] = g.reduceToShape(da, shapeOf(g, a));
+  g.operand_grads[1] = g.reduceToShape(db, shapeOf(g, b));
+  return g.status;
+}
+
+
+// y = √x: dx = dy · 0.5 / y.
+Status sqrtGradient(GradientContext& g) {
+  ValueId y = g.result(0);
+  g.operand_grads[0] = g.emit(OpId::div, {g.emit(OpId::mul, {dy(g), g.scalar(0.5, dtypeOf(g, y))}), y});
+  return g.status;
+}
+
+Status expGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), g.result(0)});
+  return g.status;
+}
+
+Status logGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::div, {dy(g), g.operand(0)});
+  return g.status;
+}
+
+Status negGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::neg, {dy(g)});
+  return g.status;
+}
+
+// erf'(x) = 2/√π · exp(−x²).
+Status erfGradient(GradientContext& g) {
+  ValueId x = g.operand(0);
+  ValueId gaussian = g.emit(OpId::exp, {g.emit(OpId::neg, {g.emit(OpId::mul, {x, x})})});
+  ValueId scale = g.scalar(2.0 * std::numbers::inv_sqrtpi, dtypeOf(g, x));
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), g.emit(OpId::mul, {gaussian, scale})});
+  return g.status;
+}
+
+Status tanhGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::tanh_grad, {dy(g), g.result(0)});
+  return g.status;
+}
+
+Status sigmoidGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::sigmoid_grad, {dy(g), g.result(0)});
+  return g.status;
+}
+
+Status reluGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::relu_grad, {dy(g), g.operand(0)});
+  return g.status;
+}
+
+Status geluGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::gelu_grad, {dy(g), g.operand(0)}, copyAttrs(g, {"approximate"}));
+  return g.status;
+}
+
+// dy passes where min <= x <= max (boundaries included, as PyTorch's clamp), zero elsewhere.
+Status clipGradient(GradientContext& g) {
+  OpContext attrs = forwardAttrs(g);
+  ValueId x = g.operand(0);
+  DType dtype = dtypeOf(g, x);
+  double min = attrs.getFloat("min"), max = attrs.getFloat("max");
+  ValueId dx = dy(g);
+  ValueId zero = g.scalar(0.0, dtype);
+  if (min != -INFINITY) dx = g.emit(OpId::where, {g.emit(OpId::less, {x, g.scalar(min, dtype)}), zero, dx});
+  if (max != INFINITY) dx = g.emit(OpId::where, {g.emit(OpId::greater, {x, g.scalar(max, dtype)}), zero, dx});
+  g.operand_grads[0] = dx;
+  return g.status;
+}
+
+// The gradient is cast back to the operand's dtype (a cast from an integer carries none).
+Status castGradient(GradientContext& g) {
+  DType from = dtypeOf(g, g.operand(0));
+  if (isFloat(from)) g.operand_grads[0] = g.emit(OpId::cast, {dy(g)}, {{"to", std::string(dtypeName(from))}});
+  return g.status;
+}
+
+// dy goes to a where cond holds and to b elsewhere; the condition gets none.
+Status whereGradient(GradientContext& g) {
+  ValueId cond = g.operand(0), a = g.operand(1), b = g.operand(2);
+  ValueId zero = g.scalar(0.0, dtypeOf(g, a));
+  g.operand_grads[1] = g.reduceToShape(g.emit(OpId::where, {cond, dy(g), zero}), shapeOf(g, a));
+  g.operand_grads[2] = g.reduceToShape(g.emit(OpId::where, {cond, zero, dy(g)}), shapeOf(g, b));
+  return g.status;
+}
+
+Status identityGradient(GradientContext& g) {
+  g.operand_grads[0] = dy(g);
+  return g.status;
+}
+
+// Dropout with ratio 0 is the identity; a random mask would need the forward mask kept for the
+// backward pass, which the op does not provide yet.
+Status dropoutGradient(GradientContext& g) {
+  if (forwardAttrs(g).getFloat("ratio") != 0.0)
+    return Status::badInput(nodeContext(g.graph, g.node) +
+                            "dropout with ratio > 0 cannot be trained yet (set ratio = 0 or remove the dropout)");
+  g.operand_grads[0] = dy(g);
+  return g.status;
+}
+
+// ---- Reference evaluation (see ir/ops/reference_support.h) ----
+// Integer division truncates toward zero; float ops compute in the operand's own type.
+
+// base^exponent for integers: exact (wrapping) for exponent ≥ 0, truncated 1/base^|exponent| below.
+template <class T>
+T integerPow(T base, T exponent) {
+  if (exponent < 0) return base == 1 ? 1 : base == -1 ? (exponent % 2 == 0 ? 1 : -1) : 0;
+  T result = 1;
+  while (exponent > 0) {
+    if (exponent & 1) result = wrappingMul(result, base);
+    base = wrappingMul(base, base);
+    exponent >>= 1;
+  }
+  return result;
+}
+
+// One arithmetic op on two elements; sets `error` instead of dividing an integer by zero.
+template <class T>
+T arithmetic(OpId op, T a, T b, const char*& error) {
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case OpId::add: return a + b;
+      case OpId::sub: return a - b;
+      case OpId::mul: return a * b;
+      case OpId::div: return a / b;
+      default: return std::pow(a, b);
+    }
+  } else {
+    switch (op) {
+      case OpId::add: return wrappingAdd(a, b);
+      case OpId::sub: return wrappingSub(a, b);
+      case OpId::mul: return wrappingMul(a, b);
+      case OpId::div:
+        if (b == 0) {
+          error = "integer division by zero";
+          return 0;
+        }
+        return b == -1 ? wrappingSub(T{0}, a) : static_cast<T>(a / b);  // -1: INT_MIN / -1 wraps
+      default:
+        if (a == 0 && b < 0) {
+          error = "zero raised to a negative integer power";
+          return 0;
+        }
+        return integerPow(a, b);
+    }
+  }
+}
+
+uint8_t compare(OpId op, auto a, auto b) {
+  switch (op) {
+    case OpId::equal: return a == b;
+    case OpId::less: return a < b;
+    case OpId::less_equal: return a <= b;
+    case OpId::greater: return a > b;
+    default: return a >= b;  // greater_equal
+  }
+}
+
+// add, sub, mul, div, pow and the comparisons, broadcasting.
+Expected<std::vector<TensorData>> binaryReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const OpId op = ctx.def.id;
+  const TensorData &a = *operands[0], &b = *operands[1];
+  const TensorType& result = ctx.results[0];
+  const std::vector<int64_t> a_index = broadcastSourceIndices(a.type.shape, result.shape);
+  const std::vector<int64_t> b_index = broadcastSourceIndices(b.type.shape, result.shape);
+  const bool is_comparison = result.dtype == DType::kBool;
+  return single(visitDType(a.type.dtype, [&]<class T>(T) -> Expected<TensorData> {
+    const std::vector<T> lhs = readElements<T>(a), rhs = readElements<T>(b);
+    if (is_comparison) {
+      std::vector<uint8_t> out(a_index.size());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = compare(op, lhs[a_index[i]], rhs[b_index[i]]);
+      return makeTensor(result, out);
+    }
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      return Status::internal("constant evaluation: arithmetic on bool");
+    } else {
+      const char* error = nullptr;
+      std::vector<T> out(a_index.size());
+      for (size_t i = 0; i < out.size() && !error; ++i) out[i] = arithmetic(op, lhs[a_index[i]], rhs[b_index[i]], error);
+      if (error) return referenceError(ctx, error);
+      return makeTensor(result, out);
+    }
+  }));
+}
+
+// One float unary op on x; gelu's form and clip's bounds come from the node's attributes.
+template <class T>
+T floatUnary(OpId op, T x, const OpContext& ctx) {
+  switch (op) {
+    case OpId::sqrt: return std::sqrt(x);
+    case OpId::exp: return std::exp(x);
+    case OpId::log: return std::log(x);
+    case OpId::erf: return std::erf(x);
+    case OpId::tanh: return std::tanh(x);
+    case OpId::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case OpId::gelu:
+      if (ctx.getString("approximate") == "tanh") {
+        const T k = std::sqrt(T(2) / std::numbers::pi_v<T>);
+        return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+      }
+      return T(0.5) * x * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
+    default: {  // clip; a NaN stays NaN
+      const T low = static_cast<T>(ctx.getFloat("min")), high = static_cast<T>(ctx.getFloat("max"));
+      return std::min(std::max(x, low), high);
+    }
+  }
+}
+
+// The unary math ops and clip.
+Expected<std::vector<TensorData>> unaryReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const OpId op = ctx.def.id;
+  return single(visitDType(operands[0]->type.dtype, [&]<class T>(T) -> TensorData {
+    std::vector<T> elements = readElements<T>(*operands[0]);
+    for (T& e : elements) {
+      if (op == OpId::neg) {
+        if constexpr (std::is_integral_v<T>) e = wrappingSub(T{0}, e);
+        else e = -e;
+      } else if (op == OpId::relu) {
+        e = e < T{0} ? T{0} : e;  // keeps NaN
+      } else if constexpr (std::is_floating_point_v<T>) {
+        e = floatUnary(op, e, ctx);
+      }
+    }
+    return makeTensor(ctx.results[0], elements);
+  }));
+}
+
+// cast: float→int truncates toward zero (NaN or out of range is an error), int→int wraps,
+// anything→bool is "≠ 0", bool→anything is 0 or 1.
+template <class To, class From>
+bool convertElement(From value, bool to_bool, To& out) {
+  if (to_bool) {
+    out = value != From{0} ? 1 : 0;
+    return true;
+  }
+  if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+    const double truncated = std::trunc(static_cast<double>(value));
+    const double low = static_cast<double>(std::numeric_limits<To>::min());  // -2^(bits-1), exact
+    if (!(truncated >= low && truncated < -low)) return false;
+    out = static_cast<To>(truncated);
+  } else {
+    out = static_cast<To>(value);
+  }
+  return true;
+}
+
+Expected<std::vector<TensorData>> castReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const TensorType& result = ctx.results[0];
+  const bool to_bool = result.dtype == DType::kBool;
+  return single(visitDType(x.type.dtype, [&]<class From>(From) -> Expected<TensorData> {
+    const std::vector<From> in = readElements<From>(x);
+    return visitDType(result.dtype, [&]<class To>(To) -> Expected<TensorData> {
+      std::vector<To> out(in.size());
+      for (size_t i = 0; i < in.size(); ++i)
+        if (!convertElement(in[i], to_bool, out[i]))
+          return referenceError(ctx, "element " + std::to_string(i) + " (" + std::to_string(in[i]) +
+                                         ") does not fit in " + std::string(dtypeName(result.dtype)));
+      return makeTensor(result, out);
+    });
+  }));
+}
+
+Expected<std::vector<TensorData>> whereReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData &cond = *operands[0], &a = *operands[1], &b = *operands[2];
+  const TensorType& result = ctx.results[0];
+  const std::vector<int64_t> cond_index = broadcastSourceIndices(cond.type.shape, result.shape);
+  const std::vector<int64_t> a_index = broadcastSourceIndices(a.type.shape, result.shape);
+  const std::vector<int64_t> b_index = broadcastSourceIndices(b.type.shape, result.shape);
+  const size_t size = static_cast<size_t>(dtypeSize(result.dtype));
+  TensorData out{result, std::vector<uint8_t>(cond_index.size() * size)};
+  for (size_t i = 0; i < cond_index.size(); ++i) {
+    const bool take_a = cond.bytes[cond_index[i]] != 0;
+    const uint8_t* from = take_a ? a.bytes.data() + a_index[i] * size : b.bytes.data() + b_index[i] * size;
+    std::memcpy(out.bytes.data() + i * size, from, size);
+  }
+  return std::vector<TensorData>{std::move(out)};
+}
+
+// Sets the references constant folding uses.
+void addElementwiseReferences(std::vector<OpDef>& table) {
+  for (OpId id : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::pow, OpId::less, OpId::less_equal, OpId::greater,
+                  OpId::greater_equal})
+    setFoldingReference(table, id, binaryReference, referenceNumeric);
+  setFoldingReference(table, OpId::equal, binaryReference, referenceDTypes);  // also bool
+  for (OpId id : {OpId::neg, OpId::relu}) setFoldingReference(table, id, unaryReference, referenceNumeric);
+  for (OpId id : {OpId::sqrt, OpId::exp, OpId::log, OpId::erf, OpId::tanh, OpId::sigmoid, OpId::gelu, OpId::clip})
+    setFoldingReference(table, id, unaryReference, referenceFloat);
+  setFoldingReference(table, OpId::cast, castReference, referenceDTypes);
+  setFoldingReference(table, OpId::where, whereReference, referenceDTypes);
+  setFoldingReference(table, OpId::identity, sameBytesReference, referenceDTypes);
 }
 
 }  // namespace
@@ -204,8 +544,30 @@ void addElementwiseOps(std::vector<OpDef>& table) {
     appendedDef(table, id).in_place = true;
   appendedDef(table, OpId::identity).view = true;
   appendedDef(table, OpId::dropout).random = true;
-  appendedDef(table, OpId::identity).reference = copyReference;
   appendedDef(table, OpId::dropout).reference = copyReference;
+
+  // Gradient rules.
+  appendedDef(table, OpId::add).gradient = addGradient;
+  appendedDef(table, OpId::sub).gradient = subGradient;
+  appendedDef(table, OpId::mul).gradient = mulGradient;
+  appendedDef(table, OpId::div).gradient = divGradient;
+  appendedDef(table, OpId::pow).gradient = powGradient;
+  appendedDef(table, OpId::sqrt).gradient = sqrtGradient;
+  appendedDef(table, OpId::exp).gradient = expGradient;
+  appendedDef(table, OpId::log).gradient = logGradient;
+  appendedDef(table, OpId::neg).gradient = negGradient;
+  appendedDef(table, OpId::erf).gradient = erfGradient;
+  appendedDef(table, OpId::tanh).gradient = tanhGradient;
+  appendedDef(table, OpId::sigmoid).gradient = sigmoidGradient;
+  appendedDef(table, OpId::relu).gradient = reluGradient;
+  appendedDef(table, OpId::gelu).gradient = geluGradient;
+  appendedDef(table, OpId::clip).gradient = clipGradient;
+  appendedDef(table, OpId::cast).gradient = castGradient;
+  appendedDef(table, OpId::where).gradient = whereGradient;
+  appendedDef(table, OpId::identity).gradient = identityGradient;
+  appendedDef(table, OpId::dropout).gradient = dropoutGradient;
+
+  addElementwiseReferences(table);
 }
 
 }  // namespace cleave::ops

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "ir/op_table.h"
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_helpers.h"
 
@@ -490,6 +491,21 @@ References softmaxCrossEntropyGradReference(const OpContext& c, Operands operand
   return std::vector<TensorData>{referenceTensor(c.results[0], dlogits)};
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+
+// conv2d_grad_input is also the transposed convolution (the ONNX importer's ConvTranspose): for
+// y = Cᵀ(w)·u, du is the convolution of dy by w, and dw the weight gradient of that convolution
+// with u in the role of its output gradient.
+Status conv2dGradInputGradient(GradientContext& g) {
+  ValueId u = g.operand(0), w = g.operand(1);
+  AttrMap conv_attrs = copyAttrs(g, {"strides", "pads", "dilations", "groups"});
+  AttrMap weight_attrs = conv_attrs;
+  weight_attrs.emplace("weight_shape", shapeOf(g, w));
+  g.operand_grads[0] = g.emit(OpId::conv2d, {dy(g), w}, std::move(conv_attrs));
+  g.operand_grads[1] = g.emit(OpId::conv2d_grad_weight, {u, dy(g)}, std::move(weight_attrs));
+  return g.status;
+}
+
 }  // namespace
 
 void addGradientOps(std::vector<OpDef>& table) {
@@ -548,6 +564,9 @@ void addGradientOps(std::vector<OpDef>& table) {
     appendedDef(table, id).reference = reference;
     appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
   }
+
+  // Gradient rules.
+  appendedDef(table, OpId::conv2d_grad_input).gradient = conv2dGradInputGradient;
 }
 
 }  // namespace cleave::ops

@@ -1,4 +1,7 @@
 // Linear algebra ops: matmul (batched, broadcasting) and gemm (2-D with scaling and an added c).
+#include <utility>
+
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_helpers.h"
 
@@ -141,6 +144,69 @@ Expected<std::vector<TensorData>> gemmReference(const OpContext& ctx, std::span<
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+
+// One operand's gradient of y = op(a)·op(b), as a product lhs·rhs with transpose flags.
+struct GradientProduct {
+  ValueId lhs, rhs;
+  bool transpose_lhs, transpose_rhs;
+};
+
+// The products giving da and db from dy (op(x) is x or xᵀ per the forward transpose flags).
+std::pair<GradientProduct, GradientProduct> productGradients(ValueId a, ValueId b, ValueId dy, bool transpose_a,
+                                                             bool transpose_b) {
+  if (!transpose_a && !transpose_b) return {{dy, b, false, true}, {a, dy, true, false}};    // a·b
+  if (!transpose_a && transpose_b) return {{dy, b, false, false}, {dy, a, true, false}};    // a·bᵀ
+  if (transpose_a && !transpose_b) return {{b, dy, false, true}, {a, dy, false, false}};    // aᵀ·b
+  return {{b, dy, true, true}, {dy, a, true, true}};                                        // aᵀ·bᵀ
+}
+
+// A matmul or gemm computing `p`, with `extra` attributes (gemm's alpha).
+ValueId emitProduct(GradientContext& g, OpId op, const GradientProduct& p, AttrMap extra = {}) {
+  if (p.transpose_lhs) extra.emplace("transpose_a", int64_t{1});
+  if (p.transpose_rhs) extra.emplace("transpose_b", int64_t{1});
+  return g.emit(op, {p.lhs, p.rhs}, std::move(extra));
+}
+
+Status matmulGradient(GradientContext& g) {
+  OpContext attrs = forwardAttrs(g);
+  ValueId a = g.operand(0), b = g.operand(1);
+  auto [da, db] = productGradients(a, b, dy(g), attrs.getInt("transpose_a") == 1, attrs.getInt("transpose_b") == 1);
+  // Batch dims broadcast: each product has the result's batch dims, summed back to the operand's.
+  g.operand_grads[0] = g.reduceToShape(emitProduct(g, OpId::matmul, da), shapeOf(g, a));
+  const Shape& a_shape = shapeOf(g, a);
+  if (shapeOf(g, b).size() == 2 && a_shape.size() > 2 && attrs.getInt("transpose_a") == 0) {
+    // A weight shared by every batch row (activations [..., m, k] times [k, n]): fold the batch
+    // dims into m, so the weight gradient is one 2-D product instead of a batch of products summed.
+    int64_t k = a_shape.back();
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < a_shape.size(); ++d) rows *= a_shape[d];
+    ValueId a2 = reshapeTo(g, a, {rows, k});
+    ValueId dy2 = reshapeTo(g, dy(g), {rows, shapeOf(g, dy(g)).back()});
+    auto [unused, db2] = productGradients(a2, b, dy2, false, attrs.getInt("transpose_b") == 1);
+    g.operand_grads[1] = emitProduct(g, OpId::matmul, db2);
+    return g.status;
+  }
+  g.operand_grads[1] = g.reduceToShape(emitProduct(g, OpId::matmul, db), shapeOf(g, b));
+  return g.status;
+}
+
+Status gemmGradient(GradientContext& g) {
+  OpContext attrs = forwardAttrs(g);
+  double alpha = attrs.getFloat("alpha"), beta = attrs.getFloat("beta");
+  auto [da, db] = productGradients(g.operand(0), g.operand(1), dy(g), attrs.getInt("transpose_a") == 1,
+                                   attrs.getInt("transpose_b") == 1);
+  AttrMap scale;
+  if (alpha != 1.0) scale.emplace("alpha", alpha);
+  g.operand_grads[0] = emitProduct(g, OpId::gemm, da, scale);
+  g.operand_grads[1] = emitProduct(g, OpId::gemm, db, scale);
+  if (g.node.operands.size() == 3) {
+    ValueId dc = beta == 1.0 ? dy(g) : g.emit(OpId::mul, {dy(g), g.scalar(beta, dtypeOf(g, dy(g)))});
+    g.operand_grads[2] = g.reduceToShape(dc, shapeOf(g, g.operand(2)));
+  }
+  return g.status;
+}
+
 }  // namespace
 
 void addLinearAlgebraOps(std::vector<OpDef>& table) {
@@ -168,6 +234,10 @@ void addLinearAlgebraOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::gemm).reference = gemmReference;
   appendedDef(table, OpId::matmul).reference_supports = referenceReadsAllDTypes;
   appendedDef(table, OpId::gemm).reference_supports = referenceReadsAllDTypes;
+
+  // Gradient rules.
+  appendedDef(table, OpId::matmul).gradient = matmulGradient;
+  appendedDef(table, OpId::gemm).gradient = gemmGradient;
 }
 
 }  // namespace cleave::ops

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_helpers.h"
 
@@ -96,6 +97,28 @@ Expected<std::vector<TensorData>> mseReference(const OpContext& ctx, std::span<c
   return std::vector<TensorData>{referenceTensor(ctx.results[0], {sum / static_cast<double>(p.size())})};
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+
+Status softmaxCrossEntropyGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::softmax_cross_entropy_grad, {dy(g), g.operand(0), g.operand(1)},
+                              copyAttrs(g, {"ignore_index"}));
+  return g.status;
+}
+
+// loss = mean((p − t)²): dp = 2 · (p − t) / N · dloss, dt = −dp.
+Status mseGradient(GradientContext& g) {
+  ValueId prediction = g.operand(0), target = g.operand(1);
+  DType dtype = dtypeOf(g, prediction);
+  ValueId dloss = dy(g);
+  if (dtypeOf(g, dloss) != dtype) dloss = g.emit(OpId::cast, {dloss}, {{"to", std::string(dtypeName(dtype))}});
+  double count = static_cast<double>(g.typeOf(prediction).numel());
+  ValueId scale = g.emit(OpId::mul, {dloss, g.scalar(2.0 / count, dtype)});
+  ValueId dprediction = g.emit(OpId::mul, {g.emit(OpId::sub, {prediction, target}), scale});
+  g.operand_grads[0] = dprediction;
+  g.operand_grads[1] = g.emit(OpId::neg, {dprediction});
+  return g.status;
+}
+
 }  // namespace
 
 void addLossOps(std::vector<OpDef>& table) {
@@ -124,6 +147,10 @@ void addLossOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::mse).reference = mseReference;
   appendedDef(table, OpId::softmax_cross_entropy).reference_supports = referenceReadsAllDTypes;
   appendedDef(table, OpId::mse).reference_supports = referenceReadsAllDTypes;
+
+  // Gradient rules.
+  appendedDef(table, OpId::softmax_cross_entropy).gradient = softmaxCrossEntropyGradient;
+  appendedDef(table, OpId::mse).gradient = mseGradient;
 }
 
 }  // namespace cleave::ops

@@ -15,7 +15,8 @@ namespace cleave::ops {
 
 // ---- Table building ----
 
-// The definition of `id` that a family function already appended to `table` (a build bug if absent).
+// The definition of `id` that a family function already appended to `table`. When absent (a build
+// bug) it appends a nameless definition of `id`, which the table check (opTableStatus) reports.
 OpDef& appendedDef(std::vector<OpDef>& table, OpId id);
 
 // ---- Attribute specs ----

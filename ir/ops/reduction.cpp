@@ -1,9 +1,13 @@
 // Reductions and normalisations: reduce_sum/mean/max, softmax, log_softmax, layer_norm, batch_norm.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <type_traits>
 
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_helpers.h"
+#include "ir/ops/reference_support.h"
 
 namespace cleave::ops {
 namespace {
@@ -205,6 +209,172 @@ Expected<std::vector<TensorData>> batchNormReference(const OpContext& ctx, std::
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+
+// Axes reduce_* reduces, resolved against `rank` and sorted (all of them when the attribute is empty).
+std::vector<int64_t> reducedAxes(const GradientContext& g, int64_t rank) {
+  std::vector<int64_t> axes;
+  for (int64_t a : forwardAttrs(g).getInts("axes")) axes.push_back(normalizeAxis(a, rank));
+  if (axes.empty())
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
+// x's shape with the reduced dims set to 1: the shape of a keepdims reduction.
+Shape keptShape(const Shape& x, const std::vector<int64_t>& axes) {
+  Shape kept = x;
+  for (int64_t a : axes) kept[a] = 1;
+  return kept;
+}
+
+// dy of a reduction over `axes` of x, expanded back to x's shape. dy has the keepdims shape, or
+// lacks the reduced dims; then it is first reshaped to the keepdims shape, unless only leading dims
+// were reduced (expand aligns shapes from the right, so those need no reshape).
+ValueId expandBack(GradientContext& g, ValueId dy, const Shape& x, const std::vector<int64_t>& axes) {
+  bool leading_only = true;
+  for (size_t i = 0; i < axes.size(); ++i) leading_only = leading_only && axes[i] == static_cast<int64_t>(i);
+  ValueId aligned = leading_only ? dy : reshapeTo(g, dy, keptShape(x, axes));
+  return g.emit(OpId::expand, {aligned}, {{"shape", x}});
+}
+
+// dy expanded back over the reduced dims.
+Status reduceSumGradient(GradientContext& g) {
+  const Shape x = shapeOf(g, g.operand(0));
+  g.operand_grads[0] = expandBack(g, dy(g), x, reducedAxes(g, static_cast<int64_t>(x.size())));
+  return g.status;
+}
+
+// As reduce_sum, scaled by 1 / (number of elements averaged).
+Status reduceMeanGradient(GradientContext& g) {
+  const Shape x = shapeOf(g, g.operand(0));
+  std::vector<int64_t> axes = reducedAxes(g, static_cast<int64_t>(x.size()));
+  double count = 1;
+  for (int64_t a : axes) count *= static_cast<double>(x[a]);
+  ValueId scaled = g.emit(OpId::mul, {dy(g), g.scalar(1.0 / count, dtypeOf(g, dy(g)))});
+  g.operand_grads[0] = expandBack(g, scaled, x, axes);
+  return g.status;
+}
+
+// The gradient goes to the elements equal to the max; ties share it evenly (as PyTorch's amax):
+// dx = mask · dy / count, mask = (x == max), count = Σ mask over the reduced dims.
+Status reduceMaxGradient(GradientContext& g) {
+  ValueId x = g.operand(0);
+  const Shape x_shape = shapeOf(g, x);
+  std::vector<int64_t> axes = reducedAxes(g, static_cast<int64_t>(x_shape.size()));
+  Shape kept = keptShape(x_shape, axes);
+  ValueId max_kept = reshapeTo(g, g.result(0), kept);
+  ValueId mask = g.emit(OpId::cast, {g.emit(OpId::equal, {x, max_kept})},
+                        {{"to", std::string(dtypeName(dtypeOf(g, x)))}});
+  ValueId count = mask;
+  if (!axes.empty()) count = g.emit(OpId::reduce_sum, {mask}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+  ValueId share = g.emit(OpId::div, {reshapeTo(g, dy(g), kept), count});
+  g.operand_grads[0] = g.emit(OpId::mul, {mask, share});
+  return g.status;
+}
+
+Status softmaxGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::softmax_grad, {dy(g), g.result(0)}, copyAttrs(g, {"axis"}));
+  return g.status;
+}
+
+Status logSoftmaxGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::log_softmax_grad, {dy(g), g.result(0)}, copyAttrs(g, {"axis"}));
+  return g.status;
+}
+
+Status layerNormGradient(GradientContext& g) {
+  std::vector<ValueId> grads =
+      g.emitAll(OpId::layer_norm_grad, {dy(g), g.operand(0), g.operand(1)}, copyAttrs(g, {"axis", "epsilon"}));
+  if (grads.size() != 3) return g.status;
+  g.operand_grads[0] = grads[0];
+  g.operand_grads[1] = grads[1];
+  if (g.node.operands.size() == 3) g.operand_grads[2] = grads[2];
+  return g.status;
+}
+
+// Inference batch norm, y = (x − mean) · scale / √(var + eps) + bias, with mean and var constants
+// (the running statistics; training through it is PyTorch's eval-mode batch norm): gradients go
+// to x, scale and bias only.
+Status batchNormGradient(GradientContext& g) {
+  ValueId x = g.operand(0), scale = g.operand(1), mean = g.operand(3), var = g.operand(4);
+  const Shape x_shape = shapeOf(g, x);
+  DType dtype = dtypeOf(g, x);
+  // Per-channel [C] values broadcast against x [N,C,...] as [C,1,...,1].
+  Shape channel_shape(x_shape.size() - 1, 1);
+  channel_shape[0] = x_shape[1];
+  std::vector<int64_t> non_channel_axes = {0};
+  for (int64_t d = 2; d < static_cast<int64_t>(x_shape.size()); ++d) non_channel_axes.push_back(d);
+  AttrMap sum_to_channels = {{"axes", non_channel_axes}, {"keepdims", int64_t{0}}};
+
+  double epsilon = forwardAttrs(g).getFloat("epsilon");
+  ValueId inv_std =
+      g.emit(OpId::div, {g.scalar(1.0, dtype), g.emit(OpId::sqrt, {g.emit(OpId::add, {var, g.scalar(epsilon, dtype)})})});
+  ValueId x_scale = reshapeTo(g, g.emit(OpId::mul, {scale, inv_std}), channel_shape);
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), x_scale});
+  ValueId x_hat = g.emit(OpId::mul, {g.emit(OpId::sub, {x, reshapeTo(g, mean, channel_shape)}),
+                                     reshapeTo(g, inv_std, channel_shape)});
+  g.operand_grads[1] = g.emit(OpId::reduce_sum, {g.emit(OpId::mul, {dy(g), x_hat})}, sum_to_channels);
+  g.operand_grads[2] = g.emit(OpId::reduce_sum, {dy(g)}, sum_to_channels);
+  return g.status;
+}
+
+// ---- Reference evaluation (see ir/ops/reference_support.h) ----
+
+// reduce_sum, reduce_mean and reduce_max over `axes` (empty: all); floats accumulate in double,
+// integers wrap in their own type. keepdims does not change the row-major order of the results,
+// so the result type's shape is used as given.
+Expected<std::vector<TensorData>> reduceReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const OpId op = ctx.def.id;
+  const TensorData& x = *operands[0];
+  const TensorType& result = ctx.results[0];
+  const Shape& shape = x.type.shape;
+  // 1. Which dims are reduced.
+  std::vector<bool> reduced(shape.size(), ctx.getInts("axes").empty());
+  for (int64_t axis : ctx.getInts("axes")) {
+    int64_t d = normalizeAxis(axis, x.type.rank());
+    if (d < 0)
+      return referenceError(ctx, "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(x.type.rank()));
+    reduced[d] = true;
+  }
+  // 2. For each input element, the result element it contributes to: reduced dims get stride 0.
+  Shape kept_shape = shape;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (reduced[d]) kept_shape[d] = 1;
+  std::vector<int64_t> strides = rowMajorStrides(kept_shape);
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (reduced[d]) strides[d] = 0;
+  const std::vector<int64_t> target = stridedIndices(shape, strides);
+  const int64_t out_count = numelOf(kept_shape);
+  const int64_t group_size = out_count == 0 ? 0 : x.type.numel() / out_count;
+  if (op == OpId::reduce_max && group_size == 0 && out_count > 0)
+    return referenceError(ctx, "the maximum of an empty set is undefined");
+  // 3. Accumulate.
+  return single(visitDType(x.type.dtype, [&]<class T>(T) -> Expected<TensorData> {
+    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+    const std::vector<T> in = readElements<T>(x);
+    std::vector<Acc> acc(static_cast<size_t>(out_count), Acc{0});
+    std::vector<bool> seen(acc.size(), false);
+    for (size_t i = 0; i < in.size(); ++i) {
+      Acc& slot = acc[target[i]];
+      if (op != OpId::reduce_max) slot = addElements(slot, static_cast<Acc>(in[i]));
+      else if (!seen[target[i]] || in[i] > slot || std::isnan(static_cast<double>(in[i]))) slot = in[i];
+      seen[target[i]] = true;
+    }
+    std::vector<T> out(acc.size());
+    for (size_t i = 0; i < acc.size(); ++i)
+      out[i] = static_cast<T>(op == OpId::reduce_mean ? acc[i] / static_cast<Acc>(group_size) : acc[i]);
+    return makeTensor(result, out);
+  }));
+}
+
+// Sets the references constant folding uses.
+void addReductionReferences(std::vector<OpDef>& table) {
+  setFoldingReference(table, OpId::reduce_sum, reduceReference, referenceNumeric);
+  setFoldingReference(table, OpId::reduce_mean, reduceReference, referenceFloat);
+  setFoldingReference(table, OpId::reduce_max, reduceReference, referenceNumeric);
+}
+
 }  // namespace
 
 void addReductionOps(std::vector<OpDef>& table) {
@@ -250,6 +420,17 @@ void addReductionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::batch_norm).reference = batchNormReference;
   for (OpId id : {OpId::softmax, OpId::log_softmax, OpId::layer_norm, OpId::batch_norm})
     appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
+
+  // Gradient rules.
+  appendedDef(table, OpId::reduce_sum).gradient = reduceSumGradient;
+  appendedDef(table, OpId::reduce_mean).gradient = reduceMeanGradient;
+  appendedDef(table, OpId::reduce_max).gradient = reduceMaxGradient;
+  appendedDef(table, OpId::softmax).gradient = softmaxGradient;
+  appendedDef(table, OpId::log_softmax).gradient = logSoftmaxGradient;
+  appendedDef(table, OpId::layer_norm).gradient = layerNormGradient;
+  appendedDef(table, OpId::batch_norm).gradient = batchNormGradient;
+
+  addReductionReferences(table);
 }
 
 }  // namespace cleave::ops

@@ -1,8 +1,13 @@
 // Shape and data-movement ops: reshape, flatten, transpose, concat, split, slice, gather, expand,
 // squeeze, unsqueeze, trilu, constant.
 #include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
 
+#include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
+#include "ir/ops/reference_support.h"
 
 namespace cleave::ops {
 namespace {
@@ -451,6 +456,271 @@ OpDef shapeOp(OpId id, std::string_view name, std::string_view summary, std::vec
                .sharding = sharding};
 }
 
+// ---- Gradient rules (see ir/ops/gradient_support.h) ----
+
+// reshape, flatten, squeeze and unsqueeze only relabel dims: the gradient is reshaped back.
+Status reshapeGradient(GradientContext& g) {
+  g.operand_grads[0] = reshapeTo(g, dy(g), shapeOf(g, g.operand(0)));
+  return g.status;
+}
+
+Status transposeGradient(GradientContext& g) {
+  const std::vector<int64_t>& perm = forwardAttrs(g).getInts("perm");
+  AttrMap attrs;  // no perm: reversed dims, which are their own inverse
+  if (!perm.empty()) {
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i)
+      inverse[normalizeAxis(perm[i], static_cast<int64_t>(perm.size()))] = static_cast<int64_t>(i);
+    attrs.emplace("perm", std::move(inverse));
+  }
+  g.operand_grads[0] = g.emit(OpId::transpose, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
+// One split of dy along the concat axis gives every operand its piece.
+Status concatGradient(GradientContext& g) {
+  int64_t rank = g.typeOf(g.result(0)).rank();
+  int64_t axis = normalizeAxis(forwardAttrs(g).getInt("axis"), rank);
+  std::vector<int64_t> sizes;
+  for (ValueId v : g.node.operands) sizes.push_back(shapeOf(g, v)[axis]);
+  std::vector<ValueId> pieces = g.emitAll(OpId::split, {dy(g)}, {{"axis", axis}, {"sizes", sizes}});
+  if (pieces.size() != g.node.operands.size()) return g.status;
+  g.operand_grads = pieces;
+  return g.status;
+}
+
+// The results' gradients concatenated back, with zeros for results no gradient reached.
+Status splitGradient(GradientContext& g) {
+  std::vector<ValueId> pieces;
+  for (size_t r = 0; r < g.node.results.size(); ++r)
+    pieces.push_back(g.result_grads[r] != kNoValue ? g.result_grads[r] : zeros(g, g.typeOf(g.result(r))));
+  int64_t axis = normalizeAxis(forwardAttrs(g).getInt("axis"), g.typeOf(g.operand(0)).rank());
+  g.operand_grads[0] = g.emit(OpId::concat, std::move(pieces), {{"axis", axis}});
+  return g.status;
+}
+
+Status sliceGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"starts", "ends", "axes", "steps"});
+  attrs.emplace("input_shape", shapeOf(g, g.operand(0)));
+  g.operand_grads[0] = g.emit(OpId::slice_grad, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
+// dy is scatter-added into the gathered rows; the indices get no gradient.
+Status gatherGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"axis"});
+  attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
+  g.operand_grads[0] = g.emit(OpId::gather_grad, {dy(g), g.operand(1)}, std::move(attrs));
+  return g.status;
+}
+
+Status expandGradient(GradientContext& g) {
+  g.operand_grads[0] = g.reduceToShape(dy(g), shapeOf(g, g.operand(0)));
+  return g.status;
+}
+
+Status triluGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::trilu, {dy(g)}, copyAttrs(g, {"upper", "k"}));
+  return g.status;
+}
+
+// ---- Reference evaluation (see ir/ops/reference_support.h) ----
+// reshape, flatten, squeeze and unsqueeze only relabel the shape: operand 0's bytes, result type.
+
+Expected<std::vector<TensorData>> transposeReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const int64_t rank = x.type.rank();
+  std::vector<int64_t> perm = ctx.getInts("perm");
+  if (perm.empty())
+    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return referenceError(ctx, "perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
+  // Result dim d walks input dim perm[d].
+  const std::vector<int64_t> in_strides = rowMajorStrides(x.type.shape);
+  std::vector<int64_t> strides(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) {
+    const int64_t from = normalizeAxis(perm[d], rank);
+    if (from < 0) return referenceError(ctx, "perm entry " + std::to_string(perm[d]) + " is out of range");
+    strides[d] = in_strides[from];
+  }
+  return single(selectElements(x, ctx.results[0], stridedIndices(ctx.results[0].shape, strides)));
+}
+
+// ONNX Slice: negative starts/ends count from the end, then both are clamped to the dimension
+// ([0, dim] for positive steps, [0, dim-1] and [-1, dim-1] for negative ones).
+Expected<std::vector<TensorData>> sliceReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const TensorType& result = ctx.results[0];
+  const Shape& shape = x.type.shape;
+  const int64_t rank = x.type.rank();
+  const std::vector<int64_t>& starts = ctx.getInts("starts");
+  const std::vector<int64_t>& ends = ctx.getInts("ends");
+  std::vector<int64_t> axes = ctx.getInts("axes");
+  std::vector<int64_t> steps = ctx.getInts("steps");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    return referenceError(ctx, "starts, ends, axes and steps differ in length");
+  // 1. Every dim starts as "all of it, step 1".
+  Shape out_shape = shape;
+  std::vector<int64_t> first(shape.size(), 0), step(shape.size(), 1);
+  std::vector<bool> sliced(shape.size(), false);
+  // 2. Resolve each sliced axis to a first index, a step and an element count.
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t axis = normalizeAxis(axes[i], rank);
+    if (axis < 0)
+      return referenceError(ctx, "axis " + std::to_string(axes[i]) + " is out of range for rank " + std::to_string(rank));
+    if (sliced[axis]) return referenceError(ctx, "axis " + std::to_string(axes[i]) + " is sliced twice");
+    if (steps[i] == 0) return referenceError(ctx, "step 0 on axis " + std::to_string(axes[i]));
+    sliced[axis] = true;
+    const int64_t dim = shape[axis];
+    const int64_t s = steps[i];
+    int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];
+    int64_t end = ends[i] < 0 ? ends[i] + dim : ends[i];
+    int64_t count = 0;
+    if (dim > 0) {
+      if (s > 0) {
+        start = std::min(std::max<int64_t>(start, 0), dim);
+        end = std::min(std::max<int64_t>(end, 0), dim);
+      } else {
+        start = std::min(std::max<int64_t>(start, 0), dim - 1);
+        end = std::min(std::max<int64_t>(end, -1), dim - 1);
+      }
+      const int64_t span = s > 0 ? end - start : start - end;
+      const int64_t magnitude =
+          s > 0 ? s : (s == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -s);
+      count = span <= 0 ? 0 : (span - 1) / magnitude + 1;
+    }
+    out_shape[axis] = count;
+    first[axis] = start;
+    step[axis] = s;
+  }
+  if (out_shape != result.shape)
+    return Status::internal("slice: evaluated shape " + shapeStr(out_shape) + " differs from the result type " + result.str());
+  // 3. Result element idx reads input element Σ (first[d] + idx[d]·step[d]) · in_strides[d].
+  const std::vector<int64_t> in_strides = rowMajorStrides(shape);
+  int64_t base = 0;
+  std::vector<int64_t> strides(shape.size(), 0);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (out_shape[d] == 0) return std::vector<TensorData>{TensorData{result, {}}};
+    base += first[d] * in_strides[d];
+    if (out_shape[d] > 1) strides[d] = in_strides[d] * step[d];  // a dim of size 1 never steps
+  }
+  return single(selectElements(x, result, stridedIndices(out_shape, strides, base)));
+}
+
+// Gather: result[outer..., j..., inner...] = data[outer..., indices[j...], inner...]; negative
+// indices count from the end of the axis.
+Expected<std::vector<TensorData>> gatherReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData &data = *operands[0], &indices = *operands[1];
+  const Shape& shape = data.type.shape;
+  const int64_t axis = normalizeAxis(ctx.getInt("axis"), data.type.rank());
+  if (axis < 0) return referenceError(ctx, "axis " + std::to_string(ctx.getInt("axis")) + " is out of range");
+  const int64_t dim = shape[axis];
+  const int64_t outer = numelOf(Shape(shape.begin(), shape.begin() + axis));
+  const int64_t inner = numelOf(Shape(shape.begin() + axis + 1, shape.end()));
+  // 1. Read the indices as i64 and resolve negative ones.
+  std::vector<int64_t> rows;
+  if (indices.type.dtype == DType::kI32) {
+    for (int32_t i : readElements<int32_t>(indices)) rows.push_back(i);
+  } else {
+    rows = readElements<int64_t>(indices);
+  }
+  for (int64_t& row : rows) {
+    if (row < -dim || row >= dim)
+      return referenceError(ctx, "index " + std::to_string(row) + " is out of range for axis " + std::to_string(axis) +
+                                     " of size " + std::to_string(dim));
+    if (row < 0) row += dim;
+  }
+  // 2. Result element (o, j, k) reads data element (o·dim + rows[j])·inner + k.
+  std::vector<int64_t> source;
+  source.reserve(static_cast<size_t>(outer * static_cast<int64_t>(rows.size()) * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t row : rows)
+      for (int64_t k = 0; k < inner; ++k) source.push_back((o * dim + row) * inner + k);
+  return single(selectElements(data, ctx.results[0], source));
+}
+
+Expected<std::vector<TensorData>> expandReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  return single(selectElements(x, ctx.results[0], broadcastSourceIndices(x.type.shape, ctx.results[0].shape)));
+}
+
+Expected<std::vector<TensorData>> concatReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorType& result = ctx.results[0];
+  const int64_t axis = normalizeAxis(ctx.getInt("axis"), result.rank());
+  const int64_t outer = numelOf(Shape(result.shape.begin(), result.shape.begin() + axis));
+  const int64_t inner = numelOf(Shape(result.shape.begin() + axis + 1, result.shape.end()));
+  const int64_t size = dtypeSize(result.dtype);
+  TensorData out{result, std::vector<uint8_t>(static_cast<size_t>(result.bytes()))};
+  // For each outer index, the operands' blocks follow each other along the axis.
+  uint8_t* to = out.bytes.data();
+  for (int64_t o = 0; o < outer; ++o) {
+    for (const TensorData* operand : operands) {
+      const int64_t block = operand->type.shape[axis] * inner * size;
+      if (block > 0) std::memcpy(to, operand->bytes.data() + o * block, static_cast<size_t>(block));
+      to += block;
+    }
+  }
+  return std::vector<TensorData>{std::move(out)};
+}
+
+Expected<std::vector<TensorData>> splitReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const Shape& shape = x.type.shape;
+  const int64_t axis = normalizeAxis(ctx.getInt("axis"), x.type.rank());
+  const int64_t outer = numelOf(Shape(shape.begin(), shape.begin() + axis));
+  const int64_t inner = numelOf(Shape(shape.begin() + axis + 1, shape.end()));
+  const int64_t size = dtypeSize(x.type.dtype);
+  const int64_t in_block = shape[axis] * inner * size;
+  std::vector<TensorData> outs;
+  int64_t offset = 0;  // bytes from the start of each outer block to this piece
+  for (const TensorType& type : ctx.results) {
+    const int64_t block = type.shape[axis] * inner * size;
+    TensorData out{type, std::vector<uint8_t>(static_cast<size_t>(type.bytes()))};
+    for (int64_t o = 0; o < outer && block > 0; ++o)
+      std::memcpy(out.bytes.data() + o * block, x.bytes.data() + o * in_block + offset, static_cast<size_t>(block));
+    offset += block;
+    outs.push_back(std::move(out));
+  }
+  return outs;
+}
+
+// Trilu on the last two dims (row i, column j): upper keeps j - i >= k, lower keeps j - i <= k.
+Expected<std::vector<TensorData>> triluReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const bool upper = ctx.getInt("upper") != 0;
+  const int64_t k = ctx.getInt("k");
+  const int64_t rows = x.type.shape[x.type.rank() - 2], cols = x.type.shape[x.type.rank() - 1];
+  std::vector<int64_t> source(static_cast<size_t>(x.type.numel()));
+  for (int64_t i = 0; i < static_cast<int64_t>(source.size()); ++i) {
+    const int64_t diagonal_offset = i % cols - (i / cols) % rows;  // j - i
+    const bool keep = upper ? diagonal_offset >= k : diagonal_offset <= k;
+    source[i] = keep ? i : -1;
+  }
+  return single(selectElements(x, ctx.results[0], source));
+}
+
+// constant: the tensor of its value attribute (constant folding keeps constant nodes as they are).
+Expected<std::vector<TensorData>> constantReference(const OpContext& ctx, std::span<const TensorData* const>) {
+  return single(*ctx.getTensor("value"));
+}
+
+// Sets the references constant folding uses.
+void addShapeReferences(std::vector<OpDef>& table) {
+  for (OpId id : {OpId::reshape, OpId::flatten, OpId::squeeze, OpId::unsqueeze})
+    setFoldingReference(table, id, sameBytesReference, referenceDTypes);
+  setFoldingReference(table, OpId::transpose, transposeReference, referenceDTypes);
+  setFoldingReference(table, OpId::concat, concatReference, referenceDTypes);
+  setFoldingReference(table, OpId::split, splitReference, referenceDTypes);
+  setFoldingReference(table, OpId::slice, sliceReference, referenceDTypes);
+  setFoldingReference(table, OpId::gather, gatherReference, referenceDTypes);
+  setFoldingReference(table, OpId::expand, expandReference, referenceDTypes);
+  setFoldingReference(table, OpId::trilu, triluReference, referenceDTypes);
+  appendedDef(table, OpId::constant).reference = constantReference;
+}
+
 }  // namespace
 
 void addShapeOps(std::vector<OpDef>& table) {
@@ -499,6 +769,21 @@ void addShapeOps(std::vector<OpDef>& table) {
     def.view = true;
     def.reshape_like = true;
   }
+
+  // Gradient rules.
+  appendedDef(table, OpId::reshape).gradient = reshapeGradient;
+  appendedDef(table, OpId::flatten).gradient = reshapeGradient;
+  appendedDef(table, OpId::squeeze).gradient = reshapeGradient;
+  appendedDef(table, OpId::unsqueeze).gradient = reshapeGradient;
+  appendedDef(table, OpId::transpose).gradient = transposeGradient;
+  appendedDef(table, OpId::concat).gradient = concatGradient;
+  appendedDef(table, OpId::split).gradient = splitGradient;
+  appendedDef(table, OpId::slice).gradient = sliceGradient;
+  appendedDef(table, OpId::gather).gradient = gatherGradient;
+  appendedDef(table, OpId::expand).gradient = expandGradient;
+  appendedDef(table, OpId::trilu).gradient = triluGradient;
+
+  addShapeReferences(table);
 }
 
 }  // namespace cleave::ops

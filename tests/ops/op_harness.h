@@ -75,8 +75,8 @@ class CaseBuilder {
 
 // The result types of `c` from the op's shape rule.
 Expected<std::vector<TensorType>> resultTypes(const OpCase& c);
-// The reference results of `op`: OpDef::reference where set and supported, else evaluateConstantNode
-// where it evaluates the op; nullopt when the op has no reference for these types.
+// The reference results of `op` (OpDef::reference, where it supports these types); nullopt when the
+// op has no reference for them.
 std::optional<Expected<std::vector<TensorData>>> referenceResults(OpId op, const AttrMap& attrs,
                                                                   const std::vector<TensorData>& operands,
                                                                   const std::vector<TensorType>& result_types);

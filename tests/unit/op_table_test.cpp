@@ -112,6 +112,93 @@ TEST(OpTable, EveryOpHasADefinitionAndItsNameRoundTrips) {
   EXPECT_FALSE(lookupOp("").has_value());
 }
 
+// The build-bug checks of the table (an op defined twice or not at all, in the wrong family file,
+// without a shape, cost or sharding rule): the table built from the family files passes them.
+TEST(OpTable, IsConsistent) {
+  Status status = opTableStatus();
+  EXPECT_TRUE(status.isOk()) << status.message();
+  EXPECT_TRUE(checkOpDefinitions(allOpDefs()).isOk());
+}
+
+// Each op is defined by the family file whose header (ir/ops/<family>.h) lists its id.
+TEST(OpTable, EachOpSitsInTheFamilyWhoseHeaderListsIt) {
+  std::vector<std::pair<OpId, OpFamily>> listed;
+#define CLEAVE_LIST_LA(id, name) listed.emplace_back(OpId::id, OpFamily::kLinearAlgebra);
+#define CLEAVE_LIST_EW(id, name) listed.emplace_back(OpId::id, OpFamily::kElementwise);
+#define CLEAVE_LIST_RE(id, name) listed.emplace_back(OpId::id, OpFamily::kReduction);
+#define CLEAVE_LIST_CO(id, name) listed.emplace_back(OpId::id, OpFamily::kConvolution);
+#define CLEAVE_LIST_SH(id, name) listed.emplace_back(OpId::id, OpFamily::kShape);
+#define CLEAVE_LIST_LO(id, name) listed.emplace_back(OpId::id, OpFamily::kLoss);
+#define CLEAVE_LIST_GR(id, name) listed.emplace_back(OpId::id, OpFamily::kGradient);
+#define CLEAVE_LIST_OP(id, name) listed.emplace_back(OpId::id, OpFamily::kOptimizer);
+#define CLEAVE_LIST_CM(id, name) listed.emplace_back(OpId::id, OpFamily::kCommunication);
+  CLEAVE_LINEAR_ALGEBRA_OPS(CLEAVE_LIST_LA)
+  CLEAVE_ELEMENTWISE_OPS(CLEAVE_LIST_EW)
+  CLEAVE_REDUCTION_OPS(CLEAVE_LIST_RE)
+  CLEAVE_CONVOLUTION_OPS(CLEAVE_LIST_CO)
+  CLEAVE_SHAPE_OPS(CLEAVE_LIST_SH)
+  CLEAVE_LOSS_OPS(CLEAVE_LIST_LO)
+  CLEAVE_GRADIENT_OPS(CLEAVE_LIST_GR)
+  CLEAVE_OPTIMIZER_OPS(CLEAVE_LIST_OP)
+  CLEAVE_COMMUNICATION_OPS(CLEAVE_LIST_CM)
+#undef CLEAVE_LIST_LA
+#undef CLEAVE_LIST_EW
+#undef CLEAVE_LIST_RE
+#undef CLEAVE_LIST_CO
+#undef CLEAVE_LIST_SH
+#undef CLEAVE_LIST_LO
+#undef CLEAVE_LIST_GR
+#undef CLEAVE_LIST_OP
+#undef CLEAVE_LIST_CM
+  ASSERT_EQ(static_cast<int>(listed.size()), kNumOps);
+  for (int i = 0; i < kNumOps; ++i) {
+    EXPECT_EQ(static_cast<int>(listed[i].first), i);  // the family lists, in order, give the ids
+    EXPECT_EQ(opDef(listed[i].first).family, listed[i].second) << opName(listed[i].first);
+  }
+}
+
+TEST(OpTable, CheckNamesTheOpOfEachInconsistency) {
+  const std::vector<OpDef> good(allOpDefs().begin(), allOpDefs().end());
+  auto messageOf = [](const std::vector<OpDef>& defs) {
+    Status status = checkOpDefinitions(defs);
+    EXPECT_FALSE(status.isOk());
+    EXPECT_EQ(status.kind(), ErrorKind::kInternal);
+    return status.message();
+  };
+  auto index = [](OpId id) { return static_cast<size_t>(id); };
+  std::vector<OpDef> missing = good;
+  missing.erase(missing.begin() + index(OpId::relu));
+  EXPECT_EQ(messageOf(missing), "op table: op has no definition: relu");
+  std::vector<OpDef> twice = good;
+  twice.push_back(good[index(OpId::gelu)]);
+  EXPECT_EQ(messageOf(twice), "op table: op defined twice: gelu");
+  std::vector<OpDef> no_rule = good;
+  no_rule[index(OpId::concat)].cost = nullptr;
+  EXPECT_EQ(messageOf(no_rule), "op table: op lacks a shape, cost or sharding rule: concat");
+  std::vector<OpDef> moved = good;
+  moved[index(OpId::mse)].family = OpFamily::kReduction;
+  EXPECT_EQ(messageOf(moved), "op table: op defined by another family than the one whose header lists it: mse");
+  std::vector<OpDef> nameless = good;
+  nameless[index(OpId::send)].name = {};
+  EXPECT_EQ(messageOf(nameless), "op table: op's properties set before its family defined it: send");
+}
+
+// Gradient rules and references live in the OpDef of their op.
+TEST(OpTable, GradientAndReferenceRulesAreSetWhereExpected) {
+  for (std::string_view op : {"matmul", "add", "reduce_max", "conv2d", "reshape", "mse", "conv2d_grad_input", "all_to_all"})
+    EXPECT_NE(def(op).gradient, nullptr) << op;
+  for (std::string_view op : {"equal", "constant", "relu_grad", "sgd_update", "send"})
+    EXPECT_EQ(def(op).gradient, nullptr) << op;
+  for (const OpDef& d : allOpDefs())
+    if (d.constant_foldable) {
+      EXPECT_NE(d.reference, nullptr) << d.name;
+      EXPECT_NE(d.reference_supports, nullptr) << d.name;
+      EXPECT_FALSE(d.random) << d.name;
+    }
+  for (std::string_view op : {"add", "cast", "reduce_mean", "gather", "split", "trilu"})
+    EXPECT_TRUE(def(op).constant_foldable) << op;
+}
+
 TEST(OpTable, AttributeDefaultsFollowTheOpReference) {
   auto spec = [](std::string_view op, std::string_view attr) {
     const AttrSpec* s = def(op).findAttr(attr);

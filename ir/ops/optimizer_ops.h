@@ -1,0 +1,17 @@
+// Op ids of the optimizer family (PyTorch update rules); the ops are defined in ir/ops/optimizer_ops.cpp.
+#pragma once
+
+#include <vector>
+
+// The family's ops as X(id, "text name"), in OpId order; ir/op_table.h builds OpId from every family's list.
+#define CLEAVE_OPTIMIZER_OPS(X) \
+  X(sgd_update, "sgd_update") \
+  X(adamw_update, "adamw_update")
+
+namespace cleave {
+struct OpDef;
+namespace ops {
+// Appends the definition of every op in CLEAVE_OPTIMIZER_OPS to `table`.
+void addOptimizerOps(std::vector<OpDef>& table);
+}  // namespace ops
+}  // namespace cleave
