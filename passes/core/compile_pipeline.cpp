@@ -138,19 +138,19 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   }
 
   auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
-    CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage));
+    CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage()));
     if (boundary) *boundary = stage.boundary;
     CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord));
     // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
     // pass reads: it runs for every pipeline, even with one microbatch.
-    if (options.microbatches == 1 && mesh.pp == 1) return partitioned;
+    if (options.microbatches == 1 && mesh.pp() == 1) return partitioned;
     return unrollMicrobatches(partitioned, options.microbatches);
   };
 
   DeviceGraphs result;
   for (int r = 0; r < mesh.size(); ++r) {
-    MeshCoord coord = mesh.coordOf(r);
-    const std::vector<PipelineStep> steps = stageSchedule(schedule, coord.stage, mesh.pp, options.microbatches);
+    MeshCoord coord = mesh.coord(r);
+    const std::vector<PipelineStep> steps = stageSchedule(schedule, coord.stage(), mesh.pp(), options.microbatches);
     RankGraphs rank{coord, {}, {}};
     if (options.train) {
       StageBoundary boundary;
@@ -159,20 +159,20 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       TrainingStepHooks hooks;
       hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
       hooks.after_backward = [&](Graph& g) { return bucketGradientAllReduces(g, options.bucket_bytes); };
-      hooks.parameters_optional = mesh.pp > 1;  // a stage may hold no parameters (a loss, a relu)
+      hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
       CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
       CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,
-                              orderNodesBySchedule(*train, coord.stage, options.microbatches, steps));
+                              orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));
       CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));
       auto eval = std::make_unique<Graph>(std::move(eval_graph));
-      std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage, options.microbatches);
+      std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage(), options.microbatches);
       rank.programs = {programOf("train", train.get(), train_labels), programOf("eval", eval.get(), eval_labels)};
       result.owned.push_back(std::move(train));
       result.owned.push_back(std::move(eval));
     } else {
       CLEAVE_ASSIGN_OR_RETURN(Graph infer_graph, devicePart(forward, coord, nullptr));
       auto infer = std::make_unique<Graph>(std::move(infer_graph));
-      std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage, options.microbatches);
+      std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage(), options.microbatches);
       rank.programs = {programOf("infer", infer.get(), labels)};
       result.owned.push_back(std::move(infer));
     }
@@ -220,9 +220,9 @@ Status checkMemoryLimit(const planpb::Plan& plan, int64_t limit_bytes) {
 }  // namespace
 
 Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& options) {
-  const DeviceMesh mesh{options.dp, options.tp, options.pp};
   if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.microbatches < 1)
     return Status::usage("compile: --dp, --tp, --pp and --microbatches must be at least 1");
+  const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(options.pp, options.dp, options.tp);
   // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
   Graph graph = model;
   Status shaped = fixShapes(graph, options.batch);

@@ -176,9 +176,7 @@ class ProgramLowering {
   void lowerCommunication(const Node& node, planpb::Instruction& instruction) const {
     OpContext attrs{opDef(node.op), {}, {}, node.attrs};
     auto setGroup = [&]() {
-      MeshAxis axis = attrs.getString("axis") == "dp" ? MeshAxis::kDp : MeshAxis::kTp;
-      for (int member : mesh_.group(coord_, axis)) instruction.add_group(member);
-      return axis;
+      for (int member : mesh_.group(coord_, attrs.getString("axis"))) instruction.add_group(member);
     };
     instruction.set_stream(1);
     switch (node.op) {
@@ -203,18 +201,16 @@ class ProgramLowering {
       case OpId::send:
       case OpId::recv: {
         instruction.set_kind(node.op == OpId::send ? planpb::SEND : planpb::RECV);
-        MeshCoord peer = coord_;
-        peer.stage = static_cast<int>(attrs.getInt("peer_stage"));
+        const MeshCoord peer = coord_.with(kPipelineAxis, static_cast<int>(attrs.getInt("peer_stage")));
         instruction.set_peer(mesh_.rankOf(peer));
         instruction.set_tag(static_cast<int32_t>(attrs.getInt("tag")));
         break;
       }
       case OpId::shard_slice: {
         // This rank's block along dim: a plain slice kernel on the compute stream.
-        MeshAxis axis = attrs.getString("axis") == "dp" ? MeshAxis::kDp : MeshAxis::kTp;
         int64_t dim = normalizeAxis(attrs.getInt("dim"), graph_.values[node.operands[0]].type.rank());
         int64_t block = graph_.values[node.results[0]].type.shape[dim];
-        int64_t start = DeviceMesh::indexOn(coord_, axis) * block;
+        int64_t start = coord_[attrs.getString("axis")] * block;
         instruction.set_op("slice");
         instruction.set_stream(0);
         instruction.clear_attrs();
@@ -345,9 +341,9 @@ namespace {
 Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& mesh, MeshCoord coord,
                  const std::set<std::string>& batch_split, planpb::RankPlan& rank) {
   rank.set_rank(mesh.rankOf(coord));
-  rank.set_stage(coord.stage);
-  rank.set_dp_index(coord.dp);
-  rank.set_tp_index(coord.tp);
+  rank.set_stage(coord.stage());
+  rank.set_dp_index(coord[kDataAxis]);
+  rank.set_tp_index(coord[kTensorAxis]);
   const std::string where = mesh.size() > 1 ? "rank " + std::to_string(mesh.rankOf(coord)) + ", " : "";
   // 1. Each graph becomes a program; parameters are shared by name.
   std::map<std::string, int32_t> param_buffers;
@@ -364,7 +360,7 @@ Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& me
     for (auto* list : {program.mutable_inputs(), program.mutable_outputs()})
       for (auto& named : *list)
         if (batch_split.count(named.name()))
-          named.set_batch_offset(coord.dp * rank.buffers(named.buffer()).type().shape(0));
+          named.set_batch_offset(coord[kDataAxis] * rank.buffers(named.buffer()).type().shape(0));
   }
   // 3. Aliases name their storage's root directly; then offsets.
   for (int32_t id = 0; id < rank.buffers_size(); ++id)
@@ -387,9 +383,9 @@ Expected<planpb::Plan> lowerToPlan(const LoweringInput& input) {
   plan.set_devices(input.ranks.empty() ? 1 : input.mesh.size());
   plan.set_global_batch(input.global_batch);
   planpb::Strategy* strategy = plan.mutable_strategy();
-  strategy->set_dp(input.ranks.empty() ? 1 : input.mesh.dp);
-  strategy->set_tp(input.ranks.empty() ? 1 : input.mesh.tp);
-  strategy->set_pp(input.ranks.empty() ? 1 : input.mesh.pp);
+  strategy->set_dp(input.ranks.empty() ? 1 : input.mesh.dp());
+  strategy->set_tp(input.ranks.empty() ? 1 : input.mesh.tp());
+  strategy->set_pp(input.ranks.empty() ? 1 : input.mesh.pp());
   strategy->set_microbatches(input.microbatches);
   strategy->set_schedule(input.schedule);
 

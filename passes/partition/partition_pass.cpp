@@ -6,8 +6,9 @@ namespace cleave {
 namespace {
 
 Status partition(Graph& graph, const PassOptions& options) {
-  DeviceMesh mesh{static_cast<int>(options.getInt("dp")), static_cast<int>(options.getInt("tp")), 1};
-  CLEAVE_ASSIGN_OR_RETURN(graph, partitionForDevice(graph, mesh, mesh.coordOf(static_cast<int>(options.getInt("rank")))));
+  const DeviceMesh mesh =
+      DeviceMesh::pipelineDataTensor(1, static_cast<int>(options.getInt("dp")), static_cast<int>(options.getInt("tp")));
+  CLEAVE_ASSIGN_OR_RETURN(graph, partitionForDevice(graph, mesh, mesh.coord(static_cast<int>(options.getInt("rank")))));
   return Status::ok();
 }
 

@@ -15,22 +15,21 @@ bool ValueSharding::isPartial() const {
   return std::any_of(partial.begin(), partial.end(), [](Partial p) { return p != Partial::kNone; });
 }
 
-bool ValueSharding::replicatedOver(MeshAxis axis) const {
-  if (partial[static_cast<int>(axis)] != Partial::kNone) return false;
-  return std::none_of(dim_axis.begin(), dim_axis.end(), [&](int8_t a) { return a == static_cast<int8_t>(axis); });
+bool ValueSharding::replicatedOver(int8_t axis) const {
+  if (axis >= 0 && static_cast<size_t>(axis) < partial.size() && partial[axis] != Partial::kNone) return false;
+  return std::none_of(dim_axis.begin(), dim_axis.end(), [&](int8_t a) { return a == axis; });
 }
 
-std::string ValueSharding::str() const {
+std::string ValueSharding::str(const DeviceMesh& mesh) const {
   std::string s = "[";
   for (size_t i = 0; i < dim_axis.size(); ++i) {
     if (i) s += ',';
-    s += dim_axis[i] == kReplicated ? std::string("-") : std::string(meshAxisName(static_cast<MeshAxis>(dim_axis[i])));
+    s += dim_axis[i] == kReplicated ? std::string("-") : mesh.axes()[dim_axis[i]].name;
   }
   s += ']';
-  for (int a = 0; a < kNumMeshAxes; ++a)
+  for (size_t a = 0; a < partial.size(); ++a)
     if (partial[a] != Partial::kNone)
-      s += std::string(" partial(") + std::string(meshAxisName(static_cast<MeshAxis>(a))) +
-           (partial[a] == Partial::kSum ? ":sum)" : ":mean)");
+      s += " partial(" + mesh.axes()[a].name + (partial[a] == Partial::kSum ? ":sum)" : ":mean)");
   return s;
 }
 
@@ -44,6 +43,8 @@ class DevicePartitioner {
       : global_(global),
         mesh_(mesh),
         coord_(coord),
+        dp_(static_cast<int8_t>(mesh.axisIndex(kDataAxis))),
+        tp_(static_cast<int8_t>(mesh.axisIndex(kTensorAxis))),
         local_of_(global.values.size(), kNoValue),
         sharding_of_(global.values.size()),
         carries_gradient_(global.values.size(), false),
@@ -56,7 +57,7 @@ class DevicePartitioner {
     CLEAVE_TRY(partitionInputs());
     for (const Node& node : global_.nodes) CLEAVE_TRY(partitionNode(node));
     for (const Param& param : global_.params)
-      if (local_of_[param.value] == kNoValue) CLEAVE_TRY(createParam(param.value, ValueSharding::replicated(rankOf(param.value))));
+      if (local_of_[param.value] == kNoValue) CLEAVE_TRY(createParam(param.value, replicatedLayout(param.value)));
     CLEAVE_TRY(partitionOutputs());
     for (const StateUpdate& update : global_.updates)
       local_.updates.push_back({local_of_[update.target], local_of_[update.new_value]});
@@ -65,8 +66,10 @@ class DevicePartitioner {
 
  private:
   size_t rankOf(ValueId v) const { return global_.values[v].type.shape.size(); }
-  int axisSize(int8_t axis) const { return mesh_.axisSize(static_cast<MeshAxis>(axis)); }
-  int indexOn(int8_t axis) const { return DeviceMesh::indexOn(coord_, static_cast<MeshAxis>(axis)); }
+  ValueSharding replicatedLayout(ValueId v) const { return ValueSharding::replicated(rankOf(v), mesh_.numAxes()); }
+  const std::string& axisName(int8_t axis) const { return mesh_.axes()[axis].name; }
+  int axisSize(int8_t axis) const { return mesh_.axes()[axis].size; }
+  int indexOn(int8_t axis) const { return coord_[axisName(axis)]; }
   std::string where(const Node& node) const { return "partitioning for rank " + std::to_string(mesh_.rankOf(coord_)) + ": " + nodeContext(global_, node); }
 
   // Which values get gradients (they depend on a trainable parameter) and which scale with the
@@ -97,8 +100,8 @@ class DevicePartitioner {
 
   // The layout pipeline boundaries and data inputs take: batch rows split over dp.
   ValueSharding batchLayout(ValueId v) const {
-    ValueSharding s = ValueSharding::replicated(rankOf(v));
-    if (mesh_.dp > 1 && !s.dim_axis.empty() && batch_dependent_[v]) s.dim_axis[0] = static_cast<int8_t>(MeshAxis::kDp);
+    ValueSharding s = replicatedLayout(v);
+    if (mesh_.dp() > 1 && !s.dim_axis.empty() && batch_dependent_[v]) s.dim_axis[0] = dp_;
     return s;
   }
 
@@ -107,9 +110,9 @@ class DevicePartitioner {
       const Value& value = global_.values[v];
       ValueSharding s = batchLayout(v);
       if (!s.dim_axis.empty() && s.dim_axis[0] != kNoAxis) {
-        if (value.type.shape[0] % mesh_.dp != 0)
+        if (value.type.shape[0] % mesh_.dp() != 0)
           return Status::badInput("input '%" + value.name + "' has batch " + std::to_string(value.type.shape[0]) +
-                                  ", which does not divide into " + std::to_string(mesh_.dp) +
+                                  ", which does not divide into " + std::to_string(mesh_.dp()) +
                                   " data-parallel shards (--dp)");
       }
       CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addInput(value.name, localType(value.type, s)));
@@ -144,7 +147,7 @@ class DevicePartitioner {
   // ---- Communication emitted while resharding ----
 
   AttrMap groupAttrs(int8_t axis) const {
-    return AttrMap{{"axis", std::string(meshAxisName(static_cast<MeshAxis>(axis)))},
+    return AttrMap{{"axis", axisName(axis)},
                    {"group_size", static_cast<int64_t>(axisSize(axis))}};
   }
 
@@ -157,7 +160,7 @@ class DevicePartitioner {
   // Makes `v` (global) whole over every axis it is partial over.
   Status resolvePartial(ValueId v) {
     ValueSharding& s = sharding_of_[v];
-    for (int a = 0; a < kNumMeshAxes; ++a) {
+    for (size_t a = 0; a < s.partial.size(); ++a) {
       if (s.partial[a] == ValueSharding::Partial::kNone) continue;
       AttrMap attrs = groupAttrs(static_cast<int8_t>(a));
       attrs.emplace("reduce", std::string(s.partial[a] == ValueSharding::Partial::kSum ? "sum" : "mean"));
@@ -172,7 +175,7 @@ class DevicePartitioner {
   Expected<ValueId> reshard(ValueId v, const ValueSharding& target) {
     ValueSharding current = sharding_of_[v];
     if (current == target) return local_of_[v];
-    auto cached = reshard_cache_.find({v, target.str()});
+    auto cached = reshard_cache_.find({v, target.str(mesh_)});
     if (cached != reshard_cache_.end()) return cached->second;
     ValueId local = local_of_[v];
     const std::string& name = global_.values[v].name;
@@ -190,7 +193,7 @@ class DevicePartitioner {
         CLEAVE_ASSIGN_OR_RETURN(local, emit(OpId::shard_slice, {local}, std::move(attrs), name + ".block"));
       }
     }
-    reshard_cache_.emplace(std::make_pair(v, target.str()), local);
+    reshard_cache_.emplace(std::make_pair(v, target.str(mesh_)), local);
     return local;
   }
 
@@ -227,7 +230,7 @@ class DevicePartitioner {
     }
     CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
                             local_.addNodeWithTypes(node.op, {}, node.attrs, node.loc, names, types));
-    for (size_t i = 0; i < results.size(); ++i) bind(node.results[i], results[i], ValueSharding::replicated(rankOf(node.results[i])));
+    for (size_t i = 0; i < results.size(); ++i) bind(node.results[i], results[i], replicatedLayout(node.results[i]));
     return Status::ok();
   }
 
@@ -285,7 +288,7 @@ class DevicePartitioner {
     }
     // 2. Keep each split that sits on its group's leading dim; gather the others.
     ValueSharding in_target = sharding_of_[x];
-    ValueSharding out_sharding = ValueSharding::replicated(out.size());
+    ValueSharding out_sharding = ValueSharding::replicated(out.size(), mesh_.numAxes());
     for (size_t d = 0; d < in.size(); ++d) {
       int8_t axis = in_target.dim_axis[d];
       if (axis == kNoAxis) continue;
@@ -346,9 +349,8 @@ class DevicePartitioner {
         if (!dims.empty() && std::find(dims.begin(), dims.end(), f) == dims.end()) factor_axis[f] = kNoAxis;
     }
     // 3. Megatron's column split: a weight op whose weight has no layout yet and no factor over tp.
-    const int8_t tp = static_cast<int8_t>(MeshAxis::kTp);
-    if (mesh_.tp > 1 && opDef(node.op).weight_operand == 1 && node.operands.size() >= 2 && isPendingParam(node.operands[1]) &&
-        !axisUsed(tp))
+    if (mesh_.tp() > 1 && opDef(node.op).weight_operand == 1 && node.operands.size() >= 2 && isPendingParam(node.operands[1]) &&
+        !axisUsed(tp_))
       chooseColumnSplit(node, rule, kinds, factor_axis);
 
     // 4. Operands take the chosen layout: parameters are created in it; other values are resharded,
@@ -356,7 +358,7 @@ class DevicePartitioner {
     std::vector<ValueId> local_operands;
     for (size_t o = 0; o < node.operands.size(); ++o) {
       ValueId v = node.operands[o];
-      ValueSharding target = ValueSharding::replicated(rankOf(v));
+      ValueSharding target = replicatedLayout(v);
       for (size_t d = 0; d < target.dim_axis.size(); ++d) {
         int f = rule.operand_dims[o][d];
         if (f != ShardingRule::kNoFactor) target.dim_axis[d] = factor_axis[f];
@@ -364,13 +366,13 @@ class DevicePartitioner {
       if (isPendingParam(v)) {
         ValueSharding param_layout = target;
         for (int8_t& a : param_layout.dim_axis)
-          if (a == static_cast<int8_t>(MeshAxis::kDp)) a = kNoAxis;  // weights are never split over dp
+          if (a == dp_) a = kNoAxis;  // weights are never split over dp
         CLEAVE_TRY(createParam(v, std::move(param_layout)));
       }
       CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, target));
       if (carries_gradient_[v])
-        for (int8_t axis : {static_cast<int8_t>(MeshAxis::kDp), tp})
-          if (axisUsed(axis) && target.replicatedOver(static_cast<MeshAxis>(axis))) {
+        for (int8_t axis : {dp_, tp_})
+          if (axis != kNoAxis && axisUsed(axis) && target.replicatedOver(axis)) {
             CLEAVE_ASSIGN_OR_RETURN(local, gradientSync(v, local, axis));
           }
       local_operands.push_back(local);
@@ -379,7 +381,7 @@ class DevicePartitioner {
     // 5. The local node; attributes that spell out shapes take the local shapes.
     std::vector<ValueSharding> result_shardings;
     for (size_t r = 0; r < node.results.size(); ++r) {
-      ValueSharding s = ValueSharding::replicated(rankOf(node.results[r]));
+      ValueSharding s = replicatedLayout(node.results[r]);
       for (size_t d = 0; d < s.dim_axis.size(); ++d) {
         int f = rule.result_dims[r][d];
         if (f != ShardingRule::kNoFactor) s.dim_axis[d] = factor_axis[f];
@@ -411,7 +413,7 @@ class DevicePartitioner {
                          std::vector<int8_t>& factor_axis) const {
     for (int f : rule.operand_dims[1]) {
       if (f == ShardingRule::kNoFactor || kinds[f] != FactorKind::kPassThrough || factor_axis[f] != kNoAxis) continue;
-      if (rule.factor_sizes[f] % mesh_.tp != 0) continue;
+      if (rule.factor_sizes[f] % mesh_.tp() != 0) continue;
       bool in_result = std::find(rule.result_dims[0].begin(), rule.result_dims[0].end(), f) != rule.result_dims[0].end();
       bool in_other = false;
       for (size_t o = 0; o < rule.operand_dims.size(); ++o)
@@ -419,7 +421,7 @@ class DevicePartitioner {
             std::find(rule.operand_dims[o].begin(), rule.operand_dims[o].end(), f) != rule.operand_dims[o].end())
           in_other = true;
       if (in_result && !in_other) {
-        factor_axis[f] = static_cast<int8_t>(MeshAxis::kTp);
+        factor_axis[f] = tp_;
         return;
       }
     }
@@ -429,9 +431,9 @@ class DevicePartitioner {
   Status partitionOutputs() {
     for (ValueId v : global_.outputs) {
       CLEAVE_TRY(resolvePartial(v));
-      ValueSharding target = ValueSharding::replicated(rankOf(v));
-      bool rows_split = !target.dim_axis.empty() && sharding_of_[v].dim_axis[0] == static_cast<int8_t>(MeshAxis::kDp);
-      if (rows_split) target.dim_axis[0] = static_cast<int8_t>(MeshAxis::kDp);
+      ValueSharding target = replicatedLayout(v);
+      bool rows_split = dp_ != kNoAxis && !target.dim_axis.empty() && sharding_of_[v].dim_axis[0] == dp_;
+      if (rows_split) target.dim_axis[0] = dp_;
       CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, target));
       const std::string& name = global_.values[v].name;
       if (local_.values[local].name != name) {
@@ -449,6 +451,8 @@ class DevicePartitioner {
   const Graph& global_;
   const DeviceMesh& mesh_;
   const MeshCoord coord_;
+  const int8_t dp_;  // the mesh's data axis (kNoAxis when it has none)
+  const int8_t tp_;  // the mesh's tensor axis (kNoAxis when it has none)
   Graph local_;
   std::vector<ValueId> local_of_;             // global value -> its local value (in sharding_of_)
   std::vector<ValueSharding> sharding_of_;    // global value -> layout of local_of_

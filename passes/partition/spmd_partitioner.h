@@ -1,7 +1,6 @@
 // SPMD partitioning: one device's graph of a model split over the dp and tp axes of a device mesh.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,26 +12,30 @@
 namespace cleave {
 
 // How a value is laid out over the mesh: per dim, the mesh axis splitting it into equal blocks (or
-// none: the dim is whole on every device), and per axis whether each device holds only a partial
-// sum (or partial mean) of the value.
+// none: the dim is whole on every device), and per mesh axis whether each device holds only a
+// partial sum (or partial mean) of the value. Axes are positions in the mesh's axis list.
 struct ValueSharding {
   enum class Partial : uint8_t { kNone, kSum, kMean };
   static constexpr int8_t kReplicated = -1;
 
-  std::vector<int8_t> dim_axis;                 // per dim: kReplicated or a MeshAxis value
-  std::array<Partial, kNumMeshAxes> partial{};  // per axis
+  std::vector<int8_t> dim_axis;  // per dim: kReplicated or the index of a mesh axis
+  std::vector<Partial> partial;  // per mesh axis
 
-  static ValueSharding replicated(size_t rank) { return ValueSharding{std::vector<int8_t>(rank, kReplicated), {}}; }
+  // Whole on every device: `rank` dims, none split, over a mesh of `num_axes` axes.
+  static ValueSharding replicated(size_t rank, int num_axes) {
+    return ValueSharding{std::vector<int8_t>(rank, kReplicated), std::vector<Partial>(num_axes, Partial::kNone)};
+  }
   bool isPartial() const;
-  // True when no dim is split over `axis` and the value is not partial over it.
-  bool replicatedOver(MeshAxis axis) const;
+  // True when no dim is split over mesh axis `axis` and the value is not partial over it.
+  bool replicatedOver(int8_t axis) const;
   bool operator==(const ValueSharding&) const = default;
-  // Text form, e.g. "[dp,-,tp] partial(tp:sum)".
-  std::string str() const;
+  // Text form with the axes named as in `mesh`, e.g. "[dp,-,tp] partial(tp:sum)".
+  std::string str(const DeviceMesh& mesh) const;
 };
 
 // Partitions `global` (forward graph, shapes fixed at the global batch) for the device at `coord`
-// of `mesh`, in one pass over the nodes in program order:
+// of `mesh`, in one pass over the nodes in program order (the mesh may have any axes; values are
+// split over its axes named dp and tp, kDataAxis and kTensorAxis, and stay whole over the others):
 //  - data inputs are split over dp along dim 0 (the batch must divide by dp);
 //  - with tp > 1, a weight op (matmul or conv2d) meeting a parameter that has no layout yet and
 //    an input not split over tp splits the weight's output-feature dim over tp (Megatron's column

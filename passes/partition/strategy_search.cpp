@@ -541,7 +541,7 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
     TpProfile profile;
     profile.tp = tp;
     profile.tp_link = cost_model.cluster().linkFor(strideGroup(tp, 1));
-    const DeviceMesh mesh{1, tp, 1};
+    const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(1, 1, tp);
     auto part1 = tp == 1 ? Expected<Graph>(forward[0]) : partitionForDevice(forward[0], mesh, MeshCoord{});
     auto part2 = tp == 1 ? Expected<Graph>(forward[1]) : partitionForDevice(forward[1], mesh, MeshCoord{});
     if (!part1 || !part2) {
