@@ -235,7 +235,16 @@ ShardingRule sliceGradSharding(const OpContext& c) {
   const Shape& dy = c.operands[0].shape;
   const Shape& in = c.results[0].shape;
   ShardingRuleBuilder rule(c.operands, c.results);
-  rule.addPointwise(in, [&](int d) { return dy[d] == in[d] ? FactorKind::kPassThrough : FactorKind::kNeedReplication; });
+  // A dim slice_grad keeps whole passes through; a sliced dim has dy's size on one side and the
+  // input's on the other: a factor of each size, neither splittable.
+  for (int d = 0; d < static_cast<int>(in.size()); ++d) {
+    if (dy[d] == in[d]) {
+      rule.addFactor({d}, {d});
+    } else {
+      rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+      rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+    }
+  }
   return rule.build();
 }
 

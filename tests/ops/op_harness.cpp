@@ -9,8 +9,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "ir/constant_eval.h"
 #include "ir/graph.h"
+#include "ir/sharding_rule.h"
 #include "passes/training/autodiff.h"
 #include "runtime/device/element_access.h"
 #include "runtime/device/kernel.h"
@@ -115,6 +115,39 @@ std::optional<Expected<std::vector<TensorData>>> referenceResults(OpId op, const
   const OpContext ctx{def, operand_types, result_types, attrs};
   if (def.reference && (!def.reference_supports || def.reference_supports(ctx))) return def.reference(ctx, pointers);
   return std::nullopt;
+}
+
+std::string checkShardingRule(const OpCase& c) {
+  const OpDef& def = opDef(c.op);
+  auto results = resultTypes(c);
+  if (!results) return "invalid case: " + results.status().message();
+  std::vector<TensorType> operands;
+  for (const TensorData& t : c.operands) operands.push_back(t.type);
+  const ShardingRule rule = def.sharding(OpContext{def, operands, *results, c.attrs});
+  if (rule.factor_sizes.size() != rule.factor_kinds.size()) return "factor sizes and kinds differ in number";
+  auto check = [&](const std::vector<std::vector<int>>& dims, const std::vector<TensorType>& types,
+                   const char* side) -> std::string {
+    if (dims.size() != types.size())
+      return std::to_string(dims.size()) + " " + side + " dim lists for " + std::to_string(types.size()) + " " + side + "s";
+    for (size_t t = 0; t < types.size(); ++t) {
+      if (static_cast<int64_t>(dims[t].size()) != types[t].rank())
+        return std::string(side) + " " + std::to_string(t) + " has " + std::to_string(dims[t].size()) +
+               " dim entries for rank " + std::to_string(types[t].rank());
+      for (size_t d = 0; d < dims[t].size(); ++d) {
+        const int f = dims[t][d];
+        if (f == ShardingRule::kNoFactor) continue;
+        if (f < 0 || f >= rule.numFactors())
+          return std::string(side) + " " + std::to_string(t) + " dim " + std::to_string(d) + ": no factor " + std::to_string(f);
+        if (rule.factor_sizes[f] != types[t].shape[d])
+          return std::string(side) + " " + std::to_string(t) + " dim " + std::to_string(d) + " has size " +
+                 std::to_string(types[t].shape[d]) + " but its factor has size " + std::to_string(rule.factor_sizes[f]) +
+                 " (" + rule.str() + ")";
+      }
+    }
+    return "";
+  };
+  std::string problem = check(rule.operand_dims, operands, "operand");
+  return problem.empty() ? check(rule.result_dims, *results, "result") : problem;
 }
 
 Expected<CpuCall> CpuCall::prepare(const OpCase& c, int threads) {

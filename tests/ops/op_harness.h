@@ -109,6 +109,10 @@ std::string compareTensors(const TensorData& actual, const TensorData& expected,
 // y = op(x..), loss = Σ reduce_sum(y · fixed random cotangent), runs autodiff and evaluates the graph
 // with the CPU kernels. Returns an empty string when it agrees (or does not apply: `applies` says).
 std::string checkGradient(const OpCase& c, bool& applies);
+// Checks `c`'s sharding rule against its operand and result types: one dim list per operand and
+// result, one entry per dim, each a factor of the rule (or none) whose size is the dim's. Returns an
+// empty string when the rule is consistent, else what is wrong.
+std::string checkShardingRule(const OpCase& c);
 
 // Whether an op is declared not to be a kernel: a communication-family op, lowered to communication
 // instructions (or a view) that the executor runs through its communicator.

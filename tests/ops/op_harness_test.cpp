@@ -25,7 +25,7 @@ class OpHarness : public ::testing::TestWithParam<OpId> {};
 
 // Communication ops are not kernels: they are declared so here and must have no CPU kernel and no
 // cases. Every other op has cases, each agreeing with the reference; differentiable ops pass at
-// least one gradient check.
+// least one gradient check. Every case's sharding rule is checked against its types.
 TEST_P(OpHarness, CpuKernelMatchesReferenceAndGradientMatchesFiniteDifferences) {
   const OpId op = GetParam();
   const CaseList* cases = casesOf(op);
@@ -45,6 +45,8 @@ TEST_P(OpHarness, CpuKernelMatchesReferenceAndGradientMatchesFiniteDifferences) 
     SCOPED_TRACE(c.describe());
     auto types = resultTypes(c);
     ASSERT_TRUE(types) << "invalid case: " << types.status().message();
+    const std::string sharding = checkShardingRule(c);
+    EXPECT_TRUE(sharding.empty()) << "sharding rule: " << sharding;
     auto cpu = runCpuKernel(c);
     ASSERT_TRUE(cpu) << "cpu kernel: " << cpu.status().message();
     auto reference = referenceResults(c.op, c.attrs, c.operands, *types);
