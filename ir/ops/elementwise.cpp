@@ -29,6 +29,8 @@ double flopsPerElement(OpId id) {
     case OpId::exp:
     case OpId::log:
     case OpId::erf:
+    case OpId::sin:
+    case OpId::cos:
     case OpId::tanh:
     case OpId::sigmoid:
     case OpId::gelu:
@@ -215,6 +217,17 @@ Status erfGradient(GradientContext& g) {
   return g.status;
 }
 
+// sin' = cos, cos' = −sin.
+Status sinGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), g.emit(OpId::cos, {g.operand(0)})});
+  return g.status;
+}
+
+Status cosGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::neg, {g.emit(OpId::mul, {dy(g), g.emit(OpId::sin, {g.operand(0)})})});
+  return g.status;
+}
+
 Status tanhGradient(GradientContext& g) {
   g.operand_grads[0] = g.emit(OpId::tanh_grad, {dy(g), g.result(0)});
   return g.status;
@@ -373,6 +386,8 @@ T floatUnary(OpId op, T x, const OpContext& ctx) {
     case OpId::exp: return std::exp(x);
     case OpId::log: return std::log(x);
     case OpId::erf: return std::erf(x);
+    case OpId::sin: return std::sin(x);
+    case OpId::cos: return std::cos(x);
     case OpId::tanh: return std::tanh(x);
     case OpId::sigmoid: return T(1) / (T(1) + std::exp(-x));
     case OpId::gelu:
@@ -466,7 +481,8 @@ void addElementwiseReferences(std::vector<OpDef>& table) {
     setFoldingReference(table, id, binaryReference, referenceNumeric);
   setFoldingReference(table, OpId::equal, binaryReference, referenceDTypes);  // also bool
   for (OpId id : {OpId::neg, OpId::relu}) setFoldingReference(table, id, unaryReference, referenceNumeric);
-  for (OpId id : {OpId::sqrt, OpId::exp, OpId::log, OpId::erf, OpId::tanh, OpId::sigmoid, OpId::gelu, OpId::clip})
+  for (OpId id : {OpId::sqrt, OpId::exp, OpId::log, OpId::erf, OpId::sin, OpId::cos, OpId::tanh, OpId::sigmoid,
+                  OpId::gelu, OpId::clip})
     setFoldingReference(table, id, unaryReference, referenceFloat);
   setFoldingReference(table, OpId::cast, castReference, referenceDTypes);
   setFoldingReference(table, OpId::where, whereReference, referenceDTypes);
@@ -492,6 +508,8 @@ void addElementwiseOps(std::vector<OpDef>& table) {
   table.push_back(unaryOp(OpId::log, "log", "natural logarithm"));
   table.push_back(unaryOp(OpId::neg, "neg", "-x"));
   table.push_back(unaryOp(OpId::erf, "erf", "the error function"));
+  table.push_back(unaryOp(OpId::sin, "sin", "sine (radians)"));
+  table.push_back(unaryOp(OpId::cos, "cos", "cosine (radians)"));
   table.push_back(unaryOp(OpId::tanh, "tanh", "hyperbolic tangent"));
   table.push_back(unaryOp(OpId::sigmoid, "sigmoid", "1 / (1 + exp(-x))"));
   table.push_back(unaryOp(OpId::relu, "relu", "max(x, 0)"));
@@ -557,6 +575,8 @@ void addElementwiseOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::log).gradient = logGradient;
   appendedDef(table, OpId::neg).gradient = negGradient;
   appendedDef(table, OpId::erf).gradient = erfGradient;
+  appendedDef(table, OpId::sin).gradient = sinGradient;
+  appendedDef(table, OpId::cos).gradient = cosGradient;
   appendedDef(table, OpId::tanh).gradient = tanhGradient;
   appendedDef(table, OpId::sigmoid).gradient = sigmoidGradient;
   appendedDef(table, OpId::relu).gradient = reluGradient;

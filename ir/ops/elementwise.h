@@ -20,6 +20,8 @@
   X(log, "log") \
   X(neg, "neg") \
   X(erf, "erf") \
+  X(sin, "sin") \
+  X(cos, "cos") \
   X(tanh, "tanh") \
   X(sigmoid, "sigmoid") \
   X(relu, "relu") \

@@ -206,6 +206,8 @@ Status floatUnaryKernel(const KernelCall& call) {
     if constexpr (kOp == OpId::exp) mapUnary<T>(call, kTranscendentalWork, [](T x) { return vexp(x); });
     if constexpr (kOp == OpId::log) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::log(x); });
     if constexpr (kOp == OpId::erf) mapUnary<T>(call, kTranscendentalWork, [](T x) { return verf(x); });
+    if constexpr (kOp == OpId::sin) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::sin(x); });
+    if constexpr (kOp == OpId::cos) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::cos(x); });
     if constexpr (kOp == OpId::tanh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return vtanh(x); });
     if constexpr (kOp == OpId::sigmoid) mapUnary<T>(call, kTranscendentalWork, [](T x) { return vsigmoid(x); });
     if constexpr (kOp == OpId::gelu) {
@@ -406,6 +408,8 @@ void registerElementwiseKernels(CpuKernelTable& table) {
   set(OpId::exp, floatUnaryKernel<OpId::exp>);
   set(OpId::log, floatUnaryKernel<OpId::log>);
   set(OpId::erf, floatUnaryKernel<OpId::erf>);
+  set(OpId::sin, floatUnaryKernel<OpId::sin>);
+  set(OpId::cos, floatUnaryKernel<OpId::cos>);
   set(OpId::tanh, floatUnaryKernel<OpId::tanh>);
   set(OpId::sigmoid, floatUnaryKernel<OpId::sigmoid>);
   set(OpId::gelu, floatUnaryKernel<OpId::gelu>);

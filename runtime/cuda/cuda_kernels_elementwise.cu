@@ -114,6 +114,8 @@ struct Unary {
     else if constexpr (kOp == OpId::exp) return deviceExp(x);
     else if constexpr (kOp == OpId::log) return deviceLog(x);
     else if constexpr (kOp == OpId::erf) return deviceErf(x);
+    else if constexpr (kOp == OpId::sin) { if constexpr (std::is_same_v<T, float>) return sinf(x); else return sin(x); }
+    else if constexpr (kOp == OpId::cos) { if constexpr (std::is_same_v<T, float>) return cosf(x); else return cos(x); }
     else if constexpr (kOp == OpId::tanh) return deviceTanh(x);
     else if constexpr (kOp == OpId::sigmoid) return T(1) / (T(1) + deviceExp(-x));
     else if constexpr (kOp == OpId::gelu) {
@@ -305,6 +307,8 @@ void registerElementwiseKernels(CudaKernelTable& table) {
   set(OpId::exp, floatUnaryKernel<OpId::exp>);
   set(OpId::log, floatUnaryKernel<OpId::log>);
   set(OpId::erf, floatUnaryKernel<OpId::erf>);
+  set(OpId::sin, floatUnaryKernel<OpId::sin>);
+  set(OpId::cos, floatUnaryKernel<OpId::cos>);
   set(OpId::tanh, floatUnaryKernel<OpId::tanh>);
   set(OpId::sigmoid, floatUnaryKernel<OpId::sigmoid>);
   set(OpId::gelu, floatUnaryKernel<OpId::gelu>);

@@ -42,6 +42,10 @@ CaseList elementwiseCases() {
       const std::string label = shapeStr(shape);
       for (OpId op : {OpId::exp, OpId::neg, OpId::erf, OpId::tanh, OpId::sigmoid, OpId::gelu, OpId::identity})
         b.add(op, label, {b.uniform(dtype, shape, -3, 3)});
+      for (OpId op : {OpId::sin, OpId::cos}) {
+        b.add(op, label, {b.uniform(dtype, shape, -3.5, 3.5)});
+        b.add(op, label + " large arguments", {b.uniform(dtype, shape, -1000, 1000)});
+      }
       b.add(OpId::dropout, label + " ratio 0", {b.uniform(dtype, shape, -3, 3)}, {{"ratio", 0.0}});
       b.addWithoutGradient(OpId::dropout, label + " at inference", {b.uniform(dtype, shape, -3, 3)}, {},
                            "dropout with ratio > 0 is not differentiable yet (its rule says so)");
@@ -67,7 +71,7 @@ CaseList elementwiseCases() {
   }
   b.add(OpId::where, "all three broadcast",
         {b.integers(DType::kBool, {2, 1, 4}, 0, 1), b.uniform(DType::kF32, {3, 1}), b.uniform(DType::kF32, {4})});
-  for (OpId op : {OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid, OpId::relu, OpId::sqrt})
+  for (OpId op : {OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid, OpId::relu, OpId::sqrt, OpId::sin, OpId::cos})
     b.add(op, "NaN propagates", {CaseBuilder::values(DType::kF32, {3}, {nan, 1, 0.5})});
   b.add(OpId::clip, "NaN passes clip", {CaseBuilder::values(DType::kF64, {3}, {nan, -4, 4})}, {{"min", -1.0}, {"max", 1.0}});
   for (OpId op : {OpId::add, OpId::mul, OpId::exp, OpId::gelu}) {
