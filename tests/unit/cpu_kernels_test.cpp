@@ -1,5 +1,6 @@
-// Tests of the CPU kernels of the elementwise, reduction, normalisation, shape and loss ops against
-// straightforward references written here (naive loops, double accumulation).
+// Tests of the CPU kernels of the elementwise, reduction, normalisation, shape and loss ops beyond the
+// op harness (tests/ops), which checks every op against its reference: integer wrapping, errors,
+// NaN handling, hand-computed edge cases, threading.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -17,40 +18,7 @@ using Ints = std::vector<int64_t>;
 // Which ops have a CPU kernel (every op but the communication ops) is checked by the op harness
 // (tests/ops), which runs every op's declared cases against its reference.
 
-// ---- Elementwise arithmetic ----
-
-double referenceArithmetic(OpId op, double a, double b) {
-  switch (op) {
-    case OpId::add: return a + b;
-    case OpId::sub: return a - b;
-    case OpId::mul: return a * b;
-    case OpId::div: return a / b;
-    default: return std::pow(a, b);
-  }
-}
-
-TEST(CpuKernels, FloatArithmeticBroadcasts) {
-  std::mt19937 rng(1);
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{3, 1, 5}, {4, 1}}, {{7}, {}}, {{}, {2, 3}}, {{2, 3, 4}, {2, 3, 4}}, {{1, 6}, {5, 1}}, {{2, 1, 3, 1}, {1, 4, 1, 5}}};
-  for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::pow}) {
-      for (const auto& [a_shape, b_shape] : shapes) {
-        const HostTensor a = randomTensor(dtype, a_shape, rng, 0.5, 2.0);
-        const HostTensor b = randomTensor(dtype, b_shape, rng, 0.5, 2.0);
-        const std::vector<HostTensor> out = run(op, {&a, &b});
-        ASSERT_EQ(out.size(), 1u);
-        std::vector<double> expected;
-        for (int64_t i = 0; i < out[0].numel(); ++i) {
-          const auto index = unravel(i, out[0].type.shape);
-          expected.push_back(referenceArithmetic(op, a.at(broadcastOffset(index, a_shape)), b.at(broadcastOffset(index, b_shape))));
-        }
-        expectClose(out[0], expected, dtype == DType::kF32 ? 1e-6 : 1e-14, 0,
-                    std::string(opName(op)) + " " + a.type.str() + " " + b.type.str());
-      }
-    }
-  }
-}
+// ---- Elementwise arithmetic (float cases against the reference: tests/ops/elementwise_cases.cpp) ----
 
 TEST(CpuKernels, IntegerArithmeticWrapsAndTruncates) {
   const HostTensor a8 = makeTensor(DType::kI8, {4}, {100, -128, 7, -7});
@@ -119,44 +87,7 @@ TEST(CpuKernels, ComparisonsBroadcastAndGiveBool) {
   expectClose(run(OpId::greater, {&i, &j})[0], {0, 0, 1}, 0, 0, "i64 greater than a scalar");
 }
 
-// ---- Unary math ----
-
-double referenceUnary(OpId op, double x, bool tanh_gelu) {
-  switch (op) {
-    case OpId::sqrt: return std::sqrt(x);
-    case OpId::exp: return std::exp(x);
-    case OpId::log: return std::log(x);
-    case OpId::neg: return -x;
-    case OpId::erf: return std::erf(x);
-    case OpId::tanh: return std::tanh(x);
-    case OpId::sigmoid: return 1 / (1 + std::exp(-x));
-    case OpId::relu: return x > 0 ? x : 0;
-    default:  // gelu
-      if (tanh_gelu) return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
-      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-  }
-}
-
-TEST(CpuKernels, UnaryMathMatchesReference) {
-  std::mt19937 rng(2);
-  for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (OpId op : {OpId::sqrt, OpId::exp, OpId::log, OpId::neg, OpId::erf, OpId::tanh, OpId::sigmoid, OpId::relu,
-                    OpId::gelu}) {
-      for (bool tanh_gelu : {false, true}) {
-        if (tanh_gelu && op != OpId::gelu) continue;
-        const bool positive = op == OpId::sqrt || op == OpId::log;
-        const HostTensor x = randomTensor(dtype, {1001}, rng, positive ? 0.01 : -4.0, 4.0);
-        AttrMap a;
-        if (tanh_gelu) a["approximate"] = std::string("tanh");
-        const auto out = run(op, {&x}, a);
-        std::vector<double> expected;
-        for (int64_t i = 0; i < x.numel(); ++i) expected.push_back(referenceUnary(op, x.at(i), tanh_gelu));
-        expectClose(out[0], expected, dtype == DType::kF32 ? 3e-6 : 1e-13, dtype == DType::kF32 ? 1e-6 : 1e-15,
-                    std::string(opName(op)) + (tanh_gelu ? " tanh " : " ") + x.type.str());
-      }
-    }
-  }
-}
+// ---- Unary math (float cases against the reference: tests/ops/elementwise_cases.cpp) ----
 
 TEST(CpuKernels, NegAndReluOnIntegersAndNaN) {
   const HostTensor i = makeTensor(DType::kI32, {4}, {-3, 0, 7, -2147483648.0});
