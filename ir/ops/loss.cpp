@@ -4,7 +4,7 @@
 
 #include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
-#include "ir/ops/reference_helpers.h"
+#include "ir/ops/reference_support.h"
 
 namespace cleave::ops {
 namespace {

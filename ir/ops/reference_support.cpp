@@ -1,6 +1,9 @@
 // Building blocks the op families' reference evaluations share (see reference_support.h).
 #include "ir/ops/reference_support.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "ir/ops/op_rules.h"
 
 namespace cleave::ops {
@@ -98,6 +101,117 @@ Expected<std::vector<TensorData>> single(Expected<TensorData> value) {
 
 Expected<std::vector<TensorData>> sameBytesReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
   return std::vector<TensorData>{TensorData{ctx.results[0], operands[0]->bytes}};  // same elements, new shape
+}
+
+
+// ---- Double-valued helpers ----
+
+namespace {
+
+template <class T>
+void readAs(const TensorData& tensor, std::vector<double>& values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    T element;
+    std::memcpy(&element, tensor.bytes.data() + i * sizeof(T), sizeof(T));
+    values[i] = static_cast<double>(element);
+  }
+}
+
+template <class T>
+void writeAs(TensorData& tensor, const std::vector<double>& values, T (*convert)(double)) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    const T element = convert(values[i]);
+    std::memcpy(tensor.bytes.data() + i * sizeof(T), &element, sizeof(T));
+  }
+}
+
+// Truncation toward zero, wrapping modulo 2^64 (values beyond int64 saturate first).
+int64_t toInt64(double v) {
+  if (v != v) return 0;
+  if (v >= 9.2233720368547758e18) return INT64_MAX;
+  if (v <= -9.2233720368547758e18) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+std::vector<double> referenceValues(const TensorData& tensor) {
+  std::vector<double> values(static_cast<size_t>(tensor.type.numel()));
+  switch (tensor.type.dtype) {
+    case DType::kF32: readAs<float>(tensor, values); break;
+    case DType::kF64: readAs<double>(tensor, values); break;
+    case DType::kI64: readAs<int64_t>(tensor, values); break;
+    case DType::kI32: readAs<int32_t>(tensor, values); break;
+    default: readAs<uint8_t>(tensor, values); break;  // kBool
+  }
+  return values;
+}
+
+TensorData referenceTensor(const TensorType& type, const std::vector<double>& values) {
+  TensorData tensor{type, std::vector<uint8_t>(static_cast<size_t>(type.bytes()))};
+  switch (type.dtype) {
+    case DType::kF32: writeAs<float>(tensor, values, [](double v) { return static_cast<float>(v); }); break;
+    case DType::kF64: writeAs<double>(tensor, values, [](double v) { return v; }); break;
+    case DType::kI64: writeAs<int64_t>(tensor, values, toInt64); break;
+    case DType::kI32:
+      writeAs<int32_t>(tensor, values, [](double v) { return static_cast<int32_t>(static_cast<uint32_t>(toInt64(v))); });
+      break;
+    default: writeAs<uint8_t>(tensor, values, [](double v) { return static_cast<uint8_t>(v != 0); }); break;
+  }
+  return tensor;
+}
+
+bool referenceReadsAllDTypes(const OpContext& ctx) {
+  auto readable = [](DType d) {
+    return d == DType::kF32 || d == DType::kF64 || d == DType::kI64 || d == DType::kI32 || d == DType::kBool;
+  };
+  for (const TensorType& t : ctx.operands)
+    if (!readable(t.dtype)) return false;
+  for (const TensorType& t : ctx.results)
+    if (!readable(t.dtype)) return false;
+  return true;
+}
+
+std::vector<int64_t> unravelIndex(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] == 0 ? 0 : flat % shape[d];
+    flat = shape[d] == 0 ? 0 : flat / shape[d];
+  }
+  return index;
+}
+
+int64_t broadcastOffsetOf(const std::vector<int64_t>& index, const Shape& operand) {
+  const size_t skip = index.size() - operand.size();
+  int64_t offset = 0;
+  for (size_t d = 0; d < operand.size(); ++d) offset = offset * operand[d] + (operand[d] == 1 ? 0 : index[d + skip]);
+  return offset;
+}
+
+AxisSplit splitAroundAxis(const Shape& shape, int64_t axis) {
+  AxisSplit split;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < axis) split.outer *= shape[d];
+    else if (d == axis) split.length = shape[d];
+    else split.inner *= shape[d];
+  }
+  return split;
+}
+
+int64_t poolWindowArgmax(const std::vector<double>& x, const PoolWindow& p) {
+  int64_t best = -1, last_nan = -1;
+  double max = -INFINITY;
+  for (int64_t ih = p.h_first; ih < p.h_last; ++ih)
+    for (int64_t iw = p.w_first; iw < p.w_last; ++iw) {
+      const int64_t offset = p.plane + ih * p.width + iw;
+      if (best < 0) best = offset;
+      if (x[offset] > max) {
+        max = x[offset];
+        best = offset;
+      }
+      if (x[offset] != x[offset]) last_nan = offset;
+    }
+  return last_nan >= 0 ? last_nan : best;
 }
 
 }  // namespace cleave::ops
