@@ -108,6 +108,11 @@ enum class OpFamily : uint8_t {
 // "elementwise", "linear_algebra", ...
 std::string_view opFamilyName(OpFamily family);
 
+// What each device holds when a reduction factor of an op is split over a mesh axis: a partial sum
+// (summed by an all-reduce), a partial mean (averaged), or nothing combinable (max: the factor is
+// kept whole).
+enum class PartialReduction : uint8_t { kSum, kMean, kNone };
+
 // The single definition of an op.
 struct OpDef {
   OpId id;
@@ -132,8 +137,11 @@ struct OpDef {
   bool view = false;          // the result is operand 0's bytes under another type: lowered as an alias
   bool in_place = false;      // the kernel may write its result over a same-typed operand
   bool reshape_like = false;  // only regroups operand 0's dims (reshape, flatten, squeeze, unsqueeze)
-  // A reduction factor split over a mesh axis leaves each device a partial mean, not a partial sum.
-  bool averages_over_reduction = false;
+  // What a reduction factor split over a mesh axis leaves each device.
+  PartialReduction partial_reduction = PartialReduction::kSum;
+  // The attribute that spells the result's shape (reshape's and expand's "shape"), which the
+  // partitioner rewrites to the local shape; empty: none.
+  std::string_view result_shape_attr;
   // The operand that holds a layer's weights, which tensor parallelism splits by output features
   // (Megatron's column split); -1: none.
   int weight_operand = -1;

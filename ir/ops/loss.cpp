@@ -141,8 +141,8 @@ void addLossOps(std::vector<OpDef>& table) {
                         .cost = mseCost,
                         .sharding = mseShardingRule});
   // Both are means over the batch: a batch split leaves each device a partial mean.
-  appendedDef(table, OpId::softmax_cross_entropy).averages_over_reduction = true;
-  appendedDef(table, OpId::mse).averages_over_reduction = true;
+  appendedDef(table, OpId::softmax_cross_entropy).partial_reduction = PartialReduction::kMean;
+  appendedDef(table, OpId::mse).partial_reduction = PartialReduction::kMean;
   appendedDef(table, OpId::softmax_cross_entropy).reference = softmaxCrossEntropyReference;
   appendedDef(table, OpId::mse).reference = mseReference;
   appendedDef(table, OpId::softmax_cross_entropy).reference_supports = referenceReadsAllDTypes;

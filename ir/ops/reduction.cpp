@@ -412,7 +412,9 @@ void addReductionOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<batchNormShape>,
                         .cost = normalizationCost,
                         .sharding = batchNormShardingRule});
-  appendedDef(table, OpId::reduce_mean).averages_over_reduction = true;
+  appendedDef(table, OpId::reduce_mean).partial_reduction = PartialReduction::kMean;
+  // A partial max has no gradient rule: reduced dims stay whole.
+  appendedDef(table, OpId::reduce_max).partial_reduction = PartialReduction::kNone;
   appendedDef(table, OpId::softmax).reference = softmaxReference<false>;
   appendedDef(table, OpId::log_softmax).reference = softmaxReference<true>;
   appendedDef(table, OpId::layer_norm).reference = layerNormReference;

@@ -769,6 +769,8 @@ void addShapeOps(std::vector<OpDef>& table) {
     def.view = true;
     def.reshape_like = true;
   }
+  appendedDef(table, OpId::reshape).result_shape_attr = "shape";
+  appendedDef(table, OpId::expand).result_shape_attr = "shape";
 
   // Gradient rules.
   appendedDef(table, OpId::reshape).gradient = reshapeGradient;

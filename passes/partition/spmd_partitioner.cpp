@@ -303,7 +303,8 @@ class DevicePartitioner {
     CLEAVE_ASSIGN_OR_RETURN(ValueId local_x, reshard(x, in_target));
     TensorType local_out = localType(global_.values[y].type, out_sharding);
     AttrMap attrs = node.attrs;
-    if (node.op == OpId::reshape) attrs["shape"] = local_out.shape;
+    const OpDef& def = opDef(node.op);
+    if (!def.result_shape_attr.empty()) attrs[std::string(def.result_shape_attr)] = local_out.shape;
     CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
                             local_.addNode(node.op, {local_x}, std::move(attrs), node.loc, {global_.values[y].name}));
     if (local_.values[results[0]].type != local_out)
@@ -323,7 +324,7 @@ class DevicePartitioner {
     if (rule.operand_dims.size() != node.operands.size())
       return Status::internal(where(node) + "the op's sharding rule does not describe its operands");
     std::vector<FactorKind> kinds = rule.factor_kinds;
-    if (node.op == OpId::reduce_max)  // a partial max has no gradient rule: keep reduced dims whole
+    if (def.partial_reduction == PartialReduction::kNone)  // nothing to combine partial results with
       for (FactorKind& k : kinds)
         if (k == FactorKind::kReduction) k = FactorKind::kNeedReplication;
 
@@ -388,11 +389,13 @@ class DevicePartitioner {
       }
       for (int f = 0; f < rule.numFactors(); ++f)
         if (factor_axis[f] != kNoAxis && kinds[f] == FactorKind::kReduction)
-          s.partial[factor_axis[f]] = opDef(node.op).averages_over_reduction ? ValueSharding::Partial::kMean : ValueSharding::Partial::kSum;
+          s.partial[factor_axis[f]] = def.partial_reduction == PartialReduction::kMean ? ValueSharding::Partial::kMean
+                                                                                      : ValueSharding::Partial::kSum;
       result_shardings.push_back(std::move(s));
     }
     AttrMap attrs = node.attrs;
-    if (node.op == OpId::expand) attrs["shape"] = localType(global_.values[node.results[0]].type, result_shardings[0]).shape;
+    if (!def.result_shape_attr.empty())
+      attrs[std::string(def.result_shape_attr)] = localType(global_.values[node.results[0]].type, result_shardings[0]).shape;
     std::vector<std::string> names;
     for (ValueId r : node.results) names.push_back(global_.values[r].name);
     auto results = local_.addNode(node.op, local_operands, std::move(attrs), node.loc, names);
