@@ -12,6 +12,7 @@
 #include "frontend/model_generators.h"
 #include "frontend/onnx/onnx_importer.h"
 #include "ir/graph_summary.h"
+#include "ir/op_table.h"
 #include "ir/status.h"
 #include "ir/text_format.h"
 #include "tools/cli_common.h"
@@ -334,6 +335,11 @@ int runCli(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
+    // A broken op table is a build bug: say so before any command trusts it.
+    if (cleave::Status table = cleave::opTableStatus(); !table.isOk()) {
+      std::cerr << "cleave: internal error: " << table.message() << "\n";
+      return cleave::kExitInternal;
+    }
     return cleave::runCli(argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "cleave: internal error: " << e.what() << "\n";

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/op_table.h"
 #include "ir/status.h"
 #include "ir/text_format.h"
 #include "ir/verifier.h"
@@ -165,6 +166,11 @@ int runCli(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
+    // A broken op table is a build bug: say so before any command trusts it.
+    if (cleave::Status table = cleave::opTableStatus(); !table.isOk()) {
+      std::cerr << "cleave-opt: internal error: " << table.message() << "\n";
+      return static_cast<int>(cleave::ErrorKind::kInternal);
+    }
     return cleave::runCli(argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "cleave-opt: internal error: " << e.what() << "\n";

@@ -9,35 +9,17 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_kernels.h"
+#include "tests/gpu/cuda_test_support.h"
 #include "tests/unit/cpu_kernel_test_support.h"
 
 namespace cleave::runtime {
 namespace {
 
+using cuda_test::context;
+using cuda_test::DeviceBuffer;
+
 using kernel_test::HostTensor;
 using kernel_test::randomTensor;
-
-#define SKIP_WITHOUT_GPU() \
-  if (cudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none or no driver)"
-
-// The CUDA context of GPU 0, created once for the whole test binary.
-CudaContext& context() {
-  static std::unique_ptr<CudaContext> shared = [] {
-    auto created = CudaContext::create(0);
-    EXPECT_TRUE(created.hasValue()) << created.status().message();
-    return created.hasValue() ? std::move(*created) : nullptr;
-  }();
-  return *shared;
-}
-
-// Device memory freed at scope exit.
-struct DeviceBuffer {
-  void* data = nullptr;
-  explicit DeviceBuffer(int64_t bytes) { EXPECT_EQ(cudaMalloc(&data, static_cast<size_t>(std::max<int64_t>(bytes, 8))), cudaSuccess); }
-  ~DeviceBuffer() { (void)cudaFree(data); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 // Runs op's CUDA kernel on copies of `operands`; results come back to host tensors.
 std::vector<HostTensor> runOnGpu(OpId op, const std::vector<const HostTensor*>& operands, const AttrMap& attrs) {
@@ -99,7 +81,7 @@ void expectMatchesCpu(OpId op, const std::vector<const HostTensor*>& operands, c
 }
 
 TEST(CudaKernels, TableHasTheCpuTablesOps) {
-  SKIP_WITHOUT_GPU();
+  CLEAVE_SKIP_WITHOUT_GPU();
   for (int i = 0; i < kNumOps; ++i) {
     const OpId op = static_cast<OpId>(i);
     EXPECT_EQ(findCpuKernel(op) != nullptr, findCudaKernel(op) != nullptr) << opName(op);
@@ -110,7 +92,7 @@ TEST(CudaKernels, TableHasTheCpuTablesOps) {
 // harness (tests/ops/op_harness_cuda_test.cpp); here: the table's op set and the bit-exact updates.
 
 TEST(CudaKernels, OptimizerUpdates) {
-  SKIP_WITHOUT_GPU();
+  CLEAVE_SKIP_WITHOUT_GPU();
   std::mt19937 rng(10);
   const Shape shape = {1031};
   const HostTensor w = randomTensor(DType::kF32, shape, rng), g = randomTensor(DType::kF32, shape, rng);

@@ -10,32 +10,14 @@
 
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/cuda/cuda_kernels.h"
+#include "tests/gpu/cuda_test_support.h"
 #include "tests/ops/op_cases.h"
 
 namespace cleave::op_harness {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (runtime::cudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none or no driver)"
-
-// The CUDA context of GPU 0, created once for the whole test binary.
-runtime::CudaContext& context() {
-  static std::unique_ptr<runtime::CudaContext> shared = [] {
-    auto created = runtime::CudaContext::create(0);
-    EXPECT_TRUE(created.hasValue()) << created.status().message();
-    return created.hasValue() ? std::move(*created) : nullptr;
-  }();
-  return *shared;
-}
-
-// Device memory freed at scope exit.
-struct DeviceBuffer {
-  void* data = nullptr;
-  explicit DeviceBuffer(int64_t bytes) { EXPECT_EQ(cudaMalloc(&data, static_cast<size_t>(std::max<int64_t>(bytes, 8))), cudaSuccess); }
-  ~DeviceBuffer() { (void)cudaFree(data); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using cuda_test::context;
+using cuda_test::DeviceBuffer;
 
 // A case's operands and results in device memory, with a call that runs its CUDA kernel.
 class DeviceCase {
@@ -93,7 +75,7 @@ std::vector<OpId> allOps() {
 class CudaOpHarness : public ::testing::TestWithParam<OpId> {};
 
 TEST_P(CudaOpHarness, CudaKernelMatchesReference) {
-  SKIP_WITHOUT_GPU();
+  CLEAVE_SKIP_WITHOUT_GPU();
   const OpId op = GetParam();
   if (isCommunicationOp(op)) {
     EXPECT_EQ(runtime::findCudaKernel(op), nullptr) << opName(op) << " is communication, not a kernel";
@@ -134,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(EveryOp, CudaOpHarness, ::testing::ValuesIn(allOps()),
 
 // Perf mode: CUDA kernel time per case (inputs already on the device).
 TEST(CudaOpHarnessPerf, KernelTimes) {
-  SKIP_WITHOUT_GPU();
+  CLEAVE_SKIP_WITHOUT_GPU();
   if (!perfModeEnabled()) GTEST_SKIP() << "perf mode: set CLEAVE_OP_HARNESS_PERF=1";
   for (const auto& [op, list] : casesByOp())
     for (const OpCase& c : list) {
