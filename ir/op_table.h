@@ -85,7 +85,7 @@ struct OpCost {
   double bytes = 0;
 };
 
-struct GradientContext;  // defined with autodiff (passes/); the op table only holds the rule
+struct GradientContext;  // defined in ir/gradient.h; the op table only holds the rule
 
 // Result types from operand types and attributes; an error message names the operand at fault.
 using ShapeRule = Expected<std::vector<TensorType>> (*)(const OpContext&);

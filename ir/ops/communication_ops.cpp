@@ -107,7 +107,7 @@ ShardingRule independentDims(const OpContext& c) {
 OpDef communicationOp(OpId id, std::string_view name, std::string_view summary, std::vector<AttrSpec> attrs,
                       ShapeRule shape) {
   OpDef def{.id = id, .name = name, .summary = summary, .attrs = std::move(attrs), .shape = shape,
-            .cost = communicationCost, .sharding = independentDims};
+            .cost = communicationCost, .sharding = checkedShardingRule<independentDims>};
   return def;
 }
 
@@ -170,42 +170,42 @@ Status allToAllGradient(GradientContext& g) {
 void addCommunicationOps(std::vector<OpDef>& table) {
   OpDef all_reduce = communicationOp(OpId::all_reduce, "all_reduce",
                                      "sums (mean, max) each operand over the devices of a mesh axis",
-                                     {axisAttr(), groupSizeAttr(), optionalString("reduce", "sum")}, sameTypes);
+                                     {axisAttr(), groupSizeAttr(), optionalString("reduce", "sum")}, checkedShapeRule<sameTypes>);
   all_reduce.max_operands = -1;  // one bucket of gradients
   table.push_back(std::move(all_reduce));
   table.push_back(communicationOp(OpId::grad_all_reduce, "grad_all_reduce",
                                   "identity; its gradient is summed over a mesh axis (a replicated value "
                                   "entering a split computation)",
-                                  {axisAttr(), groupSizeAttr()}, sameTypes));
+                                  {axisAttr(), groupSizeAttr()}, checkedShapeRule<sameTypes>));
   table.push_back(communicationOp(OpId::all_gather, "all_gather",
                                   "joins every device's block along dim, in the axis's device order",
                                   {axisAttr(), groupSizeAttr(), requiredAttr("dim", AttrKind::kInt)},
-                                  resizedDimType));
+                                  checkedShapeRule<resizedDimType>));
   table.push_back(communicationOp(OpId::reduce_scatter, "reduce_scatter",
                                   "sums over a mesh axis and keeps this device's block of dim",
                                   {axisAttr(), groupSizeAttr(), requiredAttr("dim", AttrKind::kInt),
                                    optionalString("reduce", "sum")},
-                                  resizedDimType));
+                                  checkedShapeRule<resizedDimType>));
   table.push_back(communicationOp(OpId::shard_slice, "shard_slice",
                                   "this device's block of dim (no communication)",
                                   {axisAttr(), groupSizeAttr(), requiredAttr("dim", AttrKind::kInt)},
-                                  resizedDimType));
+                                  checkedShapeRule<resizedDimType>));
   table.push_back(communicationOp(OpId::all_to_all, "all_to_all",
                                   "cuts split_dim into blocks, one per device, and joins those received "
                                   "along concat_dim",
                                   {axisAttr(), groupSizeAttr(), requiredAttr("split_dim", AttrKind::kInt),
                                    requiredAttr("concat_dim", AttrKind::kInt)},
-                                  allToAllType));
+                                  checkedShapeRule<allToAllType>));
   OpDef send = communicationOp(OpId::send, "send", "sends x to the same device position of pipeline stage peer_stage",
                                {requiredAttr("peer_stage", AttrKind::kInt), requiredAttr("tag", AttrKind::kInt)},
-                               sendType);
+                               checkedShapeRule<sendType>);
   send.side_effects = true;
   table.push_back(std::move(send));
   OpDef recv = communicationOp(OpId::recv, "recv",
                                "receives a tensor of the given type sent by pipeline stage peer_stage",
                                {requiredAttr("peer_stage", AttrKind::kInt), requiredAttr("tag", AttrKind::kInt),
                                 requiredAttr("shape", AttrKind::kInts), requiredAttr("dtype", AttrKind::kString)},
-                               recvType);
+                               checkedShapeRule<recvType>);
   recv.min_operands = recv.max_operands = 0;
   recv.side_effects = true;
   table.push_back(std::move(recv));

@@ -519,8 +519,8 @@ Status conv2dGradInputGradient(GradientContext& g) {
 
 void addGradientOps(std::vector<OpDef>& table) {
   auto elementwise = [&](OpId id, std::string_view name, std::string_view summary, std::vector<AttrSpec> attrs = {}) {
-    table.push_back(OpDef{id, name, summary, 2, 2, std::move(attrs), elementwiseGradShape, elementwiseGradCost,
-                          elementwiseGradSharding});
+    table.push_back(OpDef{id, name, summary, 2, 2, std::move(attrs), checkedShapeRule<elementwiseGradShape>, checkedCostRule<elementwiseGradCost>,
+                          checkedShardingRule<elementwiseGradSharding>});
   };
   elementwise(OpId::relu_grad, "relu_grad", "dy where x > 0, else 0");
   elementwise(OpId::gelu_grad, "gelu_grad", "dy times the derivative of gelu at x",
@@ -528,31 +528,31 @@ void addGradientOps(std::vector<OpDef>& table) {
   elementwise(OpId::tanh_grad, "tanh_grad", "dy * (1 - y^2) from tanh's result y");
   elementwise(OpId::sigmoid_grad, "sigmoid_grad", "dy * y * (1 - y) from sigmoid's result y");
   table.push_back(OpDef{OpId::softmax_grad, "softmax_grad", "y * (dy - sum(dy * y)) along axis", 2, 2,
-                        {optionalInt("axis", -1)}, axisGradShape, elementwiseGradCost, axisGradSharding});
+                        {optionalInt("axis", -1)}, checkedShapeRule<axisGradShape>, checkedCostRule<elementwiseGradCost>, checkedShardingRule<axisGradSharding>});
   table.push_back(OpDef{OpId::log_softmax_grad, "log_softmax_grad", "dy - exp(y) * sum(dy) along axis", 2, 2,
-                        {optionalInt("axis", -1)}, axisGradShape, elementwiseGradCost, axisGradSharding});
+                        {optionalInt("axis", -1)}, checkedShapeRule<axisGradShape>, checkedCostRule<elementwiseGradCost>, checkedShardingRule<axisGradSharding>});
   table.push_back(OpDef{OpId::layer_norm_grad, "layer_norm_grad", "gradients of layer_norm: dx, dscale, dbias", 3, 3,
-                        {optionalInt("axis", -1), optionalFloat("epsilon", 1e-5)}, layerNormGradShape, layerNormGradCost,
-                        layerNormGradSharding});
+                        {optionalInt("axis", -1), optionalFloat("epsilon", 1e-5)}, checkedShapeRule<layerNormGradShape>, checkedCostRule<layerNormGradCost>,
+                        checkedShardingRule<layerNormGradSharding>});
   table.push_back(OpDef{OpId::conv2d_grad_input, "conv2d_grad_input", "gradient of conv2d with respect to its input",
-                        2, 2, convAttrs("input_shape"), convGradInputShape, convGradCost, convGradInputSharding});
+                        2, 2, convAttrs("input_shape"), checkedShapeRule<convGradInputShape>, checkedCostRule<convGradCost>, checkedShardingRule<convGradInputSharding>});
   table.push_back(OpDef{OpId::conv2d_grad_weight, "conv2d_grad_weight",
                         "gradient of conv2d with respect to its weight", 2, 2, convAttrs("weight_shape"),
-                        convGradWeightShape, convGradCost, convGradWeightSharding});
+                        checkedShapeRule<convGradWeightShape>, checkedCostRule<convGradCost>, checkedShardingRule<convGradWeightSharding>});
   table.push_back(OpDef{OpId::max_pool2d_grad, "max_pool2d_grad", "routes dy to each window's first maximum", 2, 2,
-                        poolAttrs(false), maxPoolGradShape, poolGradCost, poolGradSharding});
+                        poolAttrs(false), checkedShapeRule<maxPoolGradShape>, checkedCostRule<poolGradCost>, checkedShardingRule<poolGradSharding>});
   table.push_back(OpDef{OpId::avg_pool2d_grad, "avg_pool2d_grad", "spreads dy evenly over each window", 1, 1,
-                        poolAttrs(true), avgPoolGradShape, poolGradCost, poolGradSharding});
+                        poolAttrs(true), checkedShapeRule<avgPoolGradShape>, checkedCostRule<poolGradCost>, checkedShardingRule<poolGradSharding>});
   table.push_back(OpDef{OpId::gather_grad, "gather_grad", "scatter-adds dy into zeros of the gathered data's shape",
-                        2, 2, {requiredAttr("data_shape", AttrKind::kInts), optionalInt("axis", 0)}, gatherGradShape,
-                        elementwiseGradCost, gatherGradSharding});
+                        2, 2, {requiredAttr("data_shape", AttrKind::kInts), optionalInt("axis", 0)}, checkedShapeRule<gatherGradShape>,
+                        checkedCostRule<elementwiseGradCost>, checkedShardingRule<gatherGradSharding>});
   table.push_back(OpDef{OpId::slice_grad, "slice_grad", "places dy where slice read, zeros elsewhere", 1, 1,
                         {requiredAttr("input_shape", AttrKind::kInts), requiredAttr("starts", AttrKind::kInts), requiredAttr("ends", AttrKind::kInts),
                          optionalInts("axes", {}), optionalInts("steps", {})},
-                        sliceGradShape, elementwiseGradCost, sliceGradSharding});
+                        checkedShapeRule<sliceGradShape>, checkedCostRule<elementwiseGradCost>, checkedShardingRule<sliceGradSharding>});
   table.push_back(OpDef{OpId::softmax_cross_entropy_grad, "softmax_cross_entropy_grad",
                         "dloss * (softmax(logits) - onehot(labels)) / count", 3, 3, {optionalInt("ignore_index", -100)},
-                        softmaxCrossEntropyGradShape, elementwiseGradCost, softmaxCrossEntropyGradSharding});
+                        checkedShapeRule<softmaxCrossEntropyGradShape>, checkedCostRule<elementwiseGradCost>, checkedShardingRule<softmaxCrossEntropyGradSharding>});
   const std::pair<OpId, ReferenceRule> references[] = {
       {OpId::relu_grad, reluGradReference},
       {OpId::gelu_grad, geluGradReference},

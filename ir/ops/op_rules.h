@@ -96,6 +96,21 @@ Expected<std::vector<TensorType>> checkedShapeRule(const OpContext& ctx) {
 // sharding rules use this rather than ctx.results, so they agree with the shape rule by construction);
 // empty when the node is invalid, in which case cost rules give zero and sharding rules an empty rule.
 std::vector<TensorType> inferredResults(const OpContext& ctx);
+// Wraps a sharding rule written for valid nodes (reading ctx.results): an invalid node, whose shape
+// rule fails, gets an empty rule; a valid one is given its inferred result types.
+template <ShardingRuleFn rule>
+ShardingRule checkedShardingRule(const OpContext& ctx) {
+  auto results = inferResultTypes(ctx.def, ctx.operands, ctx.attrs);
+  if (!results) return {};
+  return rule(OpContext{ctx.def, ctx.operands, *results, ctx.attrs});
+}
+// The same for a cost rule: an invalid node costs nothing.
+template <CostRule rule>
+OpCost checkedCostRule(const OpContext& ctx) {
+  auto results = inferResultTypes(ctx.def, ctx.operands, ctx.attrs);
+  if (!results) return {};
+  return rule(OpContext{ctx.def, ctx.operands, *results, ctx.attrs});
+}
 // Bytes of all operands plus all `results`.
 double operandAndResultBytes(const OpContext& ctx, std::span<const TensorType> results);
 // Cost of an op doing `flops_per_element` FLOPs per element of its first result, reading every operand

@@ -121,14 +121,14 @@ void addOptimizerOps(std::vector<OpDef>& table) {
                          {"dampening", AttrKind::kFloat, false, 0.0},
                          {"weight_decay", AttrKind::kFloat, false, 0.0},
                          {"nesterov", AttrKind::kInt, false, int64_t{0}}},
-                        sgdShape, updateCost, updateSharding});
+                        checkedShapeRule<sgdShape>, checkedCostRule<updateCost>, checkedShardingRule<updateSharding>});
   table.push_back(OpDef{OpId::adamw_update, "adamw_update", "one AdamW step (PyTorch's rule and defaults)", 5, 5,
                         {{"lr", AttrKind::kFloat, false, 1e-3},
                          {"beta1", AttrKind::kFloat, false, 0.9},
                          {"beta2", AttrKind::kFloat, false, 0.999},
                          {"eps", AttrKind::kFloat, false, 1e-8},
                          {"weight_decay", AttrKind::kFloat, false, 1e-2}},
-                        adamwShape, updateCost, updateSharding});
+                        checkedShapeRule<adamwShape>, checkedCostRule<updateCost>, checkedShardingRule<updateSharding>});
   // The parameter and its states are updated in place.
   appendedDef(table, OpId::sgd_update).in_place = true;
   appendedDef(table, OpId::adamw_update).in_place = true;
