@@ -107,7 +107,7 @@ ShardingRule independentDims(const OpContext& c) {
 OpDef communicationOp(OpId id, std::string_view name, std::string_view summary, std::vector<AttrSpec> attrs,
                       ShapeRule shape) {
   OpDef def{.id = id, .name = name, .summary = summary, .attrs = std::move(attrs), .shape = shape,
-            .cost = communicationCost, .sharding = checkedShardingRule<independentDims>};
+            .cost = checkedCostRule<communicationCost>, .sharding = checkedShardingRule<independentDims>};
   return def;
 }
 
