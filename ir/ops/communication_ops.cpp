@@ -38,13 +38,23 @@ Expected<Types> sameTypes(const OpContext& c) {
   return Types(c.operands.begin(), c.operands.end());
 }
 
+// Dim `dim` of `type` multiplied by the group size `n`; an error when the product overflows int64.
+Status growDim(const OpContext& c, TensorType& type, int64_t dim, int64_t n, std::string_view attr) {
+  std::optional<int64_t> grown = checkedProduct(std::vector<int64_t>{type.shape[dim], n});
+  if (!grown)
+    return operandShapeError(c, 0, std::string(attr) + " " + std::to_string(dim) + " times the group size " +
+                                       std::to_string(n) + " does not fit in int64");
+  type.shape[dim] = *grown;
+  return Status::ok();
+}
+
 // all_gather grows `dim` group_size times; reduce_scatter and shard_slice divide it.
 Expected<Types> resizedDimType(const OpContext& c) {
   CLEAVE_ASSIGN_OR_RETURN(int64_t n, checkedGroup(c));
   CLEAVE_ASSIGN_OR_RETURN(int64_t dim, checkedDim(c, "dim"));
   TensorType out = c.operands[0];
   if (c.def.id == OpId::all_gather) {
-    out.shape[dim] *= n;
+    CLEAVE_TRY(growDim(c, out, dim, n, "dim"));
   } else {
     if (out.shape[dim] % n != 0)
       return operandShapeError(c, 0, "dim " + std::to_string(dim) + " is not divisible by the group size " +
@@ -65,7 +75,7 @@ Expected<Types> allToAllType(const OpContext& c) {
     return operandShapeError(c, 0, "split_dim " + std::to_string(split) + " is not divisible by the group size " +
                                        std::to_string(n));
   out.shape[split] /= n;
-  out.shape[concat] *= n;
+  CLEAVE_TRY(growDim(c, out, concat, n, "concat_dim"));
   return Types{out};
 }
 
