@@ -162,8 +162,10 @@ Expected<CpuCall> CpuCall::prepare(const OpCase& c, int threads) {
 }
 
 Status CpuCall::run() {
+  // Kernels get arena addresses in plans, never null: an empty operand points at this placeholder.
+  alignas(64) static const uint8_t empty_tensor[64] = {};
   std::vector<const void*> inputs;
-  for (const TensorData& t : case_->operands) inputs.push_back(t.bytes.data());
+  for (const TensorData& t : case_->operands) inputs.push_back(t.bytes.empty() ? empty_tensor : t.bytes.data());
   std::vector<void*> outputs;
   for (std::vector<uint8_t>& buffer : buffers_) outputs.push_back(buffer.data());
   runtime::KernelCall call{OpContext{opDef(case_->op), operand_types_, result_types_, case_->attrs}, inputs, outputs,

@@ -42,6 +42,8 @@ Expected<TensorMap> evaluateGraph(const Graph& graph, const TensorMap& feeds) {
     values[v] = it->second;
   }
   // 2. Each node runs its kernel on freshly allocated result buffers.
+  // Kernels get arena addresses in plans, never null: an empty tensor points at this placeholder.
+  alignas(64) static uint8_t empty_tensor[64];
   for (const Node& node : graph.nodes) {
     runtime::CpuKernel kernel = runtime::findCpuKernel(node.op);
     if (!kernel) return Status::internal(nodeContext(graph, node) + "no CPU kernel for " + std::string(opName(node.op)));
@@ -50,13 +52,13 @@ Expected<TensorMap> evaluateGraph(const Graph& graph, const TensorMap& feeds) {
     std::vector<void*> outputs;
     for (ValueId v : node.operands) {
       operand_types.push_back(graph.values[v].type);
-      inputs.push_back(values[v].bytes.data());
+      inputs.push_back(values[v].bytes.empty() ? empty_tensor : values[v].bytes.data());
     }
     for (ValueId r : node.results) {
       result_types.push_back(graph.values[r].type);
       values[r].type = graph.values[r].type;
       values[r].bytes.assign(static_cast<size_t>(values[r].type.bytes()), 0);
-      outputs.push_back(values[r].bytes.data());
+      outputs.push_back(values[r].bytes.empty() ? empty_tensor : values[r].bytes.data());
     }
     runtime::KernelCall call{OpContext{opDef(node.op), operand_types, result_types, node.attrs}, inputs, outputs, 1};
     Status status = kernel(call);
