@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sanitizer check (tools/check.sh runs it): builds cleave with clang, ASan and UBSan, and the
-# libFuzzer targets, into build-sanitize/; runs the unit tests, the bad-input, fault and equivalence
+# libFuzzer targets, into build-sanitize/; runs the unit tests, the op harness, the bad-input, fault and equivalence
 # end-to-end tests and every fuzz seed under them; then fuzzes each file reader for
 # CLEAVE_FUZZ_SECONDS (default 15) seconds.
 # Any sanitizer report, crash or test failure fails the check. CLEAVE_SANITIZE_BUILD sets the build folder.
@@ -34,13 +34,15 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clan
   -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" \
   -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DCLEAVE_SANITIZE=address,undefined \
   -DCLEAVE_BUILD_FUZZERS=ON -DCLEAVE_WITH_CUDA=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target cleave cleave_unit_tests "${fuzzers[@]/#/cleave_fuzz_}"
+cmake --build "$build" -j"$(nproc)" --target cleave cleave_unit_tests cleave_op_tests "${fuzzers[@]/#/cleave_fuzz_}"
 echo "check_sanitizers: build took $((SECONDS - start)) s"
 
 # 2. Unit tests, in one process (quicker than ctest's process per test). Tests that time
 #    themselves against limits meant for optimized builds are left out.
 step "unit tests" "$build/tests/cleave_unit_tests" --gtest_brief=1 \
   --gtest_filter='-StrategySearch.AutoBeatsPureDpPureTpAndMegatronOnGpt3InUnderFiveSeconds'
+# The op harness: every op's cases through its CPU kernel and gradient check (about 30 s instrumented).
+step "op harness" "$build/tests/ops/cleave_op_tests" --gtest_brief=1
 
 # 3. End-to-end tests through the instrumented cleave.
 for script in bad_input faults equivalence; do
