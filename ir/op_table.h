@@ -141,13 +141,13 @@ struct OpDef {
   PartialReduction partial_reduction = PartialReduction::kSum;
   // The attribute that spells the result's shape (reshape's and expand's "shape"), which the
   // partitioner rewrites to the local shape; empty: none.
-  std::string_view result_shape_attr;
+  std::string_view result_shape_attr = {};
   // The operand that holds a layer's weights, which tensor parallelism splits by output features
   // (Megatron's column split); -1: none.
   int weight_operand = -1;
   // The communication the op runs in the forward pass, and the one its gradient runs.
-  std::optional<CommKind> communication;
-  std::optional<CommKind> gradient_communication;
+  std::optional<CommKind> communication = std::nullopt;
+  std::optional<CommKind> gradient_communication = std::nullopt;
   // A communication-family op that is not a view: lowered to a communication instruction.
   bool isCommunication() const { return family == OpFamily::kCommunication && !view; }
   OpFamily family = OpFamily::kElementwise;  // set by the table from the family function that added it

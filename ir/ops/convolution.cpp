@@ -338,7 +338,7 @@ void addConvolutionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::avg_pool2d).reference = avgPoolReference;
   appendedDef(table, OpId::global_avg_pool).reference = globalAvgPoolReference;
   for (OpId id : {OpId::conv2d, OpId::max_pool2d, OpId::avg_pool2d, OpId::global_avg_pool})
-    appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
+    appendedDef(table, id).reference_supports = referenceDTypes;
 
   // Gradient rules.
   appendedDef(table, OpId::conv2d).gradient = conv2dGradient;

@@ -571,7 +571,7 @@ void addGradientOps(std::vector<OpDef>& table) {
   };
   for (const auto& [id, reference] : references) {
     appendedDef(table, id).reference = reference;
-    appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
+    appendedDef(table, id).reference_supports = referenceDTypes;
   }
 
   // Gradient rules.

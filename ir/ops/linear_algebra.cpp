@@ -232,8 +232,8 @@ void addLinearAlgebraOps(std::vector<OpDef>& table) {
                         .sharding = matrixProductRule});
   appendedDef(table, OpId::matmul).reference = matmulReference;
   appendedDef(table, OpId::gemm).reference = gemmReference;
-  appendedDef(table, OpId::matmul).reference_supports = referenceReadsAllDTypes;
-  appendedDef(table, OpId::gemm).reference_supports = referenceReadsAllDTypes;
+  appendedDef(table, OpId::matmul).reference_supports = referenceDTypes;
+  appendedDef(table, OpId::gemm).reference_supports = referenceDTypes;
 
   // Gradient rules.
   appendedDef(table, OpId::matmul).gradient = matmulGradient;

@@ -145,8 +145,8 @@ void addLossOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::mse).partial_reduction = PartialReduction::kMean;
   appendedDef(table, OpId::softmax_cross_entropy).reference = softmaxCrossEntropyReference;
   appendedDef(table, OpId::mse).reference = mseReference;
-  appendedDef(table, OpId::softmax_cross_entropy).reference_supports = referenceReadsAllDTypes;
-  appendedDef(table, OpId::mse).reference_supports = referenceReadsAllDTypes;
+  appendedDef(table, OpId::softmax_cross_entropy).reference_supports = referenceDTypes;
+  appendedDef(table, OpId::mse).reference_supports = referenceDTypes;
 
   // Gradient rules.
   appendedDef(table, OpId::softmax_cross_entropy).gradient = softmaxCrossEntropyGradient;

@@ -6,8 +6,9 @@ namespace cleave::ops {
 OpDef& appendedDef(std::vector<OpDef>& table, OpId id) {
   for (OpDef& def : table)
     if (def.id == id) return def;
-  table.push_back(OpDef{.id = id, .name = {}});  // nameless: the table check reports it
-  return table.back();
+  OpDef& nameless = table.emplace_back();  // the table check reports it
+  nameless.id = id;
+  return nameless;
 }
 
 AttrSpec optionalInt(std::string name, int64_t default_value) {

@@ -134,8 +134,8 @@ void addOptimizerOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::adamw_update).in_place = true;
   appendedDef(table, OpId::sgd_update).reference = sgdReference;
   appendedDef(table, OpId::adamw_update).reference = adamwReference;
-  appendedDef(table, OpId::sgd_update).reference_supports = referenceReadsAllDTypes;
-  appendedDef(table, OpId::adamw_update).reference_supports = referenceReadsAllDTypes;
+  appendedDef(table, OpId::sgd_update).reference_supports = referenceDTypes;
+  appendedDef(table, OpId::adamw_update).reference_supports = referenceDTypes;
 }
 
 }  // namespace cleave::ops

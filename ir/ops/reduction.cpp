@@ -420,7 +420,7 @@ void addReductionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::layer_norm).reference = layerNormReference;
   appendedDef(table, OpId::batch_norm).reference = batchNormReference;
   for (OpId id : {OpId::softmax, OpId::log_softmax, OpId::layer_norm, OpId::batch_norm})
-    appendedDef(table, id).reference_supports = referenceReadsAllDTypes;
+    appendedDef(table, id).reference_supports = referenceDTypes;
 
   // Gradient rules.
   appendedDef(table, OpId::reduce_sum).gradient = reduceSumGradient;

@@ -109,15 +109,6 @@ Expected<std::vector<TensorData>> sameBytesReference(const OpContext& ctx, std::
 namespace {
 
 template <class T>
-void readAs(const TensorData& tensor, std::vector<double>& values) {
-  for (size_t i = 0; i < values.size(); ++i) {
-    T element;
-    std::memcpy(&element, tensor.bytes.data() + i * sizeof(T), sizeof(T));
-    values[i] = static_cast<double>(element);
-  }
-}
-
-template <class T>
 void writeAs(TensorData& tensor, const std::vector<double>& values, T (*convert)(double)) {
   for (size_t i = 0; i < values.size(); ++i) {
     const T element = convert(values[i]);
@@ -136,15 +127,10 @@ int64_t toInt64(double v) {
 }  // namespace
 
 std::vector<double> referenceValues(const TensorData& tensor) {
-  std::vector<double> values(static_cast<size_t>(tensor.type.numel()));
-  switch (tensor.type.dtype) {
-    case DType::kF32: readAs<float>(tensor, values); break;
-    case DType::kF64: readAs<double>(tensor, values); break;
-    case DType::kI64: readAs<int64_t>(tensor, values); break;
-    case DType::kI32: readAs<int32_t>(tensor, values); break;
-    default: readAs<uint8_t>(tensor, values); break;  // kBool
-  }
-  return values;
+  return visitDType(tensor.type.dtype, [&]<class T>(T) {
+    const std::vector<T> elements = readElements<T>(tensor);
+    return std::vector<double>(elements.begin(), elements.end());
+  });
 }
 
 TensorData referenceTensor(const TensorType& type, const std::vector<double>& values) {
@@ -159,17 +145,6 @@ TensorData referenceTensor(const TensorType& type, const std::vector<double>& va
     default: writeAs<uint8_t>(tensor, values, [](double v) { return static_cast<uint8_t>(v != 0); }); break;
   }
   return tensor;
-}
-
-bool referenceReadsAllDTypes(const OpContext& ctx) {
-  auto readable = [](DType d) {
-    return d == DType::kF32 || d == DType::kF64 || d == DType::kI64 || d == DType::kI32 || d == DType::kBool;
-  };
-  for (const TensorType& t : ctx.operands)
-    if (!readable(t.dtype)) return false;
-  for (const TensorType& t : ctx.results)
-    if (!readable(t.dtype)) return false;
-  return true;
 }
 
 std::vector<int64_t> unravelIndex(int64_t flat, const Shape& shape) {

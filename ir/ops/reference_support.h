@@ -115,12 +115,10 @@ Expected<std::vector<TensorData>> sameBytesReference(const OpContext& ctx, std::
 
 // ---- Double-valued helpers (the references of matmul, convolutions, pools, norms, losses, ...) ----
 
-// The elements of `tensor` as doubles (f32, f64, i64, i32, bool).
+// The elements of `tensor` as doubles (the dtypes referenceDTypes accepts).
 std::vector<double> referenceValues(const TensorData& tensor);
 // A tensor of `type` holding `values` converted to its dtype (integers truncate toward zero and wrap).
 TensorData referenceTensor(const TensorType& type, const std::vector<double>& values);
-// Whether every operand and result of `ctx` is f32, f64, i64, i32 or bool (what referenceValues reads).
-bool referenceReadsAllDTypes(const OpContext& ctx);
 // The row-major multi-index of element `flat` of `shape`.
 std::vector<int64_t> unravelIndex(int64_t flat, const Shape& shape);
 // The flat offset in `operand` (numpy-broadcast against a result of rank index.size()) of the result

@@ -9,7 +9,10 @@ using Ints = std::vector<int64_t>;
 
 // The first reference result of `op` on `operands` (the forward value a gradient op reads).
 TensorData forwardValue(OpId op, std::vector<TensorData> operands, const AttrMap& attrs) {
-  OpCase c{.op = op, .operands = std::move(operands), .attrs = attrs};
+  OpCase c;
+  c.op = op;
+  c.operands = std::move(operands);
+  c.attrs = attrs;
   auto types = resultTypes(c);
   auto results = referenceResults(op, attrs, c.operands, types.value());
   return (*results).value()[0];

@@ -82,8 +82,12 @@ TensorData CaseBuilder::values(DType dtype, Shape shape, const std::vector<doubl
 }
 
 OpCase& CaseBuilder::add(OpId op, std::string label, std::vector<TensorData> operands, AttrMap attrs) {
-  cases_.push_back(OpCase{.op = op, .label = std::move(label), .operands = std::move(operands), .attrs = std::move(attrs)});
-  return cases_.back();
+  OpCase& c = cases_.emplace_back();
+  c.op = op;
+  c.label = std::move(label);
+  c.operands = std::move(operands);
+  c.attrs = std::move(attrs);
+  return c;
 }
 
 OpCase& CaseBuilder::addWithoutGradient(OpId op, std::string label, std::vector<TensorData> operands, AttrMap attrs,
@@ -214,8 +218,7 @@ std::string compareTensors(const TensorData& actual, const TensorData& expected,
 }
 
 bool isCommunicationOp(OpId op) {
-  const OpDef& def = opDef(op);
-  return def.family == OpFamily::kCommunication || def.isCommunication();
+  return opDef(op).family == OpFamily::kCommunication;
 }
 
 // ---- The gradient check ----

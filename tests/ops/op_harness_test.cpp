@@ -67,7 +67,9 @@ TEST_P(OpHarness, CpuKernelMatchesReferenceAndGradientMatchesFiniteDifferences) 
     gradient_checked += applies;
   }
   EXPECT_GT(referenced, 0) << opName(op) << ": no case has a reference";
-  if (opDef(op).gradient) EXPECT_GT(gradient_checked, 0) << opName(op) << " is differentiable but no case checks its gradient";
+  if (opDef(op).gradient) {
+    EXPECT_GT(gradient_checked, 0) << opName(op) << " is differentiable but no case checks its gradient";
+  }
   std::printf("%s: %zu cases, %d against the reference, %d gradient checks\n", std::string(opName(op)).c_str(),
               cases->size(), referenced, gradient_checked);
 }

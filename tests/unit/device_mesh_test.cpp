@@ -97,7 +97,9 @@ TEST(DeviceMesh, FourAxesGroupsPartitionTheDevices) {
         const MeshCoord member = mesh.coord(group[i]);
         EXPECT_EQ(member[axis.name], static_cast<int>(i));
         for (const MeshAxis& other : mesh.axes())
-          if (other.name != axis.name) EXPECT_EQ(member[other.name], mesh.coord(group[0])[other.name]);
+          if (other.name != axis.name) {
+            EXPECT_EQ(member[other.name], mesh.coord(group[0])[other.name]);
+          }
       }
     }
     EXPECT_EQ(static_cast<int>(seen.size()), mesh.size());
