@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages cleave needs (DESIGN.md's table); a no-op when all are present.
 # Usage: tools/setup.sh [--peers]. Plain: everything the build, the tests and the scripts they call
-# need. --peers adds what the benchmarks and the fixture generator need (Debian's PyTorch and
-# torchvision, python3-venv for the PyPI peers of ../shared/peers/current).
+# need. --peers adds what the benchmarks and the old fixture generator need (Debian's PyTorch and
+# torchvision; the PyPI peers and tests/fixtures/make_modern_onnx.py use a venv, python3-venv).
 set -euo pipefail
 with_peers=0
 for argument in "$@"; do
@@ -25,13 +25,12 @@ packages=(
   dataset-fashion-mnist                         # the default training data
   python3 python3-numpy                         # lit; .npy fixtures in end-to-end tests
   python3-onnx                                  # end-to-end tests that write ONNX models (bad_input.sh)
-  python3-pip                                   # downloads the ONNX conformance data (step 3)
+  python3-pip python3-venv                      # downloads the ONNX conformance data (step 3)
   zlib1g-dev                                    # gzip-compressed IDX data files
 )
 if [[ $with_peers == 1 ]]; then
   packages+=(
     python3-torch python3-torchvision           # tests/fixtures/make_onnx.py, bench/*.sh peers
-    python3-venv                                # venvs for PyPI peers (torch 2.x, onnxruntime)
   )
 fi
 
@@ -53,13 +52,16 @@ else
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-# 3. The ONNX conformance suite (onnx 1.12's per-operator node tests, which match Debian's libonnx
-#    1.12): the onnx wheel from PyPI, of which only onnx/backend/test/data/node/* is unpacked, to a
-#    cache folder outside the repository. Done once; skipped with a note when pip is missing or PyPI
-#    is unreachable (the conformance test then skips).
-onnx_node_tests=${CLEAVE_ONNX_NODE_TESTS:-${XDG_CACHE_HOME:-$HOME/.cache}/cleave/onnx-1.12.0-node}
+# 3. The ONNX conformance suites, in cache folders outside the repository, once each; skipped with a
+#    note when PyPI is unreachable (the conformance tests then skip):
+#    - onnx 1.12's node tests (which match Debian's libonnx): the wheel from PyPI, of which only
+#      onnx/backend/test/data/node/* is unpacked;
+#    - onnx 1.23.2's (the newest; opsets up to 23): its wheel no longer ships the data, so the
+#      node-test generators run in a venv of it (tests/conformance/write_node_tests.py).
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/cleave
+onnx_node_tests=${CLEAVE_ONNX_NODE_TESTS:-$cache/onnx-1.12.0-node}
 if [[ -f $onnx_node_tests/.complete ]]; then
-  echo "setup: ONNX conformance data present in $onnx_node_tests"
+  echo "setup: ONNX 1.12.0 conformance data present in $onnx_node_tests"
 else
   wheel_dir=$(mktemp -d)
   if python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.10 onnx==1.12.0 -d "$wheel_dir"; then
@@ -85,4 +87,19 @@ PY
     echo "setup: could not download the onnx 1.12.0 wheel; the ONNX conformance test will skip"
   fi
   rm -rf "$wheel_dir"
+fi
+newest_node_tests=$cache/onnx-1.23.2-node
+if [[ -f $newest_node_tests/.complete ]]; then
+  echo "setup: ONNX 1.23.2 conformance data present in $newest_node_tests"
+else
+  venv=$cache/onnx-1.23.2-venv
+  if { [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"; } &&
+     "$venv/bin/pip" install --quiet onnx==1.23.2 numpy==2.4.6 &&
+     rm -rf "$newest_node_tests.partial" &&
+     "$venv/bin/python" "$(dirname "$0")/../tests/conformance/write_node_tests.py" "$newest_node_tests.partial"; then
+    rm -rf "$newest_node_tests" && mv "$newest_node_tests.partial" "$newest_node_tests"
+    touch "$newest_node_tests/.complete"
+  else
+    echo "setup: could not install onnx 1.23.2 from PyPI; its ONNX conformance test will skip"
+  fi
 fi

@@ -134,9 +134,18 @@ Status convertSoftmaxLike(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return Status::ok();
 }
 
+// Gelu (opset 20): approximate "none" (with erf) or "tanh", as cleave's gelu op.
+Status convertGelu(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  std::string approximate = stringAttr(node, "approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    return ctx.nodeError(node, "approximate must be \"none\" or \"tanh\", not \"" + approximate + "\"");
+  return ctx.emit(node, OpId::gelu, {node.input(0)}, {{"approximate", approximate}});
+}
+
 constexpr OnnxConverter kActivationConverters[] = {
     {"Celu", convertCelu},
     {"Elu", convertElu},
+    {"Gelu", convertGelu, 20},
     {"HardSigmoid", convertHardSigmoid},
     {"HardSwish", convertHardSwish},
     {"LeakyRelu", convertLeakyRelu},

@@ -123,6 +123,35 @@ Status convertXor(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return c.finish(OpId::equal, {same, no});
 }
 
+// Mod: the remainder of a / b with the sign of b (fmod=0, Python's %: integers, and floats as ONNX
+// Runtime takes them) or of a (fmod=1, C's fmod). Composed: r = a - b·q with q the quotient
+// truncated toward zero (integer div truncates; floats through floor and ceil), then for fmod=0 r + b
+// where r is non-zero and its sign differs from b's. Folds when both are constants (ViT's shape arithmetic).
+Status convertMod(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  const std::string &a = c.x(), &b = node.input(1);
+  const bool c_style = intAttr(node, "fmod", 0) != 0;
+  CLEAVE_ASSIGN_OR_RETURN(std::string quotient, c.apply(OpId::div, {a, b}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string zero, c.filled(0, c.dtype()));
+  if (isFloat(c.dtype())) {
+    CLEAVE_ASSIGN_OR_RETURN(std::string negative, c.apply(OpId::less, {quotient, zero}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string up, c.apply(OpId::ceil, {quotient}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string down, c.apply(OpId::floor, {quotient}));
+    CLEAVE_ASSIGN_OR_RETURN(quotient, c.apply(OpId::where, {negative, up, down}));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::string whole, c.apply(OpId::mul, {b, quotient}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string remainder, c.apply(OpId::sub, {a, whole}));
+  if (c_style) return c.finish(OpId::identity, {remainder});
+  CLEAVE_ASSIGN_OR_RETURN(std::string no, c.filled(0, DType::kBool));
+  CLEAVE_ASSIGN_OR_RETURN(std::string r_negative, c.apply(OpId::less, {remainder, zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string b_negative, c.apply(OpId::less, {b, zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string same_sign, c.apply(OpId::equal, {r_negative, b_negative}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string r_zero, c.apply(OpId::equal, {remainder, zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string keep, c.apply(OpId::where, {r_zero, r_zero, same_sign}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::add, {remainder, b}));
+  return c.finish(OpId::where, {keep, remainder, shifted});
+}
+
 Status convertIsNaN(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(std::string no, c.filled(0, DType::kBool));
@@ -150,11 +179,20 @@ constexpr OnnxConverter kElementwiseConverters[] = {
     {"Cast", convertCast},
     {"CastLike", convertCastLike},
     {"Clip", convertClip},
+    {"Acos", convertOneToOne<OpId::acos>},
+    {"Acosh", convertOneToOne<OpId::acosh>},
+    {"Asin", convertOneToOne<OpId::asin>},
+    {"Asinh", convertOneToOne<OpId::asinh>},
+    {"Atan", convertOneToOne<OpId::atan>},
+    {"Atanh", convertOneToOne<OpId::atanh>},
+    {"Ceil", convertOneToOne<OpId::ceil>},
     {"Cos", convertOneToOne<OpId::cos>},
+    {"Cosh", convertOneToOne<OpId::cosh>},
     {"Div", convertOneToOne<OpId::div>},
     {"Equal", convertOneToOne<OpId::equal>},
     {"Erf", convertOneToOne<OpId::erf>},
     {"Exp", convertOneToOne<OpId::exp>},
+    {"Floor", convertOneToOne<OpId::floor>},
     {"Greater", convertOneToOne<OpId::greater>},
     {"GreaterOrEqual", convertOneToOne<OpId::greater_equal>},
     {"IsInf", convertIsInf},
@@ -165,16 +203,20 @@ constexpr OnnxConverter kElementwiseConverters[] = {
     {"Max", convertMax},
     {"Mean", convertMean},
     {"Min", convertMin},
+    {"Mod", convertMod},
     {"Mul", convertOneToOne<OpId::mul>},
     {"Neg", convertOneToOne<OpId::neg>},
     {"Not", convertNot},
     {"Or", convertOr},
     {"Pow", convertPow},
     {"Reciprocal", convertReciprocal},
+    {"Round", convertOneToOne<OpId::round>},
     {"Sign", convertSign},
     {"Sin", convertOneToOne<OpId::sin>},
+    {"Sinh", convertOneToOne<OpId::sinh>},
     {"Sqrt", convertOneToOne<OpId::sqrt>},
     {"Sub", convertOneToOne<OpId::sub>},
+    {"Tan", convertOneToOne<OpId::tan>},
     {"Sum", convertSum},
     {"Where", convertOneToOne<OpId::where>},
     {"Xor", convertXor},

@@ -47,7 +47,7 @@ Status windowAttrs(OnnxImportContext& ctx, const onnx::NodeProto& node, const Te
 Status convertConv(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(TensorType weight, ctx.typeOf(node, node.input(1)));
   if (weight.rank() != 4)
-    return ctx.nodeError(node, "only 2-D convolutions are supported (weight is " + weight.str() + ")");
+    return ctx.nodeError(node, "only 1-D and 2-D convolutions are supported (weight is " + weight.str() + ")");
   CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
   std::vector<int64_t> dilations = intsAttr(node, "dilations").value_or(std::vector<int64_t>{1, 1});
   if (dilations.size() != 2) return ctx.nodeError(node, "dilations must have 2 values");
@@ -108,7 +108,7 @@ template <OpId op>
 Status convertPool(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   if (hasOutput(node, 1)) return ctx.nodeError(node, "the Indices output is not supported");
   auto kernel = intsAttr(node, "kernel_shape");
-  if (!kernel || kernel->size() != 2) return ctx.nodeError(node, "only 2-D pooling is supported");
+  if (!kernel || kernel->size() != 2) return ctx.nodeError(node, "only 1-D and 2-D pooling is supported");
   if (auto dilations = intsAttr(node, "dilations"))
     for (int64_t d : *dilations)
       if (d != 1) return ctx.nodeError(node, "pooling dilations other than 1 are not supported");
@@ -124,9 +124,70 @@ Status convertGlobalMaxPool(OnnxImportContext& ctx, const onnx::NodeProto& node)
   return c.finish(OpId::reduce_max, {c.x()}, {{"axes", c.spatialAxes()}, {"keepdims", int64_t{1}}});
 }
 
+// The batch statistics' form (training_mode=1; before opset 14, a node with more than one output):
+// y = (x - mean) / sqrt(var + epsilon) · scale + bias over the batch's mean and biased variance per
+// channel, composed of reductions so that it trains through their gradients. Outputs 1 and 2 are
+// the new running statistics, running · momentum + batch · (1 - momentum), with the unbiased
+// variance as PyTorch keeps it; where the running statistics are initializers they become buffers
+// that each step updates, as a PyTorch model in train() mode does.
+Status convertBatchNormalizationTraining(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  const std::string &running_mean = node.input(3), &running_var = node.input(4);
+  for (const std::string& name : {running_mean, running_var})
+    if (ctx.isParameter(name)) ctx.markBuffer(name);
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  if (c.rank() < 2) return c.fail("the input must have a channel dim, not " + c.xType().str());
+  std::vector<int64_t> axes = {0}, trailing;
+  for (int64_t d = 2; d < c.rank(); ++d) {
+    axes.push_back(d);
+    trailing.push_back(d - 1);
+  }
+  int64_t count = 1;
+  for (int64_t d : axes) count *= c.xType().shape[d];
+  const double epsilon = floatAttr(node, "epsilon", 1e-5), momentum = floatAttr(node, "momentum", 0.9);
+  AttrMap kept{{"axes", axes}, {"keepdims", int64_t{1}}};
+  CLEAVE_ASSIGN_OR_RETURN(std::string mean, c.apply(OpId::reduce_mean, {c.x()}, kept));
+  CLEAVE_ASSIGN_OR_RETURN(std::string centered, c.apply(OpId::sub, {c.x(), mean}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string squared, c.apply(OpId::mul, {centered, centered}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string variance, c.apply(OpId::reduce_mean, {squared}, kept));
+  CLEAVE_ASSIGN_OR_RETURN(std::string eps, c.filled(epsilon, c.dtype()));
+  CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::add, {variance, eps}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string deviation, c.apply(OpId::sqrt, {shifted}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string normalized, c.apply(OpId::div, {centered, deviation}));
+  std::string scale = node.input(1), bias = node.input(2);
+  if (!trailing.empty()) {  // [C] -> [C, 1, ...] to broadcast over the spatial dims
+    CLEAVE_ASSIGN_OR_RETURN(scale, c.apply(OpId::unsqueeze, {scale}, {{"axes", trailing}}));
+    CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::unsqueeze, {bias}, {{"axes", trailing}}));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::string scaled, c.apply(OpId::mul, {normalized, scale}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string y, c.apply(OpId::add, {scaled, bias}));
+  CLEAVE_TRY(ctx.emit(node, OpId::identity, {y}, {}));
+
+  // The running statistics: [C] from the kept [1, C, 1, ...] batch statistics.
+  std::vector<int64_t> squeeze = {0};
+  squeeze.insert(squeeze.end(), axes.begin() + 1, axes.end());
+  CLEAVE_ASSIGN_OR_RETURN(std::string batch_mean, c.apply(OpId::squeeze, {mean}, {{"axes", squeeze}}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string biased, c.apply(OpId::squeeze, {variance}, {{"axes", squeeze}}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string bessel, c.filled(count > 1 ? double(count) / double(count - 1) : 1.0, c.dtype()));
+  CLEAVE_ASSIGN_OR_RETURN(std::string unbiased, c.apply(OpId::mul, {biased, bessel}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string keep, c.filled(momentum, c.dtype()));
+  CLEAVE_ASSIGN_OR_RETURN(std::string take, c.filled(1.0 - momentum, c.dtype()));
+  std::string statistics[2];
+  const std::string* batch[2] = {&batch_mean, &unbiased};
+  const std::string* running[2] = {&running_mean, &running_var};
+  for (int i = 0; i < 2; ++i) {
+    CLEAVE_ASSIGN_OR_RETURN(std::string old_part, c.apply(OpId::mul, {*running[i], keep}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string new_part, c.apply(OpId::mul, {*batch[i], take}));
+    CLEAVE_ASSIGN_OR_RETURN(statistics[i], c.apply(OpId::add, {old_part, new_part}));
+    if (hasOutput(node, 1 + i)) CLEAVE_TRY(ctx.emitTo(node, OpId::identity, {statistics[i]}, {}, {node.output(1 + i)}));
+    if (ctx.isParameter(*running[i])) CLEAVE_TRY(ctx.addStateUpdate(node, *running[i], statistics[i]));
+  }
+  return Status::ok();
+}
+
 Status convertBatchNormalization(OnnxImportContext& ctx, const onnx::NodeProto& node) {
-  if (intAttr(node, "training_mode", 0) != 0 || node.output_size() > 1)
-    return ctx.nodeError(node, "only the inference form (one output, training_mode=0) is supported");
+  const bool training = ctx.opset() >= 14 ? intAttr(node, "training_mode", 0) != 0 : node.output_size() > 1;
+  if (training) return convertBatchNormalizationTraining(ctx, node);
+  if (node.output_size() > 1) return ctx.nodeError(node, "training_mode=0 with more than one output is not valid ONNX");
   return ctx.emit(node, OpId::batch_norm, {node.input(0), node.input(1), node.input(2), node.input(3), node.input(4)},
                   {{"epsilon", floatAttr(node, "epsilon", 1e-5)}});
 }
@@ -232,11 +293,59 @@ Status convertDropout(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return Status::ok();
 }
 
+// A 1-D window op (Conv, ConvTranspose, MaxPool, AveragePool on [N, C, L]) as its 2-D form on
+// [N, C, 1, L]: the input and weight get a unit dim 2, every window attribute a leading 1 (pads a
+// 0 per side), and the 2-D result loses dim 2 again. Whisper's and wav2vec's convolutions are 1-D.
+Status convertAs2d(OnnxImportContext& ctx, const onnx::NodeProto& node, OnnxConvertFn convert2d) {
+  onnx::NodeProto flat = node;
+  const std::string step = node.output(0) + "/2d";
+  const AttrMap unit_dim{{"axes", std::vector<int64_t>{2}}};
+  for (int i = 0; i < std::min(node.input_size(), 2); ++i) {  // x, and the weight of a convolution
+    if (!hasInput(node, i)) continue;
+    flat.set_input(i, step + "/input" + std::to_string(i));
+    CLEAVE_TRY(ctx.emitTo(node, OpId::unsqueeze, {node.input(i)}, unit_dim, {flat.input(i)}));
+  }
+  for (auto& attr : *flat.mutable_attribute()) {
+    const std::string& name = attr.name();
+    if (name != "kernel_shape" && name != "strides" && name != "dilations" && name != "pads" &&
+        name != "output_padding" && name != "output_shape")
+      continue;
+    std::vector<int64_t> values(attr.ints().begin(), attr.ints().end());
+    if (name == "pads") {
+      if (values.size() != 2) return ctx.nodeError(node, "pads must have 2 values for a 1-D window");
+      values = {0, values[0], 0, values[1]};
+    } else {
+      values.insert(values.begin(), name == "output_padding" ? 0 : 1);
+    }
+    attr.clear_ints();
+    for (int64_t v : values) attr.add_ints(v);
+  }
+  flat.set_output(0, step);
+  flat.set_name(node.name());
+  CLEAVE_TRY(convert2d(ctx, flat));
+  return ctx.emit(node, OpId::squeeze, {step}, unit_dim);
+}
+
+// The rank of input `index` (x: 3 for a 1-D window op, 4 for 2-D).
+Expected<int64_t> rankOf(OnnxImportContext& ctx, const onnx::NodeProto& node, int index) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType type, ctx.typeOf(node, node.input(index)));
+  return type.rank();
+}
+
+template <OnnxConvertFn convert2d>
+Status convertWindow(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(int64_t rank, rankOf(ctx, node, 0));
+  if (rank == 3) return convertAs2d(ctx, node, convert2d);
+  if (rank != 4)
+    return ctx.nodeError(node, "only 1-D and 2-D windows are supported (the input has rank " + std::to_string(rank) + ")");
+  return convert2d(ctx, node);
+}
+
 constexpr OnnxConverter kNetworkConverters[] = {
-    {"AveragePool", convertPool<OpId::avg_pool2d>},
+    {"AveragePool", convertWindow<convertPool<OpId::avg_pool2d>>},
     {"BatchNormalization", convertBatchNormalization},
-    {"Conv", convertConv},
-    {"ConvTranspose", convertConvTranspose},
+    {"Conv", convertWindow<convertConv>},
+    {"ConvTranspose", convertWindow<convertConvTranspose>},
     {"Dropout", convertDropout},
     {"Gemm", convertGemm},
     {"GlobalAveragePool", convertOneToOne<OpId::global_avg_pool>},
@@ -244,7 +353,7 @@ constexpr OnnxConverter kNetworkConverters[] = {
     {"InstanceNormalization", convertInstanceNormalization},
     {"LayerNormalization", convertLayerNormalization},
     {"MatMul", convertOneToOne<OpId::matmul>},
-    {"MaxPool", convertPool<OpId::max_pool2d>},
+    {"MaxPool", convertWindow<convertPool<OpId::max_pool2d>>},
     {"MeanVarianceNormalization", convertMeanVarianceNormalization},
 };
 

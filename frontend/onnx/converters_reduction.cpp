@@ -5,81 +5,121 @@
 namespace cleave {
 namespace {
 
-// keepdims and the axes attribute (absent: every axis), as the cleave reduce ops take them.
-AttrMap reduceAttrs(const onnx::NodeProto& node) {
-  AttrMap attrs{{"keepdims", intAttr(node, "keepdims", 1)}};
-  if (auto axes = intsAttr(node, "axes")) attrs["axes"] = *axes;
-  return attrs;
-}
+// What a Reduce* node reduces: the cleave reduce op's attributes (keepdims, axes), or nothing at
+// all (`noop`: noop_with_empty_axes=1 with no axes given; the reduction is the identity).
+struct ReduceSpec {
+  AttrMap attrs;
+  bool noop = false;
+};
 
-// A reduction whose axes are an attribute (ReduceSum before opset 13, the others before opset 18).
-template <OpId op>
-Status convertReduce(OnnxImportContext& ctx, const onnx::NodeProto& node) {
-  return ctx.emit(node, op, {node.input(0)}, reduceAttrs(node));
-}
-
-// ReduceSum from opset 13: the axes are an optional constant input; none means every axis, or
-// with noop_with_empty_axes=1 none: the identity.
-Status convertReduceSum13(OnnxImportContext& ctx, const onnx::NodeProto& node) {
-  AttrMap attrs{{"keepdims", intAttr(node, "keepdims", 1)}};
+// The axes are an attribute before opset 18 (ReduceSum: 13), then an optional constant input; no
+// axes means every axis, unless noop_with_empty_axes=1.
+Expected<ReduceSpec> reduceSpec(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  ReduceSpec spec;
+  spec.attrs["keepdims"] = intAttr(node, "keepdims", 1);
+  const bool axes_as_input = ctx.opset() >= (node.op_type() == "ReduceSum" ? 13 : 18);
   std::vector<int64_t> axes;
-  if (hasInput(node, 1)) {
+  if (!axes_as_input) {
+    if (auto attr = intsAttr(node, "axes")) axes = *attr;
+  } else if (hasInput(node, 1)) {
     CLEAVE_ASSIGN_OR_RETURN(axes, ctx.constantInts(node, 1));
   }
-  if (axes.empty() && intAttr(node, "noop_with_empty_axes", 0) != 0)
-    return ctx.emit(node, OpId::identity, {node.input(0)}, {});
-  attrs["axes"] = axes;
-  return ctx.emit(node, OpId::reduce_sum, {node.input(0)}, attrs);
+  spec.noop = axes_as_input && axes.empty() && intAttr(node, "noop_with_empty_axes", 0) != 0;
+  if (!axes.empty()) spec.attrs["axes"] = axes;
+  return spec;
+}
+
+// A step of a composite that reduces with `op` as `spec` says (the identity when it is a no-op).
+Expected<std::string> reduceStep(OnnxComposite& c, OpId op, const std::string& input, const ReduceSpec& spec) {
+  return spec.noop ? c.apply(OpId::identity, {input}) : c.apply(op, {input}, spec.attrs);
+}
+
+// A reduction that is one cleave op.
+template <OpId op>
+Status convertReduce(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
+  if (spec.noop) return ctx.emit(node, OpId::identity, {node.input(0)}, {});
+  return ctx.emit(node, op, {node.input(0)}, spec.attrs);
 }
 
 // ReduceMin is -reduce_max(-x).
 Status convertReduceMin(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(std::string negated, c.apply(OpId::neg, {c.x()}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string largest, c.apply(OpId::reduce_max, {negated}, reduceAttrs(node)));
+  CLEAVE_ASSIGN_OR_RETURN(std::string largest, reduceStep(c, OpId::reduce_max, negated, spec));
   return c.finish(OpId::neg, {largest});
 }
 
 Status convertReduceL1(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(std::string magnitude, c.absolute());
-  return c.finish(OpId::reduce_sum, {magnitude}, reduceAttrs(node));
+  CLEAVE_ASSIGN_OR_RETURN(std::string sum, reduceStep(c, OpId::reduce_sum, magnitude, spec));
+  return c.finish(OpId::identity, {sum});
 }
 
 Status convertReduceSumSquare(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(std::string squared, c.apply(OpId::mul, {c.x(), c.x()}));
-  return c.finish(OpId::reduce_sum, {squared}, reduceAttrs(node));
+  CLEAVE_ASSIGN_OR_RETURN(std::string sum, reduceStep(c, OpId::reduce_sum, squared, spec));
+  return c.finish(OpId::identity, {sum});
 }
 
 Status convertReduceL2(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(std::string squared, c.apply(OpId::mul, {c.x(), c.x()}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string sum, c.apply(OpId::reduce_sum, {squared}, reduceAttrs(node)));
+  CLEAVE_ASSIGN_OR_RETURN(std::string sum, reduceStep(c, OpId::reduce_sum, squared, spec));
   return c.finish(OpId::sqrt, {sum});
 }
 
 Status convertReduceLogSum(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
-  CLEAVE_ASSIGN_OR_RETURN(std::string sum, c.apply(OpId::reduce_sum, {c.x()}, reduceAttrs(node)));
+  CLEAVE_ASSIGN_OR_RETURN(std::string sum, reduceStep(c, OpId::reduce_sum, c.x(), spec));
   return c.finish(OpId::log, {sum});
 }
 
 // Shifted by the maximum: log(sum(exp(x - max))) + max.
 Status convertReduceLogSumExp(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
-  AttrMap reduce = reduceAttrs(node), kept = reduce;
-  kept["keepdims"] = int64_t{1};
-  CLEAVE_ASSIGN_OR_RETURN(std::string kept_max, c.apply(OpId::reduce_max, {c.x()}, kept));
+  ReduceSpec kept = spec;
+  kept.attrs["keepdims"] = int64_t{1};
+  CLEAVE_ASSIGN_OR_RETURN(std::string kept_max, reduceStep(c, OpId::reduce_max, c.x(), kept));
   CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::sub, {c.x(), kept_max}));
   CLEAVE_ASSIGN_OR_RETURN(std::string e, c.apply(OpId::exp, {shifted}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string sum, c.apply(OpId::reduce_sum, {e}, reduce));
+  CLEAVE_ASSIGN_OR_RETURN(std::string sum, reduceStep(c, OpId::reduce_sum, e, spec));
   CLEAVE_ASSIGN_OR_RETURN(std::string log_sum, c.apply(OpId::log, {sum}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string max, c.apply(OpId::reduce_max, {c.x()}, reduce));
+  CLEAVE_ASSIGN_OR_RETURN(std::string max, reduceStep(c, OpId::reduce_max, c.x(), spec));
   return c.finish(OpId::add, {log_sum, max});
 }
 
+// ArgMax, and ArgMin as argmax(-x) (integer minima wrap: the one int64 value -x cannot hold).
+template <bool minimum>
+Status convertArgExtremum(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  AttrMap attrs{{"axis", intAttr(node, "axis", 0)}, {"keepdims", intAttr(node, "keepdims", 1)},
+                {"select_last_index", intAttr(node, "select_last_index", 0)}};
+  if (!minimum) return ctx.emit(node, OpId::argmax, {node.input(0)}, attrs);
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  CLEAVE_ASSIGN_OR_RETURN(std::string negated, c.apply(OpId::neg, {c.x()}));
+  return c.finish(OpId::argmax, {negated}, attrs);
+}
+
+// CumSum: the axis is a constant input (a scalar).
+Status convertCumSum(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(auto axis, ctx.constantInts(node, 1));
+  if (axis.size() != 1) return ctx.nodeError(node, "axis must hold one integer");
+  return ctx.emit(node, OpId::cumsum, {node.input(0)},
+                  {{"axis", axis[0]}, {"exclusive", intAttr(node, "exclusive", 0)}, {"reverse", intAttr(node, "reverse", 0)}});
+}
+
 constexpr OnnxConverter kReductionConverters[] = {
+    {"ArgMax", convertArgExtremum<false>},
+    {"ArgMin", convertArgExtremum<true>},
+    {"CumSum", convertCumSum},
     {"ReduceL1", convertReduceL1},
     {"ReduceL2", convertReduceL2},
     {"ReduceLogSum", convertReduceLogSum},
@@ -87,8 +127,7 @@ constexpr OnnxConverter kReductionConverters[] = {
     {"ReduceMax", convertReduce<OpId::reduce_max>},
     {"ReduceMean", convertReduce<OpId::reduce_mean>},
     {"ReduceMin", convertReduceMin},
-    {"ReduceSum", convertReduce<OpId::reduce_sum>, 11, 12},
-    {"ReduceSum", convertReduceSum13, 13},
+    {"ReduceSum", convertReduce<OpId::reduce_sum>},
     {"ReduceSumSquare", convertReduceSumSquare},
 };
 

@@ -68,11 +68,20 @@ Status convertSplit(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   } else if (sizes_as_input && hasInput(node, 1)) {
     CLEAVE_ASSIGN_OR_RETURN(sizes, ctx.constantInts(node, 1));
   } else {
+    // Equal parts, one per output; from opset 18 (num_outputs) the last part may be smaller.
     int64_t parts = node.output_size(), dim = x.shape[normalized];
-    if (dim % parts != 0)
+    if (ctx.opset() >= 18 && findAttr(node, "num_outputs") && intAttr(node, "num_outputs", 0) != parts)
+      return ctx.nodeError(node, "num_outputs is " + std::to_string(intAttr(node, "num_outputs", 0)) + " but the node has " +
+                                     std::to_string(parts) + " outputs");
+    if (dim % parts != 0 && ctx.opset() < 18)
       return ctx.nodeError(node, "dim " + std::to_string(dim) + " does not split into " + std::to_string(parts) +
                                      " equal parts");
-    sizes.assign(static_cast<size_t>(parts), dim / parts);
+    int64_t chunk = (dim + parts - 1) / parts;
+    if (chunk * (parts - 1) >= dim && parts > 1)
+      return ctx.nodeError(node, "dim " + std::to_string(dim) + " does not split into " + std::to_string(parts) +
+                                     " non-empty parts");
+    sizes.assign(static_cast<size_t>(parts), chunk);
+    sizes.back() = dim - chunk * (parts - 1);
   }
   return ctx.emit(node, OpId::split, {node.input(0)}, {{"axis", axis}, {"sizes", sizes}}, node.output_size());
 }
@@ -92,6 +101,14 @@ Status convertSlice(OnnxImportContext& ctx, const onnx::NodeProto& node) {
 
 Status convertGather(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return ctx.emit(node, OpId::gather, {node.input(0), node.input(1)}, {{"axis", intAttr(node, "axis", 0)}});
+}
+
+Status convertGatherElements(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  return ctx.emit(node, OpId::gather_elements, {node.input(0), node.input(1)}, {{"axis", intAttr(node, "axis", 0)}});
+}
+
+Status convertGatherND(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  return ctx.emit(node, OpId::gather_nd, {node.input(0), node.input(1)}, {{"batch_dims", intAttr(node, "batch_dims", 0)}});
 }
 
 // Unsqueeze and Squeeze (`op`) on the axes of the `axes` attribute before opset 13, of an optional
@@ -180,6 +197,18 @@ Status convertPad(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   std::string mode = stringAttr(node, "mode", "constant");
   if (mode != "constant" && mode != "edge" && mode != "reflect") return c.fail("mode '" + mode + "' is not known");
   CLEAVE_ASSIGN_OR_RETURN(auto pads, ctx.constantInts(node, 1));
+  if (hasInput(node, 3)) {  // opset 18: the pads are for these axes only
+    CLEAVE_ASSIGN_OR_RETURN(auto axes, ctx.constantInts(node, 3));
+    if (pads.size() != 2 * axes.size()) return c.fail("pads must have 2 values per axis of the axes input");
+    std::vector<int64_t> full(static_cast<size_t>(2 * rank), 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t axis = normalizeAxis(axes[i], rank);
+      if (axis < 0) return c.fail("axis " + std::to_string(axes[i]) + " is out of range for " + x_type.str());
+      full[axis] = pads[i];
+      full[axis + rank] = pads[i + axes.size()];
+    }
+    pads = full;
+  }
   if (static_cast<int64_t>(pads.size()) != 2 * rank) return c.fail("pads must have 2 values per dim of " + x_type.str());
   constexpr int64_t kPadLimit = int64_t{1} << 62;  // keeps the sums below from overflowing
   for (int64_t pad : pads)
@@ -242,6 +271,8 @@ constexpr OnnxConverter kShapeConverters[] = {
     {"Expand", convertExpand},
     {"Flatten", convertFlatten},
     {"Gather", convertGather},
+    {"GatherElements", convertGatherElements},
+    {"GatherND", convertGatherND},
     {"Identity", convertIdentity},
     {"Pad", convertPad},
     {"Reshape", convertReshape},

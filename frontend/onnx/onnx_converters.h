@@ -49,5 +49,7 @@ std::span<const OnnxConverter> reductionConverters();
 std::span<const OnnxConverter> networkConverters();
 std::span<const OnnxConverter> shapeConverters();
 std::span<const OnnxConverter> constantConverters();
+std::span<const OnnxConverter> einsumConverters();
+std::span<const OnnxConverter> sequenceConverters();
 
 }  // namespace cleave

@@ -59,15 +59,40 @@ Expected<ValueId> OnnxImportContext::valueOf(const onnx::NodeProto& node, const 
     values_[name] = results->front();
     return results->front();
   }
+  if (auto it = transposed_.find(name); it != transposed_.end()) {
+    CLEAVE_ASSIGN_OR_RETURN(ValueId source, valueOf(node, it->second));
+    auto results = graph_.addNode(OpId::transpose, {source}, {}, locOf(node), {sanitizeOnnxName(name)});
+    if (!results) return results.status();
+    values_[name] = results->front();
+    return results->front();
+  }
   if (auto it = parameters_.find(name); it != parameters_.end()) {
     Initializer init;
     init.kind = "data";
     init.data = it->second;
-    CLEAVE_ASSIGN_OR_RETURN(ValueId v, graph_.addParam(graph_.uniqueName(sanitizeOnnxName(name)), it->second->type, init));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId v, graph_.addParam(graph_.uniqueName(sanitizeOnnxName(name)), it->second->type, init,
+                                                       /*trainable=*/!buffers_.count(name)));
     values_[name] = v;
     return v;
   }
   return nodeError(node, "input '" + name + "' is not defined before this node");
+}
+
+Status OnnxImportContext::addStateUpdate(const onnx::NodeProto& node, const std::string& target,
+                                         const std::string& new_value) {
+  CLEAVE_ASSIGN_OR_RETURN(ValueId target_value, valueOf(node, target));
+  if (!graph_.findParam(target_value)) return nodeError(node, "'" + target + "' is updated but is not an initializer");
+  for (const StateUpdate& update : graph_.updates)
+    if (update.target == target_value) return nodeError(node, "initializer '" + target + "' is updated twice");
+  CLEAVE_ASSIGN_OR_RETURN(ValueId next, valueOf(node, new_value));
+  graph_.updates.push_back({target_value, next});
+  return Status::ok();
+}
+
+Expected<std::vector<std::string>> OnnxImportContext::sequenceOf(const onnx::NodeProto& node,
+                                                                 const std::string& name) const {
+  if (auto it = sequences_.find(name); it != sequences_.end()) return it->second;
+  return nodeError(node, "input '" + name + "' is not a sequence built from tensors earlier in the graph");
 }
 
 Expected<TensorType> OnnxImportContext::typeOf(const onnx::NodeProto& node, const std::string& name) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "frontend/onnx/onnx_importer.h"
@@ -48,8 +49,20 @@ class OnnxImportContext {
   void bindParameter(const std::string& name, TensorPtr data) { parameters_[name] = std::move(data); }
   // Makes `alias` a parameter of its own holding the initial data of parameter `name`.
   void aliasParameter(const std::string& alias, const std::string& name) { parameters_[alias] = parameters_[name]; }
+  // Makes initializer `name` the transpose of parameter initializer `source` (a tied weight whose
+  // transpose the exporter folded): its first use emits transpose(source).
+  void tieTransposed(const std::string& name, const std::string& source) { transposed_[name] = source; }
+  // Binds ONNX sequence `name` to the tensors it holds, in order (sequences exist only while importing).
+  void bindSequence(const std::string& name, std::vector<std::string> elements) { sequences_[name] = std::move(elements); }
+  // The tensors of sequence `name`; an error naming the node when it is not a known sequence.
+  Expected<std::vector<std::string>> sequenceOf(const onnx::NodeProto& node, const std::string& name) const;
   // Binds `name` to a graph value.
   void bindValue(const std::string& name, ValueId value) { values_[name] = value; }
+  // Makes float initializer `name` a buffer: a parameter that training does not update by
+  // gradients (BatchNormalization's running statistics); call before its first use.
+  void markBuffer(const std::string& name) { buffers_.insert(name); }
+  // After each step, initializer `target` (a buffer) takes the value of ONNX tensor `new_value`.
+  Status addStateUpdate(const onnx::NodeProto& node, const std::string& target, const std::string& new_value);
 
   // The graph value of ONNX tensor `name`, creating a constant node or parameter on first use.
   Expected<ValueId> valueOf(const onnx::NodeProto& node, const std::string& name);
@@ -81,6 +94,9 @@ class OnnxImportContext {
   std::unordered_map<std::string, ValueId> values_;         // ONNX tensor -> graph value
   std::unordered_map<std::string, TensorPtr> constants_;    // ONNX tensor -> known data (foldable)
   std::unordered_map<std::string, TensorPtr> parameters_;   // float initializers, made params on first use
+  std::unordered_set<std::string> buffers_;
+  std::unordered_map<std::string, std::string> transposed_;
+  std::unordered_map<std::string, std::vector<std::string>> sequences_;  // ONNX sequence -> its tensors' names  // tied initializer -> the parameter it transposes                 // initializers that become non-trainable params
 };
 
 // Whether input `index` of `node` is present (not absent, not the empty name).

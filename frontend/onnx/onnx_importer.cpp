@@ -12,6 +12,7 @@
 #include <set>
 
 #include "frontend/onnx/onnx_converters.h"
+#include "frontend/onnx/onnx_functions.h"
 #include "frontend/onnx/onnx_import_context.h"
 #include "frontend/onnx/onnx_library_checks.h"
 #include "frontend/onnx/onnx_tensors.h"
@@ -19,17 +20,52 @@
 namespace cleave {
 namespace {
 
+// Whether `b` holds exactly the transpose of `a` (both rank 2, same dtype).
+bool isTransposeOf(const TensorData& b, const TensorData& a) {
+  if (a.type.dtype != b.type.dtype || a.type.rank() != 2 || b.type.rank() != 2 || a.type.shape[0] != b.type.shape[1] ||
+      a.type.shape[1] != b.type.shape[0] || a.bytes.size() != b.bytes.size())
+    return false;
+  const int64_t rows = a.type.shape[0], cols = a.type.shape[1];
+  const size_t size = static_cast<size_t>(dtypeSize(a.type.dtype));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      if (std::memcmp(a.bytes.data() + (i * cols + j) * size, b.bytes.data() + (j * rows + i) * size, size) != 0)
+        return false;
+  return true;
+}
+
+// PyTorch's exporter folds the transpose of a tied weight (GPT-2's and T5's LM head reads the token
+// embedding, transposed) into an initializer of its own, named by the exporter ("onnx::MatMul_592").
+// Such an initializer that is exactly the transpose of another becomes transpose(that parameter), so
+// that training keeps the two tied, as PyTorch does.
+void tieTransposedInitializers(OnnxImportContext& ctx, const std::vector<std::pair<std::string, TensorPtr>>& floats) {
+  for (const auto& [name, data] : floats) {
+    if (name.rfind("onnx::", 0) != 0 || data->type.rank() != 2) continue;
+    for (const auto& [source, source_data] : floats) {
+      if (source == name || source.rfind("onnx::", 0) == 0) continue;
+      if (isTransposeOf(*data, *source_data)) {
+        ctx.tieTransposed(name, source);
+        break;
+      }
+    }
+  }
+}
+
 // Float initializers become parameters on first use (the model's weights); others are constants.
 Status importInitializers(OnnxImportContext& ctx, const onnx::GraphProto& onnx_graph) {
+  std::vector<std::pair<std::string, TensorPtr>> floats;
   for (const auto& initializer : onnx_graph.initializer()) {
     auto data = tensorFromOnnx(initializer, ctx.path());
     if (!data) return data.status();
     // Float initializers are the model's weights; integer ones are shapes and indices.
-    if (isFloat((*data)->type.dtype))
+    if (isFloat((*data)->type.dtype)) {
       ctx.bindParameter(initializer.name(), *data);
-    else
+      floats.emplace_back(initializer.name(), *data);
+    } else {
       ctx.bindConstant(initializer.name(), *data);
+    }
   }
+  tieTransposedInitializers(ctx, floats);
   return Status::ok();
 }
 
@@ -176,6 +212,7 @@ int64_t defaultOpset(const onnx::ModelProto& model) {
 
 Expected<OnnxModelSupport> checkOnnxSupport(const std::string& path) {
   CLEAVE_ASSIGN_OR_RETURN(onnx::ModelProto model, parseModel(path));
+  CLEAVE_TRY(inlineLocalFunctions(model, path));
   OnnxModelSupport support;
   support.opset = defaultOpset(model);
   // Ops are judged at the opset the model is imported at (an older one is upgraded first).
@@ -222,9 +259,18 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
   CLEAVE_TRY(checkOutputsDefined(model.graph(), path));
 
   // 3. libonnx's checker, its version converter for opsets below kMinOnnxOpset, and its shape
-  //    inference (in a child process: libonnx crashes on some malformed models).
-  CLEAVE_ASSIGN_OR_RETURN(model, checkConvertAndInferShapes(model, path, opset, kMinOnnxOpset));
-  opset = std::max(opset, kMinOnnxOpset);
+  //    inference (in a child process: libonnx crashes on some malformed models), for the opsets and
+  //    IR versions it knows. Newer models (torch.export's) are checked by cleave's own rules: every
+  //    node's inputs defined before it, every op's shape rule while converting.
+  if (opset <= kMaxLibonnxOpset && model.ir_version() <= kMaxLibonnxIrVersion) {
+    CLEAVE_ASSIGN_OR_RETURN(model, checkConvertAndInferShapes(model, path, opset, kMinOnnxOpset));
+    opset = std::max(opset, kMinOnnxOpset);
+  } else if (opset < kMinOnnxOpset) {
+    return Status::badInput(path + ": ONNX opset " + std::to_string(opset) + " with IR version " +
+                            std::to_string(model.ir_version()) + " is not supported (libonnx's version converter "
+                            "reads IR versions up to " + std::to_string(kMaxLibonnxIrVersion) + ")");
+  }
+  CLEAVE_TRY(inlineLocalFunctions(model, path));
 
   // 4. One error for every unsupported op, before any conversion.
   std::string unsupported = unsupportedOpsReport(model.graph(), opset);

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ir/ops/float_to_integer.h"
 #include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_support.h"
@@ -31,6 +32,15 @@ double flopsPerElement(OpId id) {
     case OpId::erf:
     case OpId::sin:
     case OpId::cos:
+    case OpId::tan:
+    case OpId::asin:
+    case OpId::acos:
+    case OpId::atan:
+    case OpId::sinh:
+    case OpId::cosh:
+    case OpId::asinh:
+    case OpId::acosh:
+    case OpId::atanh:
     case OpId::tanh:
     case OpId::sigmoid:
     case OpId::gelu:
@@ -228,6 +238,45 @@ Status cosGradient(GradientContext& g) {
   return g.status;
 }
 
+// tan' = 1 + tan², sinh' = cosh, cosh' = sinh.
+Status tanGradient(GradientContext& g) {
+  ValueId y = g.result(0);
+  ValueId slope = g.emit(OpId::add, {g.emit(OpId::mul, {y, y}), g.scalar(1.0, dtypeOf(g, y))});
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), slope});
+  return g.status;
+}
+
+Status sinhGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), g.emit(OpId::cosh, {g.operand(0)})});
+  return g.status;
+}
+
+Status coshGradient(GradientContext& g) {
+  g.operand_grads[0] = g.emit(OpId::mul, {dy(g), g.emit(OpId::sinh, {g.operand(0)})});
+  return g.status;
+}
+
+// The inverse functions' derivatives are sign · dy / f(x²) with f(x²) = c + s·x² (then √ where `root`):
+// asin 1/√(1−x²), acos −1/√(1−x²), atan 1/(1+x²), asinh 1/√(x²+1), acosh 1/√(x²−1), atanh 1/(1−x²).
+template <int kSign, int kConstant, int kSquareSign, bool kRoot>
+Status inverseGradient(GradientContext& g) {
+  ValueId x = g.operand(0);
+  const DType dtype = dtypeOf(g, x);
+  ValueId square = g.emit(OpId::mul, {x, x});
+  if (kSquareSign < 0) square = g.emit(OpId::neg, {square});
+  ValueId denominator = g.emit(OpId::add, {square, g.scalar(kConstant, dtype)});
+  if (kRoot) denominator = g.emit(OpId::sqrt, {denominator});
+  ValueId dx = g.emit(OpId::div, {dy(g), denominator});
+  g.operand_grads[0] = kSign < 0 ? g.emit(OpId::neg, {dx}) : dx;
+  return g.status;
+}
+
+// floor, ceil and round are flat almost everywhere: zero, as PyTorch's gradients of them.
+Status flatGradient(GradientContext& g) {
+  g.operand_grads[0] = zeros(g, g.typeOf(g.operand(0)));
+  return g.status;
+}
+
 Status tanhGradient(GradientContext& g) {
   g.operand_grads[0] = g.emit(OpId::tanh_grad, {dy(g), g.result(0)});
   return g.status;
@@ -388,6 +437,18 @@ T floatUnary(OpId op, T x, const OpContext& ctx) {
     case OpId::erf: return std::erf(x);
     case OpId::sin: return std::sin(x);
     case OpId::cos: return std::cos(x);
+    case OpId::tan: return std::tan(x);
+    case OpId::asin: return std::asin(x);
+    case OpId::acos: return std::acos(x);
+    case OpId::atan: return std::atan(x);
+    case OpId::sinh: return std::sinh(x);
+    case OpId::cosh: return std::cosh(x);
+    case OpId::asinh: return std::asinh(x);
+    case OpId::acosh: return std::acosh(x);
+    case OpId::atanh: return std::atanh(x);
+    case OpId::floor: return std::floor(x);
+    case OpId::ceil: return std::ceil(x);
+    case OpId::round: return std::nearbyint(x);
     case OpId::tanh: return std::tanh(x);
     case OpId::sigmoid: return T(1) / (T(1) + std::exp(-x));
     case OpId::gelu:
@@ -422,23 +483,13 @@ Expected<std::vector<TensorData>> unaryReference(const OpContext& ctx, std::span
   }));
 }
 
-// cast: float→int truncates toward zero (NaN or out of range is an error), int→int wraps,
-// anything→bool is "≠ 0", bool→anything is 0 or 1.
+// cast: float→int as PyTorch does it (ir/ops/float_to_integer.h), int→int wraps, anything→bool is
+// "≠ 0", bool→anything is 0 or 1.
 template <class To, class From>
-bool convertElement(From value, bool to_bool, To& out) {
-  if (to_bool) {
-    out = value != From{0} ? 1 : 0;
-    return true;
-  }
-  if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
-    const double truncated = std::trunc(static_cast<double>(value));
-    const double low = static_cast<double>(std::numeric_limits<To>::min());  // -2^(bits-1), exact
-    if (!(truncated >= low && truncated < -low)) return false;
-    out = static_cast<To>(truncated);
-  } else {
-    out = static_cast<To>(value);
-  }
-  return true;
+To convertElement(From value, bool to_bool) {
+  if (to_bool) return value != From{0} ? 1 : 0;
+  if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) return floatToInteger<To>(static_cast<double>(value));
+  else return static_cast<To>(value);
 }
 
 Expected<std::vector<TensorData>> castReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
@@ -449,10 +500,7 @@ Expected<std::vector<TensorData>> castReference(const OpContext& ctx, std::span<
     const std::vector<From> in = readElements<From>(x);
     return visitDType(result.dtype, [&]<class To>(To) -> Expected<TensorData> {
       std::vector<To> out(in.size());
-      for (size_t i = 0; i < in.size(); ++i)
-        if (!convertElement(in[i], to_bool, out[i]))
-          return referenceError(ctx, "element " + std::to_string(i) + " (" + std::to_string(in[i]) +
-                                         ") does not fit in " + std::string(dtypeName(result.dtype)));
+      for (size_t i = 0; i < in.size(); ++i) out[i] = convertElement<To>(in[i], to_bool);
       return makeTensor(result, out);
     });
   }));
@@ -481,7 +529,8 @@ void addElementwiseReferences(std::vector<OpDef>& table) {
     setFoldingReference(table, id, binaryReference, referenceNumeric);
   setFoldingReference(table, OpId::equal, binaryReference, referenceDTypes);  // also bool
   for (OpId id : {OpId::neg, OpId::relu}) setFoldingReference(table, id, unaryReference, referenceNumeric);
-  for (OpId id : {OpId::sqrt, OpId::exp, OpId::log, OpId::erf, OpId::sin, OpId::cos, OpId::tanh, OpId::sigmoid,
+  for (OpId id : {OpId::sqrt, OpId::exp, OpId::log, OpId::erf, OpId::sin, OpId::cos, OpId::tan, OpId::asin, OpId::acos, OpId::atan, OpId::sinh, OpId::cosh, OpId::asinh, OpId::acosh, OpId::atanh, OpId::floor, OpId::ceil, OpId::round,
+                  OpId::tanh, OpId::sigmoid,
                   OpId::gelu, OpId::clip})
     setFoldingReference(table, id, unaryReference, referenceFloat);
   setFoldingReference(table, OpId::cast, castReference, referenceDTypes);
@@ -510,6 +559,18 @@ void addElementwiseOps(std::vector<OpDef>& table) {
   table.push_back(unaryOp(OpId::erf, "erf", "the error function"));
   table.push_back(unaryOp(OpId::sin, "sin", "sine (radians)"));
   table.push_back(unaryOp(OpId::cos, "cos", "cosine (radians)"));
+  table.push_back(unaryOp(OpId::tan, "tan", "tangent (radians)"));
+  table.push_back(unaryOp(OpId::asin, "asin", "arcsine"));
+  table.push_back(unaryOp(OpId::acos, "acos", "arccosine"));
+  table.push_back(unaryOp(OpId::atan, "atan", "arctangent"));
+  table.push_back(unaryOp(OpId::sinh, "sinh", "hyperbolic sine"));
+  table.push_back(unaryOp(OpId::cosh, "cosh", "hyperbolic cosine"));
+  table.push_back(unaryOp(OpId::asinh, "asinh", "inverse hyperbolic sine"));
+  table.push_back(unaryOp(OpId::acosh, "acosh", "inverse hyperbolic cosine"));
+  table.push_back(unaryOp(OpId::atanh, "atanh", "inverse hyperbolic tangent"));
+  table.push_back(unaryOp(OpId::floor, "floor", "the largest integer not above x"));
+  table.push_back(unaryOp(OpId::ceil, "ceil", "the smallest integer not below x"));
+  table.push_back(unaryOp(OpId::round, "round", "the nearest integer, halves to even"));
   table.push_back(unaryOp(OpId::tanh, "tanh", "hyperbolic tangent"));
   table.push_back(unaryOp(OpId::sigmoid, "sigmoid", "1 / (1 + exp(-x))"));
   table.push_back(unaryOp(OpId::relu, "relu", "max(x, 0)"));
@@ -577,6 +638,18 @@ void addElementwiseOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::erf).gradient = erfGradient;
   appendedDef(table, OpId::sin).gradient = sinGradient;
   appendedDef(table, OpId::cos).gradient = cosGradient;
+  appendedDef(table, OpId::tan).gradient = tanGradient;
+  appendedDef(table, OpId::asin).gradient = inverseGradient<1, 1, -1, true>;
+  appendedDef(table, OpId::acos).gradient = inverseGradient<-1, 1, -1, true>;
+  appendedDef(table, OpId::atan).gradient = inverseGradient<1, 1, 1, false>;
+  appendedDef(table, OpId::sinh).gradient = sinhGradient;
+  appendedDef(table, OpId::cosh).gradient = coshGradient;
+  appendedDef(table, OpId::asinh).gradient = inverseGradient<1, 1, 1, true>;
+  appendedDef(table, OpId::acosh).gradient = inverseGradient<1, -1, 1, true>;
+  appendedDef(table, OpId::atanh).gradient = inverseGradient<1, 1, -1, false>;
+  appendedDef(table, OpId::floor).gradient = flatGradient;
+  appendedDef(table, OpId::ceil).gradient = flatGradient;
+  appendedDef(table, OpId::round).gradient = flatGradient;
   appendedDef(table, OpId::tanh).gradient = tanhGradient;
   appendedDef(table, OpId::sigmoid).gradient = sigmoidGradient;
   appendedDef(table, OpId::relu).gradient = reluGradient;

@@ -22,6 +22,18 @@
   X(erf, "erf") \
   X(sin, "sin") \
   X(cos, "cos") \
+  X(tan, "tan") \
+  X(asin, "asin") \
+  X(acos, "acos") \
+  X(atan, "atan") \
+  X(sinh, "sinh") \
+  X(cosh, "cosh") \
+  X(asinh, "asinh") \
+  X(acosh, "acosh") \
+  X(atanh, "atanh") \
+  X(floor, "floor") \
+  X(ceil, "ceil") \
+  X(round, "round") \
   X(tanh, "tanh") \
   X(sigmoid, "sigmoid") \
   X(relu, "relu") \

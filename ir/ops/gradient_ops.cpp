@@ -210,6 +210,44 @@ Expected<Types> gatherGradShape(const OpContext& c) {
   return Types{data};
 }
 
+Expected<Types> gatherElementsGradShape(const OpContext& c) {
+  Shape data_shape;
+  CLEAVE_TRY(shapeAttr(c, "data_shape", data_shape));
+  TensorType data{c.operands[0].dtype, data_shape};
+  CLEAVE_TRY(checkForwardResult(c, OpId::gather_elements, {data, c.operands[1]}, "data_shape"));
+  return Types{data};
+}
+
+// dy's and the indices' dims are summed over (scatter-add); dx is replicated.
+ShardingRule gatherElementsGradSharding(const OpContext& c) {
+  ShardingRuleBuilder rule(c.operands, c.results);
+  for (int d = 0; d < static_cast<int>(c.results[0].rank()); ++d) {
+    rule.addFactor({d, d}, {}, FactorKind::kReduction);
+    rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+  }
+  return rule.build();
+}
+
+Expected<Types> gatherNdGradShape(const OpContext& c) {
+  Shape data_shape;
+  CLEAVE_TRY(shapeAttr(c, "data_shape", data_shape));
+  TensorType data{c.operands[0].dtype, data_shape};
+  CLEAVE_TRY(checkForwardResult(c, OpId::gather_nd, {data, c.operands[1]}, "data_shape"));
+  return Types{data};
+}
+
+// dy's leading dims (the index tuples) are summed over; dx is replicated.
+ShardingRule gatherNdGradSharding(const OpContext& c) {
+  ShardingRuleBuilder rule(c.operands, c.results);
+  const int index_rank = static_cast<int>(c.operands[1].rank());
+  for (int d = 0; d < index_rank - 1; ++d) rule.addFactor({d, d}, {}, FactorKind::kReduction);
+  for (int d = index_rank - 1; d < static_cast<int>(c.operands[0].rank()); ++d)
+    rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+  rule.addOperandFactor(1, index_rank - 1, FactorKind::kNeedReplication);
+  for (int d = 0; d < static_cast<int>(c.results[0].rank()); ++d) rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+  return rule.build();
+}
+
 ShardingRule gatherGradSharding(const OpContext& c) {
   // Index dims are summed over (scatter-add); data dims other than `axis` pass through.
   const int data_rank = static_cast<int>(c.results[0].rank()), index_rank = static_cast<int>(c.operands[1].rank());
@@ -436,6 +474,37 @@ References gatherGradReference(const OpContext& c, Operands operands) {
   return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
 }
 
+// dx = zeros of data_shape; dx[i with its axis coordinate replaced by indices[i]] += dy[i].
+References gatherElementsGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]), indices = referenceValues(*operands[1]);
+  const Shape &data = c.results[0].shape, &index_shape = operands[1]->type.shape;
+  const int64_t axis = normalizeAxis(c.getInt("axis"), static_cast<int64_t>(data.size()));
+  const std::vector<int64_t> data_strides = rowMajorStrides(data), index_strides = rowMajorStrides(index_shape);
+  std::vector<double> dx(static_cast<size_t>(c.results[0].numel()), 0.0);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    int64_t index = static_cast<int64_t>(indices[i]);
+    if (index < -data[axis] || index >= data[axis])
+      return Status::badInput("gather_elements_grad: index " + std::to_string(index) + " (element " + std::to_string(i) +
+                              " of the indices) is out of range");
+    if (index < 0) index += data[axis];
+    int64_t offset = 0;
+    for (size_t d = 0; d < data.size(); ++d)
+      offset += (static_cast<int64_t>(d) == axis ? index : static_cast<int64_t>(i) / index_strides[d] % index_shape[d]) *
+                data_strides[d];
+    dx[static_cast<size_t>(offset)] += dy[i];
+  }
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+// dx = zeros of data_shape; each dy element adds into the data element gather_nd read.
+References gatherNdGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]);
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> targets, gatherNdSources(c.results[0].shape, *operands[1], c.getInt("batch_dims")));
+  std::vector<double> dx(static_cast<size_t>(c.results[0].numel()), 0.0);
+  for (size_t i = 0; i < targets.size(); ++i) dx[static_cast<size_t>(targets[i])] += dy[i];
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
 // ONNX Slice's first index and step per dim of `shape` (negative starts/ends count from the end, then
 // clamp: [0, dim] for positive steps, [0, dim-1] and [-1, dim-1] for negative ones).
 void sliceStarts(const OpContext& c, const Shape& shape, std::vector<int64_t>& first, std::vector<int64_t>& step) {
@@ -546,6 +615,16 @@ void addGradientOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::gather_grad, "gather_grad", "scatter-adds dy into zeros of the gathered data's shape",
                         2, 2, {requiredAttr("data_shape", AttrKind::kInts), optionalInt("axis", 0)}, checkedShapeRule<gatherGradShape>,
                         checkedCostRule<elementwiseGradCost>, checkedShardingRule<gatherGradSharding>});
+  table.push_back(OpDef{OpId::gather_elements_grad, "gather_elements_grad",
+                        "scatter-adds dy where gather_elements read, into zeros of data_shape", 2, 2,
+                        {requiredAttr("data_shape", AttrKind::kInts), optionalInt("axis", 0)},
+                        checkedShapeRule<gatherElementsGradShape>, checkedCostRule<elementwiseGradCost>,
+                        checkedShardingRule<gatherElementsGradSharding>});
+  table.push_back(OpDef{OpId::gather_nd_grad, "gather_nd_grad",
+                        "scatter-adds dy into the slices gather_nd read, in zeros of data_shape", 2, 2,
+                        {requiredAttr("data_shape", AttrKind::kInts), optionalInt("batch_dims", 0)},
+                        checkedShapeRule<gatherNdGradShape>, checkedCostRule<elementwiseGradCost>,
+                        checkedShardingRule<gatherNdGradSharding>});
   table.push_back(OpDef{OpId::slice_grad, "slice_grad", "places dy where slice read, zeros elsewhere", 1, 1,
                         {requiredAttr("input_shape", AttrKind::kInts), requiredAttr("starts", AttrKind::kInts), requiredAttr("ends", AttrKind::kInts),
                          optionalInts("axes", {}), optionalInts("steps", {})},
@@ -566,6 +645,8 @@ void addGradientOps(std::vector<OpDef>& table) {
       {OpId::max_pool2d_grad, maxPoolGradReference},
       {OpId::avg_pool2d_grad, avgPoolGradReference},
       {OpId::gather_grad, gatherGradReference},
+      {OpId::gather_elements_grad, gatherElementsGradReference},
+      {OpId::gather_nd_grad, gatherNdGradReference},
       {OpId::slice_grad, sliceGradReference},
       {OpId::softmax_cross_entropy_grad, softmaxCrossEntropyGradReference},
   };

@@ -17,6 +17,8 @@
   X(max_pool2d_grad, "max_pool2d_grad") \
   X(avg_pool2d_grad, "avg_pool2d_grad") \
   X(gather_grad, "gather_grad") \
+  X(gather_elements_grad, "gather_elements_grad") \
+  X(gather_nd_grad, "gather_nd_grad") \
   X(slice_grad, "slice_grad") \
   X(softmax_cross_entropy_grad, "softmax_cross_entropy_grad")
 

@@ -1,4 +1,4 @@
-// Reductions and normalisations: reduce_sum/mean/max, softmax, log_softmax, layer_norm, batch_norm.
+// Reductions, scans and normalisations: reduce_sum/mean/max, argmax, cumsum, softmax, log_softmax, layer_norm, batch_norm.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -36,6 +36,28 @@ Expected<std::vector<TensorType>> reduceShape(const OpContext& ctx) {
       out.push_back(1);
   }
   return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
+// argmax: a numeric operand, an axis in range (not empty); the result is i64, the axis kept as 1 or removed.
+Expected<std::vector<TensorType>> argmaxShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireNumeric(ctx, 0));
+  CLEAVE_TRY(requireFlag(ctx, "keepdims"));
+  CLEAVE_TRY(requireFlag(ctx, "select_last_index"));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t axis, resolveAxis(ctx, "axis", ctx.operands[0].rank(), 0));
+  Shape out = ctx.operands[0].shape;
+  if (out[axis] == 0) return operandShapeError(ctx, 0, "its dim " + std::to_string(axis) + " is empty, which has no max");
+  if (ctx.getInt("keepdims") == 1) out[axis] = 1;
+  else out.erase(out.begin() + axis);
+  return std::vector<TensorType>{{DType::kI64, out}};
+}
+
+// cumsum: a numeric operand and an axis in range; exclusive and reverse are flags.
+Expected<std::vector<TensorType>> cumsumShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireNumeric(ctx, 0));
+  CLEAVE_TRY(requireFlag(ctx, "exclusive"));
+  CLEAVE_TRY(requireFlag(ctx, "reverse"));
+  CLEAVE_TRY(resolveAxis(ctx, "axis", ctx.operands[0].rank(), 0).status());
+  return std::vector<TensorType>{ctx.operands[0]};
 }
 
 // softmax and log_softmax: a float operand and an axis in range.
@@ -106,6 +128,25 @@ ShardingRule reduceShardingRule(const OpContext& ctx) {
   if (results.empty()) return {};
   ShardingRuleBuilder rule(ctx.operands, results);
   rule.addReduction(*reducedDims(ctx), ctx.getInt("keepdims") == 1);  // valid: the shape rule accepted it
+  return rule.build();
+}
+
+// argmax and cumsum need every element along the axis: need_replication; other dims pass through
+// (argmax's removed axis maps to no result dim).
+ShardingRule alongAxisRule(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const int axis = static_cast<int>(normalizeAxis(ctx.getInt("axis"), ctx.operands[0].rank()));
+  const bool removed = ctx.def.id == OpId::argmax && ctx.getInt("keepdims") == 0;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  for (int d = 0; d < static_cast<int>(ctx.operands[0].rank()); ++d) {
+    if (d == axis) {
+      rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+      if (!removed) rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+    } else {
+      rule.addFactor({d}, {removed && d > axis ? d - 1 : d});
+    }
+  }
   return rule.build();
 }
 
@@ -318,7 +359,69 @@ Status batchNormGradient(GradientContext& g) {
   return g.status;
 }
 
+// cumsum's gradient is cumsum of dy the other way along the axis (exclusive stays exclusive).
+Status cumsumGradient(GradientContext& g) {
+  OpContext attrs = forwardAttrs(g);
+  g.operand_grads[0] = g.emit(OpId::cumsum, {dy(g)},
+                              {{"axis", attrs.getInt("axis")}, {"exclusive", attrs.getInt("exclusive")},
+                               {"reverse", int64_t{1} - attrs.getInt("reverse")}});
+  return g.status;
+}
+
 // ---- Reference evaluation (see ir/ops/reference_support.h) ----
+
+// argmax: the index of the largest element along axis (a NaN is the largest, as in PyTorch and
+// numpy); ties go to the first, or the last with select_last_index.
+Expected<std::vector<TensorData>> argmaxReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const AxisSplit s = splitAroundAxis(x.type.shape, normalizeAxis(ctx.getInt("axis"), x.type.rank()));
+  const bool last = ctx.getInt("select_last_index") == 1;
+  const std::vector<double> values = referenceValues(x);
+  std::vector<int64_t> out(static_cast<size_t>(s.outer * s.inner));
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 0; k < s.inner; ++k) {
+      int64_t best = 0;
+      double best_value = values[static_cast<size_t>(o * s.length * s.inner + k)];
+      for (int64_t j = 1; j < s.length && !std::isnan(best_value); ++j) {
+        const double v = values[static_cast<size_t>((o * s.length + j) * s.inner + k)];
+        if (std::isnan(v) || v > best_value || (last && v == best_value)) {
+          best = j;
+          best_value = v;
+        }
+      }
+      out[static_cast<size_t>(o * s.inner + k)] = best;
+    }
+  return single(makeTensor(ctx.results[0], out));
+}
+
+// cumsum: running sums along axis (exclusive: of the elements before; reverse: from the end);
+// floats accumulate in double, integers wrap in their own type.
+Expected<std::vector<TensorData>> cumsumReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const AxisSplit s = splitAroundAxis(x.type.shape, normalizeAxis(ctx.getInt("axis"), x.type.rank()));
+  const bool exclusive = ctx.getInt("exclusive") == 1, reverse = ctx.getInt("reverse") == 1;
+  return single(visitDType(x.type.dtype, [&]<class T>(T) -> Expected<TensorData> {
+    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+    const std::vector<T> in = readElements<T>(x);
+    std::vector<T> out(in.size());
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t k = 0; k < s.inner; ++k) {
+        Acc sum{0};
+        for (int64_t step = 0; step < s.length; ++step) {
+          const int64_t j = reverse ? s.length - 1 - step : step;
+          const size_t at = static_cast<size_t>((o * s.length + j) * s.inner + k);
+          if (exclusive) {
+            out[at] = static_cast<T>(sum);
+            sum = addElements(sum, static_cast<Acc>(in[at]));
+          } else {
+            sum = addElements(sum, static_cast<Acc>(in[at]));
+            out[at] = static_cast<T>(sum);
+          }
+        }
+      }
+    return makeTensor(ctx.results[0], out);
+  }));
+}
 
 // reduce_sum, reduce_mean and reduce_max over `axes` (empty: all); floats accumulate in double,
 // integers wrap in their own type. keepdims does not change the row-major order of the results,
@@ -372,6 +475,8 @@ void addReductionReferences(std::vector<OpDef>& table) {
   setFoldingReference(table, OpId::reduce_sum, reduceReference, referenceNumeric);
   setFoldingReference(table, OpId::reduce_mean, reduceReference, referenceFloat);
   setFoldingReference(table, OpId::reduce_max, reduceReference, referenceNumeric);
+  setFoldingReference(table, OpId::argmax, argmaxReference, referenceNumeric);
+  setFoldingReference(table, OpId::cumsum, cumsumReference, referenceNumeric);
 }
 
 }  // namespace
@@ -380,6 +485,20 @@ void addReductionOps(std::vector<OpDef>& table) {
   table.push_back(reduceOp(OpId::reduce_sum, "reduce_sum", "sum over axes (all when empty)"));
   table.push_back(reduceOp(OpId::reduce_mean, "reduce_mean", "mean over axes (all when empty)"));
   table.push_back(reduceOp(OpId::reduce_max, "reduce_max", "max over axes (all when empty)"));
+  table.push_back(OpDef{.id = OpId::argmax,
+                        .name = "argmax",
+                        .summary = "i64 index of the largest element along axis (NaN largest; first or last tie)",
+                        .attrs = {optionalInt("axis", 0), optionalInt("keepdims", 1), optionalInt("select_last_index", 0)},
+                        .shape = checkedShapeRule<argmaxShape>,
+                        .cost = normalizationCost,
+                        .sharding = alongAxisRule});
+  table.push_back(OpDef{.id = OpId::cumsum,
+                        .name = "cumsum",
+                        .summary = "running sums along axis (exclusive: before each element; reverse: from the end)",
+                        .attrs = {optionalInt("axis", 0), optionalInt("exclusive", 0), optionalInt("reverse", 0)},
+                        .shape = checkedShapeRule<cumsumShape>,
+                        .cost = normalizationCost,
+                        .sharding = alongAxisRule});
   table.push_back(OpDef{.id = OpId::softmax,
                         .name = "softmax",
                         .summary = "exp(x) / sum(exp(x)) along axis",
@@ -415,6 +534,7 @@ void addReductionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::reduce_mean).partial_reduction = PartialReduction::kMean;
   // A partial max has no gradient rule: reduced dims stay whole.
   appendedDef(table, OpId::reduce_max).partial_reduction = PartialReduction::kNone;
+  appendedDef(table, OpId::cumsum).gradient = cumsumGradient;
   appendedDef(table, OpId::softmax).reference = softmaxReference<false>;
   appendedDef(table, OpId::log_softmax).reference = softmaxReference<true>;
   appendedDef(table, OpId::layer_norm).reference = layerNormReference;

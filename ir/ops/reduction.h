@@ -1,4 +1,4 @@
-// Op ids of the reduction family (reduce_*, softmax, normalisation); the ops are defined in ir/ops/reduction.cpp.
+// Op ids of the reduction family (reduce_*, argmax, cumsum, softmax, normalisation); the ops are defined in ir/ops/reduction.cpp.
 #pragma once
 
 #include <vector>
@@ -8,6 +8,8 @@
   X(reduce_sum, "reduce_sum") \
   X(reduce_mean, "reduce_mean") \
   X(reduce_max, "reduce_max") \
+  X(argmax, "argmax") \
+  X(cumsum, "cumsum") \
   X(softmax, "softmax") \
   X(log_softmax, "log_softmax") \
   X(layer_norm, "layer_norm") \

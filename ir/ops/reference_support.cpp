@@ -189,4 +189,41 @@ int64_t poolWindowArgmax(const std::vector<double>& x, const PoolWindow& p) {
   return last_nan >= 0 ? last_nan : best;
 }
 
+Expected<std::vector<int64_t>> gatherNdSources(const Shape& data_shape, const TensorData& indices, int64_t batch_dims) {
+  std::vector<int64_t> tuples;
+  if (indices.type.dtype == DType::kI32) {
+    for (int32_t i : readElements<int32_t>(indices)) tuples.push_back(i);
+  } else {
+    tuples = readElements<int64_t>(indices);
+  }
+  const Shape& index_shape = indices.type.shape;
+  const int64_t k = index_shape.back(), b = batch_dims;
+  const std::vector<int64_t> strides = rowMajorStrides(data_shape);
+  const int64_t slice = numelOf(Shape(data_shape.begin() + b + k, data_shape.end()));
+  const int64_t per_batch = numelOf(Shape(index_shape.begin() + b, index_shape.end() - 1));
+  const int64_t rows = static_cast<int64_t>(tuples.size()) / k;
+  std::vector<int64_t> source;
+  source.reserve(static_cast<size_t>(rows * slice));
+  for (int64_t row = 0; row < rows; ++row) {
+    // The batch prefix's offset, then each indexed dim's.
+    int64_t offset = 0, batch = per_batch > 0 ? row / per_batch : 0;
+    for (int64_t d = b - 1; d >= 0; --d) {
+      offset += batch % data_shape[d] * strides[d];
+      batch /= data_shape[d];
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t dim = data_shape[b + j];
+      int64_t index = tuples[row * k + j];
+      if (index < -dim || index >= dim)
+        return Status::badInput("gather_nd: index " + std::to_string(index) + " (element " + std::to_string(row * k + j) +
+                                " of the indices) is out of range for dim " + std::to_string(b + j) + " of size " +
+                                std::to_string(dim));
+      if (index < 0) index += dim;
+      offset += index * strides[b + j];
+    }
+    for (int64_t e = 0; e < slice; ++e) source.push_back(offset + e);
+  }
+  return source;
+}
+
 }  // namespace cleave::ops

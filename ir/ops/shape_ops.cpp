@@ -222,6 +222,46 @@ Expected<std::vector<TensorType>> gatherShape(const OpContext& ctx) {
   return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
 }
 
+// gather_elements: data (rank >= 1) and i64/i32 indices of the same rank, each index dim other than
+// axis at most data's; the result has the indices' shape.
+Expected<std::vector<TensorType>> gatherElementsShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireRank(ctx, 0, 1));
+  CLEAVE_TRY(requireIndexType(ctx, 1));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t axis, resolveAxis(ctx, "axis", ctx.operands[0].rank(), 0));
+  const Shape &data = ctx.operands[0].shape, &indices = ctx.operands[1].shape;
+  if (indices.size() != data.size())
+    return operandShapeError(ctx, 1, "which must have the rank of operand 0 (" + ctx.operands[0].str() + ")");
+  for (size_t d = 0; d < data.size(); ++d)
+    if (static_cast<int64_t>(d) != axis && indices[d] > data[d])
+      return operandShapeError(ctx, 1, "whose dim " + std::to_string(d) + " exceeds operand 0's (" +
+                                           ctx.operands[0].str() + ")");
+  return std::vector<TensorType>{{ctx.operands[0].dtype, indices}};
+}
+
+// gather_nd (ONNX GatherND): data of rank r, i64/i32 indices of rank q >= 1 whose last dim k indexes
+// data's dims batch_dims..batch_dims+k-1; the first batch_dims dims of both match. The result is
+// indices.shape[:-1] + data.shape[batch_dims+k:].
+Expected<std::vector<TensorType>> gatherNdShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireRank(ctx, 0, 1));
+  CLEAVE_TRY(requireRank(ctx, 1, 1));
+  CLEAVE_TRY(requireIndexType(ctx, 1));
+  const Shape &data = ctx.operands[0].shape, &indices = ctx.operands[1].shape;
+  const int64_t batch_dims = ctx.getInt("batch_dims"), k = indices.back();
+  const int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(indices.size());
+  if (batch_dims < 0 || batch_dims >= std::min(r, q))
+    return attrError(ctx, "batch_dims", "is " + std::to_string(batch_dims) + ", must be below both operands' ranks");
+  if (k < 1 || batch_dims + k > r)
+    return operandShapeError(ctx, 1, "whose last dim (" + std::to_string(k) + ") must be in 1.." +
+                                         std::to_string(r - batch_dims) + " for operand 0 (" + ctx.operands[0].str() + ")");
+  for (int64_t d = 0; d < batch_dims; ++d)
+    if (indices[d] != data[d])
+      return operandShapeError(ctx, 1, "whose batch dim " + std::to_string(d) + " differs from operand 0's (" +
+                                           ctx.operands[0].str() + ")");
+  Shape out(indices.begin(), indices.end() - 1);
+  out.insert(out.end(), data.begin() + batch_dims + k, data.end());
+  return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
+}
+
 // expand: numpy broadcast of x's shape and `shape` (entries >= 0).
 Expected<std::vector<TensorType>> expandShape(const OpContext& ctx) {
   const std::vector<int64_t>& target = ctx.getInts("shape");
@@ -315,6 +355,13 @@ OpCost gatherCost(const OpContext& ctx) {
   return {0, static_cast<double>(ctx.operands[1].bytes()) + 2 * static_cast<double>(results[0].bytes())};
 }
 
+// gather_elements reads the indices, and one data element per result element.
+OpCost gatherElementsCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  return {0, static_cast<double>(ctx.operands[1].bytes()) + 2 * static_cast<double>(results[0].bytes())};
+}
+
 // constant writes its result.
 OpCost constantCost(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
@@ -395,6 +442,34 @@ ShardingRule gatherShardingRule(const OpContext& ctx) {
     else rule.addFactor({d}, {d < axis ? d : d + index_rank - 1});
   }
   for (int d = 0; d < index_rank; ++d) rule.addFactor({ShardingRuleBuilder::kNoDim, d}, {axis + d});
+  return rule.build();
+}
+
+// gather_elements: the indices' dims pass through to the result; data is read anywhere along every
+// dim the indices do not cover exactly, so it is replicated.
+ShardingRule gatherElementsShardingRule(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  for (int d = 0; d < static_cast<int>(ctx.operands[0].rank()); ++d) {
+    rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+    rule.addFactor({ShardingRuleBuilder::kNoDim, d}, {d});
+  }
+  return rule.build();
+}
+
+// gather_nd: the indices' dims but the last pass through to the result's leading dims, data's sliced
+// trailing dims to its trailing dims; the dims the indices address are replicated.
+ShardingRule gatherNdShardingRule(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const int data_rank = static_cast<int>(ctx.operands[0].rank()), index_rank = static_cast<int>(ctx.operands[1].rank());
+  const int addressed = static_cast<int>(ctx.getInt("batch_dims") + ctx.operands[1].shape.back());
+  ShardingRuleBuilder rule(ctx.operands, results);
+  for (int d = 0; d < addressed; ++d) rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+  for (int d = 0; d < index_rank - 1; ++d) rule.addFactor({ShardingRuleBuilder::kNoDim, d}, {d});
+  rule.addOperandFactor(1, index_rank - 1, FactorKind::kNeedReplication);
+  for (int d = addressed; d < data_rank; ++d) rule.addFactor({d}, {index_rank - 1 + d - addressed});
   return rule.build();
 }
 
@@ -511,6 +586,22 @@ Status gatherGradient(GradientContext& g) {
   AttrMap attrs = copyAttrs(g, {"axis"});
   attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
   g.operand_grads[0] = g.emit(OpId::gather_grad, {dy(g), g.operand(1)}, std::move(attrs));
+  return g.status;
+}
+
+// dy is scatter-added where the elements were read; the indices get no gradient.
+Status gatherElementsGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"axis"});
+  attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
+  g.operand_grads[0] = g.emit(OpId::gather_elements_grad, {dy(g), g.operand(1)}, std::move(attrs));
+  return g.status;
+}
+
+// dy is scatter-added into the addressed slices; the indices get no gradient.
+Status gatherNdGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"batch_dims"});
+  attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
+  g.operand_grads[0] = g.emit(OpId::gather_nd_grad, {dy(g), g.operand(1)}, std::move(attrs));
   return g.status;
 }
 
@@ -707,6 +798,45 @@ Expected<std::vector<TensorData>> constantReference(const OpContext& ctx, std::s
   return single(*ctx.getTensor("value"));
 }
 
+// gather_elements: result[i] = data[i with its axis coordinate replaced by indices[i]]; negative
+// indices count from the end of the axis.
+Expected<std::vector<TensorData>> gatherElementsReference(const OpContext& ctx,
+                                                          std::span<const TensorData* const> operands) {
+  const TensorData &data = *operands[0], &indices = *operands[1];
+  const Shape &data_shape = data.type.shape, &index_shape = indices.type.shape;
+  const int64_t axis = normalizeAxis(ctx.getInt("axis"), data.type.rank());
+  std::vector<int64_t> rows;
+  if (indices.type.dtype == DType::kI32) {
+    for (int32_t i : readElements<int32_t>(indices)) rows.push_back(i);
+  } else {
+    rows = readElements<int64_t>(indices);
+  }
+  const std::vector<int64_t> data_strides = rowMajorStrides(data_shape), index_strides = rowMajorStrides(index_shape);
+  std::vector<int64_t> source(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    int64_t row = rows[i];
+    if (row < -data_shape[axis] || row >= data_shape[axis])
+      return referenceError(ctx, "index " + std::to_string(row) + " (element " + std::to_string(i) +
+                                     " of the indices) is out of range for axis " + std::to_string(axis) + " of size " +
+                                     std::to_string(data_shape[axis]));
+    if (row < 0) row += data_shape[axis];
+    int64_t offset = 0;
+    for (size_t d = 0; d < index_shape.size(); ++d) {
+      const int64_t coordinate = static_cast<int64_t>(i) / index_strides[d] % index_shape[d];
+      offset += (static_cast<int64_t>(d) == axis ? row : coordinate) * data_strides[d];
+    }
+    source[i] = offset;
+  }
+  return single(selectElements(data, ctx.results[0], source));
+}
+
+// gather_nd: each index tuple (after the batch prefix) selects a slice of data's trailing dims.
+Expected<std::vector<TensorData>> gatherNdReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData &data = *operands[0], &indices = *operands[1];
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> source, gatherNdSources(data.type.shape, indices, ctx.getInt("batch_dims")));
+  return single(selectElements(data, ctx.results[0], source));
+}
+
 // Sets the references constant folding uses.
 void addShapeReferences(std::vector<OpDef>& table) {
   for (OpId id : {OpId::reshape, OpId::flatten, OpId::squeeze, OpId::unsqueeze})
@@ -716,6 +846,8 @@ void addShapeReferences(std::vector<OpDef>& table) {
   setFoldingReference(table, OpId::split, splitReference, referenceDTypes);
   setFoldingReference(table, OpId::slice, sliceReference, referenceDTypes);
   setFoldingReference(table, OpId::gather, gatherReference, referenceDTypes);
+  setFoldingReference(table, OpId::gather_elements, gatherElementsReference, referenceDTypes);
+  setFoldingReference(table, OpId::gather_nd, gatherNdReference, referenceDTypes);
   setFoldingReference(table, OpId::expand, expandReference, referenceDTypes);
   setFoldingReference(table, OpId::trilu, triluReference, referenceDTypes);
   appendedDef(table, OpId::constant).reference = constantReference;
@@ -747,6 +879,17 @@ void addShapeOps(std::vector<OpDef>& table) {
                          {optionalInt("axis", 0)}, checkedShapeRule<gatherShape>, gatherCost, gatherShardingRule);
   gather.min_operands = gather.max_operands = 2;
   table.push_back(std::move(gather));
+  OpDef gather_elements = shapeOp(OpId::gather_elements, "gather_elements",
+                                  "picks one data element per index along axis (ONNX GatherElements, torch.gather)",
+                                  {optionalInt("axis", 0)}, checkedShapeRule<gatherElementsShape>, gatherElementsCost,
+                                  gatherElementsShardingRule);
+  gather_elements.min_operands = gather_elements.max_operands = 2;
+  table.push_back(std::move(gather_elements));
+  OpDef gather_nd = shapeOp(OpId::gather_nd, "gather_nd", "picks slices of data by index tuples (ONNX GatherND)",
+                            {optionalInt("batch_dims", 0)}, checkedShapeRule<gatherNdShape>, gatherElementsCost,
+                            gatherNdShardingRule);
+  gather_nd.min_operands = gather_nd.max_operands = 2;
+  table.push_back(std::move(gather_nd));
   table.push_back(shapeOp(OpId::expand, "expand", "broadcasts x to the broadcast of its shape and `shape`",
                           {requiredAttr("shape", AttrKind::kInts)}, checkedShapeRule<expandShape>, copyCost,
                           broadcastShardingRule));
@@ -782,6 +925,8 @@ void addShapeOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::split).gradient = splitGradient;
   appendedDef(table, OpId::slice).gradient = sliceGradient;
   appendedDef(table, OpId::gather).gradient = gatherGradient;
+  appendedDef(table, OpId::gather_elements).gradient = gatherElementsGradient;
+  appendedDef(table, OpId::gather_nd).gradient = gatherNdGradient;
   appendedDef(table, OpId::expand).gradient = expandGradient;
   appendedDef(table, OpId::trilu).gradient = triluGradient;
 

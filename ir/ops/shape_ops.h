@@ -12,6 +12,8 @@
   X(split, "split") \
   X(slice, "slice") \
   X(gather, "gather") \
+  X(gather_elements, "gather_elements") \
+  X(gather_nd, "gather_nd") \
   X(expand, "expand") \
   X(squeeze, "squeeze") \
   X(unsqueeze, "unsqueeze") \

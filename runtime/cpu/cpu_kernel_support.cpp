@@ -109,6 +109,35 @@ int64_t dimsProduct(const Shape& shape, size_t first, size_t last) {
   return product;
 }
 
+ElementsAddressing::ElementsAddressing(const Shape& data_shape, const Shape& index_shape, int64_t axis)
+    : index_shape_(index_shape), index_strides_(index_shape.size()), data_strides_(data_shape.size()), axis_(axis),
+      length_(data_shape[static_cast<size_t>(axis)]) {
+  int64_t index_stride = 1, data_stride = 1;
+  for (size_t d = index_shape.size(); d-- > 0;) {
+    index_strides_[d] = index_stride;
+    data_strides_[d] = data_stride;
+    index_stride *= index_shape[d];
+    data_stride *= data_shape[d];
+  }
+}
+
+int64_t ElementsAddressing::offset(int64_t i, int64_t index) const {
+  int64_t offset = 0;
+  for (size_t d = 0; d < index_shape_.size(); ++d) {
+    const int64_t coordinate = static_cast<int64_t>(d) == axis_ ? index : i / index_strides_[d] % index_shape_[d];
+    offset += coordinate * data_strides_[d];
+  }
+  return offset;
+}
+
+NdAddressing::NdAddressing(const Shape& data_shape, const Shape& index_shape, int64_t batch_dims)
+    : data_shape_(data_shape), strides_(data_shape.size(), 1), batch_dims_(batch_dims), k_(index_shape.back()) {
+  for (size_t d = data_shape.size(); d-- > 1;) strides_[d - 1] = strides_[d] * data_shape[d];
+  slice_ = dimsProduct(data_shape, static_cast<size_t>(batch_dims + k_), data_shape.size());
+  per_batch_ = dimsProduct(index_shape, static_cast<size_t>(batch_dims), index_shape.size() - 1);
+  rows_ = dimsProduct(index_shape, 0, index_shape.size() - 1);
+}
+
 AxisView axisView(const Shape& shape, int64_t axis) {
   const size_t a = static_cast<size_t>(axis);
   return {dimsProduct(shape, 0, a), shape[a], dimsProduct(shape, a + 1, shape.size())};

@@ -228,11 +228,61 @@ struct AxisView {
   int64_t inner = 1;   // product of the dims after it
 };
 
+// Where gather_nd reads (and its gradient writes): index tuple `row` (k integers, after the first
+// batch_dims dims of the indices) addresses a slice of data's trailing dims.
+class NdAddressing {
+ public:
+  NdAddressing(const Shape& data_shape, const Shape& index_shape, int64_t batch_dims);
+  int64_t rows() const { return rows_; }             // index tuples
+  int64_t tupleSize() const { return k_; }           // k
+  int64_t sliceSize() const { return slice_; }       // elements per slice
+  // The data offset of row `row`'s slice, or -1 when an index is out of range (`bad` is then its position).
+  template <class I>
+  int64_t offset(int64_t row, const I* tuple, int64_t& bad) const {
+    int64_t offset = 0, batch = per_batch_ > 0 ? row / per_batch_ : 0;
+    for (int64_t d = batch_dims_ - 1; d >= 0; --d) {
+      offset += batch % data_shape_[d] * strides_[d];
+      batch /= data_shape_[d];
+    }
+    for (int64_t j = 0; j < k_; ++j) {
+      const int64_t dim = data_shape_[batch_dims_ + j];
+      int64_t index = tuple[j];
+      if (index < -dim || index >= dim) {
+        bad = j;
+        return -1;
+      }
+      offset += (index < 0 ? index + dim : index) * strides_[batch_dims_ + j];
+    }
+    return offset;
+  }
+
+ private:
+  Shape data_shape_;
+  std::vector<int64_t> strides_;
+  int64_t batch_dims_, k_, slice_ = 1, per_batch_ = 1, rows_ = 1;
+};
+
 // The view of `shape` around `axis` (already normalised to [0, rank)).
 AxisView axisView(const Shape& shape, int64_t axis);
 
 // Product of shape[first..last).
 int64_t dimsProduct(const Shape& shape, size_t first, size_t last);
+
+// Where gather_elements reads (and its gradient writes): element i of indices of `index_shape`
+// addresses the data element at i's coordinates with the `axis` one replaced by the index.
+class ElementsAddressing {
+ public:
+  ElementsAddressing(const Shape& data_shape, const Shape& index_shape, int64_t axis);
+  // The axis's size in data (indices lie in [-length, length)).
+  int64_t length() const { return length_; }
+  // The data offset of element i for index `index`, already in [0, length).
+  int64_t offset(int64_t i, int64_t index) const;
+
+ private:
+  Shape index_shape_;
+  std::vector<int64_t> index_strides_, data_strides_;
+  int64_t axis_, length_;
+};
 
 // One dim of a slice: the first index read, the step between reads, and how many reads.
 struct SliceDim {

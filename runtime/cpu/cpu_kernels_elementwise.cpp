@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ir/ops/float_to_integer.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_vector_math.h"
@@ -208,6 +209,18 @@ Status floatUnaryKernel(const KernelCall& call) {
     if constexpr (kOp == OpId::erf) mapUnary<T>(call, kTranscendentalWork, [](T x) { return verf(x); });
     if constexpr (kOp == OpId::sin) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::sin(x); });
     if constexpr (kOp == OpId::cos) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::cos(x); });
+    if constexpr (kOp == OpId::tan) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::tan(x); });
+    if constexpr (kOp == OpId::asin) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::asin(x); });
+    if constexpr (kOp == OpId::acos) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::acos(x); });
+    if constexpr (kOp == OpId::atan) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::atan(x); });
+    if constexpr (kOp == OpId::sinh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::sinh(x); });
+    if constexpr (kOp == OpId::cosh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::cosh(x); });
+    if constexpr (kOp == OpId::asinh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::asinh(x); });
+    if constexpr (kOp == OpId::acosh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::acosh(x); });
+    if constexpr (kOp == OpId::atanh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return std::atanh(x); });
+    if constexpr (kOp == OpId::floor) mapUnary<T>(call, kSimpleWork, [](T x) { return std::floor(x); });
+    if constexpr (kOp == OpId::ceil) mapUnary<T>(call, kSimpleWork, [](T x) { return std::ceil(x); });
+    if constexpr (kOp == OpId::round) mapUnary<T>(call, kSimpleWork, [](T x) { return std::nearbyint(x); });
     if constexpr (kOp == OpId::tanh) mapUnary<T>(call, kTranscendentalWork, [](T x) { return vtanh(x); });
     if constexpr (kOp == OpId::sigmoid) mapUnary<T>(call, kTranscendentalWork, [](T x) { return vsigmoid(x); });
     if constexpr (kOp == OpId::gelu) {
@@ -303,11 +316,11 @@ auto widen(S s) {
   else return s;
 }
 
-// Stores an arithmetic value as D: anything to bool is "≠ 0"; float to integer truncates toward
-// zero and fails (returns false) when the value is NaN or out of D's range; integer to integer
-// wraps; the rest round to nearest.
+// Stores an arithmetic value as D: anything to bool is "≠ 0"; float to integer as PyTorch does it
+// (ir/ops/float_to_integer.h); integer to integer wraps; the rest round to nearest.
 template <class D, class V>
-bool narrow(V value, D& out) {
+D narrow(V value) {
+  D out;
   if constexpr (std::is_same_v<D, Bool>) {
     out.byte = value != V{0};
   } else if constexpr (std::is_same_v<D, Half>) {
@@ -315,15 +328,11 @@ bool narrow(V value, D& out) {
   } else if constexpr (std::is_same_v<D, BFloat16>) {
     out.bits = floatToBfloat16(static_cast<float>(value));
   } else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<V>) {
-    const double truncated = std::trunc(static_cast<double>(value));
-    constexpr double kLow = static_cast<double>(std::numeric_limits<D>::min());
-    constexpr double kHigh = static_cast<double>(std::numeric_limits<D>::max()) + 1.0;  // a power of two
-    if (!(truncated >= kLow && truncated < kHigh)) return false;
-    out = static_cast<D>(truncated);
+    out = floatToInteger<D>(static_cast<double>(value));
   } else {
     out = static_cast<D>(value);
   }
-  return true;
+  return out;
 }
 
 Status castKernel(const KernelCall& call) {
@@ -337,20 +346,10 @@ Status castKernel(const KernelCall& call) {
     return visitStorage(to_dtype, [&]<class To>(To) -> Status {
       const From* in = call.in<From>(0);
       To* out = call.out<To>(0);
-      std::atomic<int64_t> first_bad{n};  // the lowest index of an element that does not fit
       parallelFor(n, threadCount(call), kSimpleWork, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          if (narrow(widen(in[i]), out[i])) continue;
-          int64_t seen = first_bad.load();
-          while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
-          }
-        }
+        for (int64_t i = begin; i < end; ++i) out[i] = narrow<To>(widen(in[i]));
       });
-      const int64_t bad = first_bad.load();
-      if (bad == n) return Status::ok();
-      return Status::badInput("cast: element " + std::to_string(bad) + " (" +
-                              std::to_string(static_cast<double>(widen(in[bad]))) + ") does not fit in " +
-                              std::string(dtypeName(to_dtype)));
+      return Status::ok();
     });
   });
 }
@@ -410,6 +409,18 @@ void registerElementwiseKernels(CpuKernelTable& table) {
   set(OpId::erf, floatUnaryKernel<OpId::erf>);
   set(OpId::sin, floatUnaryKernel<OpId::sin>);
   set(OpId::cos, floatUnaryKernel<OpId::cos>);
+  set(OpId::tan, floatUnaryKernel<OpId::tan>);
+  set(OpId::asin, floatUnaryKernel<OpId::asin>);
+  set(OpId::acos, floatUnaryKernel<OpId::acos>);
+  set(OpId::atan, floatUnaryKernel<OpId::atan>);
+  set(OpId::sinh, floatUnaryKernel<OpId::sinh>);
+  set(OpId::cosh, floatUnaryKernel<OpId::cosh>);
+  set(OpId::asinh, floatUnaryKernel<OpId::asinh>);
+  set(OpId::acosh, floatUnaryKernel<OpId::acosh>);
+  set(OpId::atanh, floatUnaryKernel<OpId::atanh>);
+  set(OpId::floor, floatUnaryKernel<OpId::floor>);
+  set(OpId::ceil, floatUnaryKernel<OpId::ceil>);
+  set(OpId::round, floatUnaryKernel<OpId::round>);
   set(OpId::tanh, floatUnaryKernel<OpId::tanh>);
   set(OpId::sigmoid, floatUnaryKernel<OpId::sigmoid>);
   set(OpId::gelu, floatUnaryKernel<OpId::gelu>);

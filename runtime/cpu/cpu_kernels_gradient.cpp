@@ -246,6 +246,60 @@ Status gatherGradKernel(const KernelCall& call) {
   });
 }
 
+// ---- gather_elements_grad ----
+
+// dx = zeros of data_shape; dx[i's coordinates with the axis one replaced by indices[i]] += dy[i],
+// in element order on one thread (several elements may add into one place). Indices are checked first.
+Status gatherElementsGradKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
+      const Shape &data_shape = call.op.results[0].shape, &index_shape = call.op.operands[1].shape;
+      const int64_t axis = normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(data_shape.size()));
+      const ElementsAddressing addressing(data_shape, index_shape, axis);
+      const int64_t n = call.op.operands[1].numel();
+      const I* indices = call.in<I>(1);
+      for (int64_t i = 0; i < n; ++i)
+        if (indices[i] < -addressing.length() || indices[i] >= addressing.length())
+          return Status::badInput("gather_elements_grad: index " + std::to_string(indices[i]) + " (element " +
+                                  std::to_string(i) + " of the indices) is out of range for axis " + std::to_string(axis) +
+                                  " of size " + std::to_string(addressing.length()));
+      const T* dy = call.in<T>(0);
+      T* dx = call.out<T>(0);
+      std::memset(dx, 0, static_cast<size_t>(call.op.results[0].bytes()));
+      for (int64_t i = 0; i < n; ++i)
+        dx[addressing.offset(i, indices[i] < 0 ? indices[i] + addressing.length() : indices[i])] += dy[i];
+      return Status::ok();
+    });
+  });
+}
+
+// ---- gather_nd_grad ----
+
+// dx = zeros of data_shape; each index tuple's slice of dy adds into the slice gather_nd read, in
+// tuple order on one thread. Indices are checked first.
+Status gatherNdGradKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
+      const NdAddressing addressing(call.op.results[0].shape, call.op.operands[1].shape, call.op.getInt("batch_dims"));
+      const I* indices = call.in<I>(1);
+      const T* dy = call.in<T>(0);
+      T* dx = call.out<T>(0);
+      std::vector<int64_t> offsets(static_cast<size_t>(addressing.rows()));
+      for (int64_t row = 0; row < addressing.rows(); ++row) {
+        int64_t bad = 0;
+        offsets[row] = addressing.offset(row, indices + row * addressing.tupleSize(), bad);
+        if (offsets[row] < 0)
+          return Status::badInput("gather_nd_grad: index " + std::to_string(indices[row * addressing.tupleSize() + bad]) +
+                                  " is out of range for " + call.op.results[0].str());
+      }
+      std::memset(dx, 0, static_cast<size_t>(call.op.results[0].bytes()));
+      for (int64_t row = 0; row < addressing.rows(); ++row)
+        for (int64_t e = 0; e < addressing.sliceSize(); ++e) dx[offsets[row] + e] += dy[row * addressing.sliceSize() + e];
+      return Status::ok();
+    });
+  });
+}
+
 // ---- slice_grad ----
 
 // dx = zeros of input_shape with dy written where the slice read (each place at most once).
@@ -327,6 +381,8 @@ void registerGradientKernels(CpuKernelTable& table) {
   set(OpId::log_softmax_grad, softmaxGradKernel<true>);
   set(OpId::layer_norm_grad, layerNormGradKernel);
   set(OpId::gather_grad, gatherGradKernel);
+  set(OpId::gather_elements_grad, gatherElementsGradKernel);
+  set(OpId::gather_nd_grad, gatherNdGradKernel);
   set(OpId::slice_grad, sliceGradKernel);
   set(OpId::softmax_cross_entropy_grad, softmaxCrossEntropyGradKernel);
 }

@@ -306,6 +306,70 @@ Status batchNormKernel(const KernelCall& call) {
   });
 }
 
+// ---- argmax, cumsum: one pass along the axis per (outer, inner) column ----
+
+// argmax: the first (or with select_last_index the last) index of the largest element; NaN is the largest.
+Status argmaxKernel(const KernelCall& call) {
+  const Shape& shape = call.op.operands[0].shape;
+  const AxisView view = axisView(shape, normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
+  const bool last = call.op.getInt("select_last_index") == 1;
+  return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const T* x = call.in<T>(0);
+    int64_t* out = call.out<int64_t>(0);
+    parallelFor(view.outer * view.inner, threadCount(call), view.length, [&](int64_t begin, int64_t end) {
+      for (int64_t column = begin; column < end; ++column) {
+        const int64_t o = column / view.inner, k = column % view.inner;
+        const T* p = x + o * view.length * view.inner + k;
+        int64_t best = 0;
+        T best_value = p[0];
+        for (int64_t j = 1; j < view.length; ++j) {
+          if constexpr (std::is_floating_point_v<T>) {
+            if (std::isnan(best_value)) break;
+            if (std::isnan(p[j * view.inner])) {
+              best = j;
+              break;
+            }
+          }
+          const T v = p[j * view.inner];
+          if (v > best_value || (last && v == best_value)) {
+            best = j;
+            best_value = v;
+          }
+        }
+        out[column] = best;
+      }
+    });
+    return Status::ok();
+  });
+}
+
+// cumsum: running sums along the axis (floats accumulate in double, integers wrap).
+Status cumsumKernel(const KernelCall& call) {
+  const Shape& shape = call.op.operands[0].shape;
+  const AxisView view = axisView(shape, normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
+  const bool exclusive = call.op.getInt("exclusive") == 1, reverse = call.op.getInt("reverse") == 1;
+  return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    using Acc = typename std::conditional_t<std::is_floating_point_v<T>, std::type_identity<double>, std::make_unsigned<T>>::type;
+    const T* x = call.in<T>(0);
+    T* y = call.out<T>(0);
+    parallelFor(view.outer * view.inner, threadCount(call), view.length, [&](int64_t begin, int64_t end) {
+      for (int64_t column = begin; column < end; ++column) {
+        const int64_t o = column / view.inner, k = column % view.inner;
+        const int64_t base = o * view.length * view.inner + k;
+        Acc sum{0};
+        for (int64_t step = 0; step < view.length; ++step) {
+          const int64_t at = base + (reverse ? view.length - 1 - step : step) * view.inner;
+          const Acc value = static_cast<Acc>(x[at]);  // read before y (which may alias x) is written
+          if (exclusive) y[at] = static_cast<T>(sum);
+          sum += value;
+          if (!exclusive) y[at] = static_cast<T>(sum);
+        }
+      }
+    });
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerReductionKernels(CpuKernelTable& table) {
@@ -313,6 +377,8 @@ void registerReductionKernels(CpuKernelTable& table) {
   set(OpId::reduce_sum, reduceKernel<OpId::reduce_sum>);
   set(OpId::reduce_mean, reduceKernel<OpId::reduce_mean>);
   set(OpId::reduce_max, reduceKernel<OpId::reduce_max>);
+  set(OpId::argmax, argmaxKernel);
+  set(OpId::cumsum, cumsumKernel);
   set(OpId::softmax, softmaxKernel<false>);
   set(OpId::log_softmax, softmaxKernel<true>);
   set(OpId::layer_norm, layerNormKernel);

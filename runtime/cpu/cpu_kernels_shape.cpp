@@ -283,6 +283,66 @@ Status gatherKernel(const KernelCall& call) {
   });
 }
 
+// ---- gather_elements ----
+
+// result[i] = data[i's coordinates with the axis one replaced by indices[i]]; negative indices count
+// from the end of the axis; every index is checked before anything is written.
+Status gatherElementsKernel(const KernelCall& call) {
+  const Shape &data_shape = call.op.operands[0].shape, &index_shape = call.op.operands[1].shape;
+  const int64_t axis = normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(data_shape.size()));
+  const ElementsAddressing addressing(data_shape, index_shape, axis);
+  const int64_t n = call.op.operands[1].numel();
+  return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
+    const I* indices = call.in<I>(1);
+    for (int64_t i = 0; i < n; ++i)
+      if (indices[i] < -addressing.length() || indices[i] >= addressing.length())
+        return Status::badInput("gather_elements: index " + std::to_string(indices[i]) + " (element " + std::to_string(i) +
+                                " of the indices) is out of range for axis " + std::to_string(axis) + " of size " +
+                                std::to_string(addressing.length()));
+    return visitBySize(call.op.results[0].dtype, [&]<class E>(E) -> Status {
+      const E* data = call.in<E>(0);
+      E* out = call.out<E>(0);
+      parallelFor(n, threadCount(call), kMoveWork * 4, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t index = indices[i] < 0 ? indices[i] + addressing.length() : indices[i];
+          out[i] = data[addressing.offset(i, index)];
+        }
+      });
+      return Status::ok();
+    });
+  });
+}
+
+// ---- gather_nd ----
+
+// Each index tuple copies one slice of data's trailing dims; every index is checked first.
+Status gatherNdKernel(const KernelCall& call) {
+  const NdAddressing addressing(call.op.operands[0].shape, call.op.operands[1].shape, call.op.getInt("batch_dims"));
+  const int64_t slice_bytes = addressing.sliceSize() * dtypeSize(call.op.operands[0].dtype);
+  return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
+    const I* indices = call.in<I>(1);
+    std::vector<int64_t> offsets(static_cast<size_t>(addressing.rows()));
+    for (int64_t row = 0; row < addressing.rows(); ++row) {
+      int64_t bad = 0;
+      offsets[row] = addressing.offset(row, indices + row * addressing.tupleSize(), bad);
+      if (offsets[row] < 0) {
+        const int64_t element = row * addressing.tupleSize() + bad;
+        return Status::badInput("gather_nd: index " + std::to_string(indices[element]) + " (element " +
+                                std::to_string(element) + " of the indices) is out of range for dim " +
+                                std::to_string(call.op.getInt("batch_dims") + bad) + " of " + call.op.operands[0].str());
+      }
+    }
+    const auto* data = call.in<uint8_t>(0);
+    auto* out = call.out<uint8_t>(0);
+    const int64_t element_bytes = dtypeSize(call.op.operands[0].dtype);
+    parallelFor(addressing.rows(), threadCount(call), std::max<int64_t>(1, slice_bytes / 8), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row)
+        std::memcpy(out + row * slice_bytes, data + offsets[row] * element_bytes, static_cast<size_t>(slice_bytes));
+    });
+    return Status::ok();
+  });
+}
+
 // ---- expand, trilu, constant ----
 
 Status expandKernel(const KernelCall& call) {
@@ -356,6 +416,8 @@ void registerShapeKernels(CpuKernelTable& table) {
   set(OpId::split, splitKernel);
   set(OpId::slice, sliceKernel);
   set(OpId::gather, gatherKernel);
+  set(OpId::gather_elements, gatherElementsKernel);
+  set(OpId::gather_nd, gatherNdKernel);
   set(OpId::expand, expandKernel);
   set(OpId::trilu, triluKernel);
   set(OpId::constant, constantKernel);

@@ -53,6 +53,42 @@ Expected<IndexMap> sliceMap(const KernelCall& call, const Shape& input, const Sh
   return map;
 }
 
+Expected<ElementsMap> elementsMap(const KernelCall& call, const Shape& data, const Shape& indices, int64_t axis) {
+  if (indices.size() > static_cast<size_t>(kMaxDims))
+    return Status::badInput(std::string(call.op.def.name) + ": rank " + std::to_string(indices.size()) +
+                            " is more than the " + std::to_string(kMaxDims) + " dims cuda kernels index");
+  ElementsMap result;
+  result.map.rank = std::max<int>(1, static_cast<int>(indices.size()));
+  int64_t stride = 1;
+  for (size_t d = indices.size(); d-- > 0;) {
+    result.map.dims[d] = indices[d];
+    result.map.strides[0][d] = static_cast<int64_t>(d) == axis ? 0 : stride;
+    if (static_cast<int64_t>(d) == axis) result.axis_stride = stride;
+    stride *= data[d];
+  }
+  result.length = data[static_cast<size_t>(axis)];
+  return result;
+}
+
+Expected<NdMap> ndMap(const KernelCall& call, const Shape& data, const Shape& indices, int64_t batch_dims) {
+  if (data.size() > static_cast<size_t>(kMaxDims))
+    return Status::badInput(std::string(call.op.def.name) + ": rank " + std::to_string(data.size()) +
+                            " is more than the " + std::to_string(kMaxDims) + " dims cuda kernels index");
+  NdMap map;
+  map.batch_dims = batch_dims;
+  map.k = indices.back();
+  int64_t stride = 1;
+  for (size_t d = data.size(); d-- > 0;) {
+    map.dims[d] = data[d];
+    map.strides[d] = stride;
+    stride *= data[d];
+  }
+  map.slice = dimsProduct(data, static_cast<size_t>(batch_dims + map.k), data.size());
+  map.per_batch = dimsProduct(indices, static_cast<size_t>(batch_dims), indices.size() - 1);
+  map.rows = dimsProduct(indices, 0, indices.size() - 1);
+  return map;
+}
+
 Expected<IndexMap> transposeMap(const KernelCall& call) {
   const Shape& in = call.op.operands[0].shape;
   const int64_t rank = static_cast<int64_t>(in.size());

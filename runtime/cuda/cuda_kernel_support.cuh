@@ -47,6 +47,24 @@ __device__ inline int64_t mapOffset(const IndexMap& map, int k, int64_t i) {
   return offset;
 }
 
+// The data offset of gather_nd's index tuple `row` (its k indices at `tuple`), or -1 when one is out of range.
+template <class I>
+__device__ inline int64_t ndOffset(const NdMap& map, int64_t row, const I* tuple) {
+  int64_t offset = 0, batch = map.per_batch > 0 ? row / map.per_batch : 0;
+  for (int64_t d = map.batch_dims - 1; d >= 0; --d) {
+    offset += batch % map.dims[d] * map.strides[d];
+    batch /= map.dims[d];
+  }
+  for (int64_t j = 0; j < map.k; ++j) {
+    const int64_t dim = map.dims[map.batch_dims + j];
+    int64_t index = tuple[j];
+    if (index < 0) index += dim;
+    if (index < 0 || index >= dim) return -1;
+    offset += index * map.strides[map.batch_dims + j];
+  }
+  return offset;
+}
+
 // ---- Dtype dispatch (the CPU's dtype sets, less i8/u8 for arithmetic) ----
 
 // Calls fn(T{}) with T = float or double.

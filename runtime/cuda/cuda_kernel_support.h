@@ -55,6 +55,25 @@ Expected<IndexMap> sliceMap(const KernelCall& call, const Shape& input, const Sh
 // The map of a transpose (operand 0 = x) onto its result.
 Expected<IndexMap> transposeMap(const KernelCall& call);
 
+// gather_elements' addressing (and its gradient's): over the indices' shape, operand 0's offset is
+// the data offset of the element's coordinates with the axis one left out (its stride is 0); the
+// caller adds index · axis_stride. kBadInput past kMaxDims dims.
+struct ElementsMap {
+  IndexMap map;
+  int64_t axis_stride = 1;  // data's row-major stride of the axis
+  int64_t length = 1;       // data's size along the axis
+};
+Expected<ElementsMap> elementsMap(const KernelCall& call, const Shape& data, const Shape& indices, int64_t axis);
+
+// gather_nd's addressing (and its gradient's): index tuple `row` (k integers after the batch prefix)
+// selects a slice of `slice` elements of data. kBadInput past kMaxDims dims.
+struct NdMap {
+  int64_t batch_dims = 0, k = 1, slice = 1, per_batch = 1, rows = 1;
+  int64_t dims[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+};
+Expected<NdMap> ndMap(const KernelCall& call, const Shape& data, const Shape& indices, int64_t batch_dims);
+
 // The geometry of a conv2d or 2-D pooling window over NCHW images (as the CPU's Window2d).
 struct Window {
   int64_t batch = 0, channels = 0, height = 0, width = 0;  // input N, C, H, W

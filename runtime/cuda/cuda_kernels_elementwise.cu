@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ir/ops/float_to_integer.h"
 #include "runtime/cuda/cuda_kernel_support.cuh"
 
 namespace cleave::runtime::cuda {
@@ -116,6 +117,18 @@ struct Unary {
     else if constexpr (kOp == OpId::erf) return deviceErf(x);
     else if constexpr (kOp == OpId::sin) { if constexpr (std::is_same_v<T, float>) return sinf(x); else return sin(x); }
     else if constexpr (kOp == OpId::cos) { if constexpr (std::is_same_v<T, float>) return cosf(x); else return cos(x); }
+    else if constexpr (kOp == OpId::tan) { if constexpr (std::is_same_v<T, float>) return tanf(x); else return tan(x); }
+    else if constexpr (kOp == OpId::asin) { if constexpr (std::is_same_v<T, float>) return asinf(x); else return asin(x); }
+    else if constexpr (kOp == OpId::acos) { if constexpr (std::is_same_v<T, float>) return acosf(x); else return acos(x); }
+    else if constexpr (kOp == OpId::atan) { if constexpr (std::is_same_v<T, float>) return atanf(x); else return atan(x); }
+    else if constexpr (kOp == OpId::sinh) { if constexpr (std::is_same_v<T, float>) return sinhf(x); else return sinh(x); }
+    else if constexpr (kOp == OpId::cosh) { if constexpr (std::is_same_v<T, float>) return coshf(x); else return cosh(x); }
+    else if constexpr (kOp == OpId::asinh) { if constexpr (std::is_same_v<T, float>) return asinhf(x); else return asinh(x); }
+    else if constexpr (kOp == OpId::acosh) { if constexpr (std::is_same_v<T, float>) return acoshf(x); else return acosh(x); }
+    else if constexpr (kOp == OpId::atanh) { if constexpr (std::is_same_v<T, float>) return atanhf(x); else return atanh(x); }
+    else if constexpr (kOp == OpId::floor) { if constexpr (std::is_same_v<T, float>) return floorf(x); else return floor(x); }
+    else if constexpr (kOp == OpId::ceil) { if constexpr (std::is_same_v<T, float>) return ceilf(x); else return ceil(x); }
+    else if constexpr (kOp == OpId::round) { if constexpr (std::is_same_v<T, float>) return rintf(x); else return rint(x); }
     else if constexpr (kOp == OpId::tanh) return deviceTanh(x);
     else if constexpr (kOp == OpId::sigmoid) return T(1) / (T(1) + deviceExp(-x));
     else if constexpr (kOp == OpId::gelu) {
@@ -226,22 +239,15 @@ __device__ auto widen(S s) {
 }
 
 // Stores an arithmetic value as D: to bool is "≠ 0", f16/bf16 round to nearest from float, float
-// to integer truncates toward zero (the GPU saturates out-of-range values and gives 0 for NaN where
-// the CPU reports an error), the rest as static_cast.
+// to integer as PyTorch does it on the CPU (ir/ops/float_to_integer.h, so a plan gives the same
+// result on every device), the rest as static_cast.
 template <class D, class V>
 __device__ D narrow(V value) {
   if constexpr (std::is_same_v<D, Bool>) return Bool{static_cast<uint8_t>(value != V{0})};
   else if constexpr (std::is_same_v<D, __half>) return __float2half_rn(static_cast<float>(value));
   else if constexpr (std::is_same_v<D, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(value));
-  else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<V>) {
-    const double t = trunc(static_cast<double>(value));
-    constexpr double kLow = static_cast<double>(std::numeric_limits<D>::min());
-    constexpr double kHigh = static_cast<double>(std::numeric_limits<D>::max());
-    if (!(t == t)) return D{0};
-    return t <= kLow ? std::numeric_limits<D>::min() : t >= kHigh ? std::numeric_limits<D>::max() : static_cast<D>(t);
-  } else {
-    return static_cast<D>(value);
-  }
+  else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<V>) return floatToInteger<D>(static_cast<double>(value));
+  else return static_cast<D>(value);
 }
 
 template <class From, class To>
@@ -309,6 +315,18 @@ void registerElementwiseKernels(CudaKernelTable& table) {
   set(OpId::erf, floatUnaryKernel<OpId::erf>);
   set(OpId::sin, floatUnaryKernel<OpId::sin>);
   set(OpId::cos, floatUnaryKernel<OpId::cos>);
+  set(OpId::tan, floatUnaryKernel<OpId::tan>);
+  set(OpId::asin, floatUnaryKernel<OpId::asin>);
+  set(OpId::acos, floatUnaryKernel<OpId::acos>);
+  set(OpId::atan, floatUnaryKernel<OpId::atan>);
+  set(OpId::sinh, floatUnaryKernel<OpId::sinh>);
+  set(OpId::cosh, floatUnaryKernel<OpId::cosh>);
+  set(OpId::asinh, floatUnaryKernel<OpId::asinh>);
+  set(OpId::acosh, floatUnaryKernel<OpId::acosh>);
+  set(OpId::atanh, floatUnaryKernel<OpId::atanh>);
+  set(OpId::floor, floatUnaryKernel<OpId::floor>);
+  set(OpId::ceil, floatUnaryKernel<OpId::ceil>);
+  set(OpId::round, floatUnaryKernel<OpId::round>);
   set(OpId::tanh, floatUnaryKernel<OpId::tanh>);
   set(OpId::sigmoid, floatUnaryKernel<OpId::sigmoid>);
   set(OpId::gelu, floatUnaryKernel<OpId::gelu>);

@@ -247,6 +247,57 @@ Status gatherGradKernel(const KernelCall& call, CudaContext& context) {
   });
 }
 
+// dx[map(i) + indices[i] · axis_stride] += dy[i] by atomic adds; an index out of range is skipped.
+template <class T, class I>
+__global__ void scatterAddElements(const T* dy, const I* indices, T* dx, int64_t n, IndexMap map, int64_t axis_stride,
+                                   int64_t length) {
+  CLEAVE_GRID_LOOP(i, n) {
+    int64_t index = indices[i];
+    if (index < 0) index += length;
+    if (index >= 0 && index < length) atomicAdd(dx + mapOffset(map, 0, i) + index * axis_stride, dy[i]);
+  }
+}
+
+Status gatherElementsGradKernel(const KernelCall& call, CudaContext& context) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
+      const Shape& data_shape = call.op.results[0].shape;
+      const int64_t axis = normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(data_shape.size()));
+      CLEAVE_ASSIGN_OR_RETURN(const ElementsMap elements, elementsMap(call, data_shape, call.op.operands[1].shape, axis));
+      const int64_t n = call.op.operands[0].numel();
+      CLEAVE_TRY(zeroBytes(call, context, call.outputs[0], call.op.results[0].bytes()));
+      if (n == 0) return Status::ok();
+      scatterAddElements<T, I><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(
+          call.in<T>(0), call.in<I>(1), call.out<T>(0), n, elements.map, elements.axis_stride, elements.length);
+      return launchStatus(call);
+    });
+  });
+}
+
+// dx[slice of tuple i / slice, element i % slice] += dy[i] by atomic adds; a tuple out of range is skipped.
+template <class T, class I>
+__global__ void scatterAddNd(const T* dy, const I* indices, T* dx, int64_t n, NdMap map) {
+  CLEAVE_GRID_LOOP(i, n) {
+    const int64_t row = i / map.slice, offset = ndOffset(map, row, indices + row * map.k);
+    if (offset >= 0) atomicAdd(dx + offset + i % map.slice, dy[i]);
+  }
+}
+
+Status gatherNdGradKernel(const KernelCall& call, CudaContext& context) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
+      CLEAVE_ASSIGN_OR_RETURN(const NdMap map, ndMap(call, call.op.results[0].shape, call.op.operands[1].shape,
+                                                     call.op.getInt("batch_dims")));
+      const int64_t n = call.op.operands[0].numel();
+      CLEAVE_TRY(zeroBytes(call, context, call.outputs[0], call.op.results[0].bytes()));
+      if (n == 0) return Status::ok();
+      scatterAddNd<T, I><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(call.in<T>(0), call.in<I>(1),
+                                                                               call.out<T>(0), n, map);
+      return launchStatus(call);
+    });
+  });
+}
+
 // dx = zeros of input_shape with dy written where the slice read (each place at most once).
 template <class E>
 __global__ void scatterByMap(const E* dy, E* dx, int64_t n, IndexMap map) {
@@ -329,6 +380,8 @@ void registerGradientKernels(CudaKernelTable& table) {
   set(OpId::log_softmax_grad, softmaxGradKernel<true>);
   set(OpId::layer_norm_grad, layerNormGradKernel);
   set(OpId::gather_grad, gatherGradKernel);
+  set(OpId::gather_elements_grad, gatherElementsGradKernel);
+  set(OpId::gather_nd_grad, gatherNdGradKernel);
   set(OpId::slice_grad, sliceGradKernel);
   set(OpId::softmax_cross_entropy_grad, softmaxCrossEntropyGradKernel);
 }

@@ -274,6 +274,72 @@ Status batchNormKernel(const KernelCall& call, CudaContext& context) {
   });
 }
 
+// ---- argmax, cumsum: one thread per (outer, inner) column walks the axis ----
+
+// argmax: the first (or last, with select_last_index) index of the largest element; NaN is the largest.
+template <class T>
+__global__ void argmaxColumns(const T* x, int64_t* out, int64_t columns, int64_t length, int64_t inner, bool last) {
+  CLEAVE_GRID_LOOP(column, columns) {
+    const T* p = x + column / inner * length * inner + column % inner;
+    int64_t best = 0;
+    T best_value = p[0];
+    for (int64_t j = 1; j < length; ++j) {
+      const T v = p[j * inner];
+      if (best_value != best_value) break;  // NaN found
+      if (v != v || v > best_value || (last && v == best_value)) {
+        best = j;
+        best_value = v;
+      }
+    }
+    out[column] = best;
+  }
+}
+
+Status argmaxKernel(const KernelCall& call, CudaContext& context) {
+  const Shape& shape = call.op.operands[0].shape;
+  const size_t axis = static_cast<size_t>(normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
+  const int64_t length = shape[axis], inner = dimsProduct(shape, axis + 1, shape.size());
+  const int64_t columns = call.op.results[0].numel();
+  if (columns == 0) return Status::ok();
+  return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    argmaxColumns<T><<<blocksFor(columns), kBlockThreads, 0, context.compute()>>>(
+        call.in<T>(0), call.out<int64_t>(0), columns, length, inner, call.op.getInt("select_last_index") == 1);
+    return launchStatus(call);
+  });
+}
+
+// cumsum: running sums along the axis (floats accumulate in double, integers wrap).
+template <class T>
+__global__ void cumsumColumns(const T* x, T* y, int64_t columns, int64_t length, int64_t inner, bool exclusive,
+                              bool reverse) {
+  using Acc = typename std::conditional_t<std::is_floating_point_v<T>, std::type_identity<double>, std::make_unsigned<T>>::type;
+  CLEAVE_GRID_LOOP(column, columns) {
+    const int64_t base = column / inner * length * inner + column % inner;
+    Acc sum{0};
+    for (int64_t step = 0; step < length; ++step) {
+      const int64_t at = base + (reverse ? length - 1 - step : step) * inner;
+      const Acc value = static_cast<Acc>(x[at]);
+      if (exclusive) y[at] = static_cast<T>(sum);
+      sum += value;
+      if (!exclusive) y[at] = static_cast<T>(sum);
+    }
+  }
+}
+
+Status cumsumKernel(const KernelCall& call, CudaContext& context) {
+  const Shape& shape = call.op.operands[0].shape;
+  const size_t axis = static_cast<size_t>(normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
+  const int64_t length = shape[axis], inner = dimsProduct(shape, axis + 1, shape.size());
+  const int64_t columns = length == 0 ? 0 : call.op.results[0].numel() / length;
+  if (columns == 0) return Status::ok();
+  return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    cumsumColumns<T><<<blocksFor(columns), kBlockThreads, 0, context.compute()>>>(
+        call.in<T>(0), call.out<T>(0), columns, length, inner, call.op.getInt("exclusive") == 1,
+        call.op.getInt("reverse") == 1);
+    return launchStatus(call);
+  });
+}
+
 }  // namespace
 
 void registerReductionKernels(CudaKernelTable& table) {
@@ -281,6 +347,8 @@ void registerReductionKernels(CudaKernelTable& table) {
   set(OpId::reduce_sum, reduceKernel<OpId::reduce_sum>);
   set(OpId::reduce_mean, reduceKernel<OpId::reduce_mean>);
   set(OpId::reduce_max, reduceKernel<OpId::reduce_max>);
+  set(OpId::argmax, argmaxKernel);
+  set(OpId::cumsum, cumsumKernel);
   set(OpId::softmax, softmaxKernel<false>);
   set(OpId::log_softmax, softmaxKernel<true>);
   set(OpId::layer_norm, layerNormKernel);

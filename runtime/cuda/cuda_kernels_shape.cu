@@ -123,6 +123,61 @@ Status gatherKernel(const KernelCall& call, CudaContext& context) {
   });
 }
 
+// ---- gather_elements ----
+
+// out[i] = data[map(i) + indices[i] · axis_stride]; negative indices count from the end. An index
+// outside [-length, length) is not reported on the GPU (the CPU reports it): it reads as zero.
+template <class E, class I>
+__global__ void gatherElementsKernel(const E* data, const I* indices, E* out, int64_t n, IndexMap map,
+                                     int64_t axis_stride, int64_t length) {
+  CLEAVE_GRID_LOOP(i, n) {
+    int64_t index = indices[i];
+    if (index < 0) index += length;
+    out[i] = (index >= 0 && index < length) ? data[mapOffset(map, 0, i) + index * axis_stride] : E{0};
+  }
+}
+
+Status gatherElementsKernel(const KernelCall& call, CudaContext& context) {
+  const Shape& data_shape = call.op.operands[0].shape;
+  const int64_t axis = normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(data_shape.size()));
+  CLEAVE_ASSIGN_OR_RETURN(const ElementsMap elements, elementsMap(call, data_shape, call.op.operands[1].shape, axis));
+  const int64_t n = call.op.results[0].numel();
+  if (n == 0) return Status::ok();
+  return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) {
+    return visitBySize(call.op.results[0].dtype, [&]<class E>(E) {
+      gatherElementsKernel<E, I><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(
+          call.in<E>(0), call.in<I>(1), call.out<E>(0), n, elements.map, elements.axis_stride, elements.length);
+      return launchStatus(call);
+    });
+  });
+}
+
+// ---- gather_nd ----
+
+// out[i] = data[slice of tuple i / slice, element i % slice]; a tuple out of range reads zeros (the
+// CPU reports it).
+template <class E, class I>
+__global__ void gatherNdElements(const E* data, const I* indices, E* out, int64_t n, NdMap map) {
+  CLEAVE_GRID_LOOP(i, n) {
+    const int64_t row = i / map.slice, offset = ndOffset(map, row, indices + row * map.k);
+    out[i] = offset >= 0 ? data[offset + i % map.slice] : E{0};
+  }
+}
+
+Status gatherNdKernel(const KernelCall& call, CudaContext& context) {
+  CLEAVE_ASSIGN_OR_RETURN(const NdMap map, ndMap(call, call.op.operands[0].shape, call.op.operands[1].shape,
+                                                 call.op.getInt("batch_dims")));
+  const int64_t n = call.op.results[0].numel();
+  if (n == 0) return Status::ok();
+  return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) {
+    return visitBySize(call.op.results[0].dtype, [&]<class E>(E) {
+      gatherNdElements<E, I><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(call.in<E>(0), call.in<I>(1),
+                                                                                   call.out<E>(0), n, map);
+      return launchStatus(call);
+    });
+  });
+}
+
 // ---- trilu, constant ----
 
 // trilu on the last two dims (row r, column c): upper keeps c − r ≥ k, lower keeps c − r ≤ k.
@@ -176,6 +231,8 @@ void registerShapeKernels(CudaKernelTable& table) {
   set(OpId::split, splitKernel);
   set(OpId::slice, sliceKernel);
   set(OpId::gather, gatherKernel);
+  set(OpId::gather_elements, gatherElementsKernel);
+  set(OpId::gather_nd, gatherNdKernel);
   set(OpId::expand, expandKernel);
   set(OpId::trilu, triluKernel);
   set(OpId::constant, constantKernel);

@@ -276,13 +276,13 @@ CaseResult runCaseIsolated(const fs::path& case_dir) {
   return {"", report[0] == 'F'};
 }
 
-// Where tools/setup.sh unpacks the suite.
-std::string defaultDataDir() {
-  if (const char* dir = std::getenv("CLEAVE_ONNX_NODE_TESTS")) return dir;
+// Where tools/setup.sh unpacks the node tests of onnx `version` (CLEAVE_ONNX_NODE_TESTS overrides 1.12.0's).
+std::string defaultDataDir(const std::string& version) {
+  if (const char* dir = std::getenv("CLEAVE_ONNX_NODE_TESTS"); dir && version == "1.12.0") return dir;
   std::string cache;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) cache = xdg;
   else cache = std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache";
-  return cache + "/cleave/onnx-1.12.0-node";
+  return cache + "/cleave/onnx-" + version + "-node";
 }
 
 // The non-empty lines of `path` that do not start with '#'.
@@ -296,14 +296,16 @@ std::vector<std::string> readLines(const std::string& path) {
 
 int runSuite(int argc, char** argv) {
   CLI::App app("onnx_conformance: runs onnx 1.12's node test cases through cleave", "onnx_conformance");
-  std::string data_dir = defaultDataDir(), baseline, write_baseline, filter;
+  std::string data_dir, suite = "1.12.0", baseline, write_baseline, filter;
   bool verbose = false;
-  app.add_option("--data", data_dir, "Folder of cases (onnx/backend/test/data/node)");
+  app.add_option("--data", data_dir, "Folder of cases (onnx/backend/test/data/node); default: the suite's cache folder");
+  app.add_option("--suite", suite, "The onnx version whose node tests tools/setup.sh unpacked (1.12.0 or 1.23.2)");
   app.add_option("--baseline", baseline, "File of case names that must pass");
   app.add_option("--write-baseline", write_baseline, "Write the names of the passing cases to this file");
   app.add_option("--filter", filter, "Run only cases whose name contains this text");
   app.add_flag("--verbose", verbose, "Print every case's result, and unsupported op types by case count");
   CLI11_PARSE(app, argc, argv);
+  if (data_dir.empty()) data_dir = defaultDataDir(suite);
 
   // 1. The cases.
   if (!fs::is_directory(data_dir)) {

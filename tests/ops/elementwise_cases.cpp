@@ -46,6 +46,18 @@ CaseList elementwiseCases() {
         b.add(op, label, {b.uniform(dtype, shape, -3.5, 3.5)});
         b.add(op, label + " large arguments", {b.uniform(dtype, shape, -1000, 1000)});
       }
+      // The rest of the trigonometric family, each on its domain (away from its poles).
+      for (OpId op : {OpId::atan, OpId::sinh, OpId::cosh, OpId::asinh}) b.add(op, label, {b.uniform(dtype, shape, -3, 3)});
+      for (OpId op : {OpId::asin, OpId::acos, OpId::atanh}) b.add(op, label, {b.uniform(dtype, shape, -0.9, 0.9)});
+      b.add(OpId::tan, label, {b.uniform(dtype, shape, -1.2, 1.2)});
+      b.add(OpId::acosh, label, {b.uniform(dtype, shape, 1.1, 4)});
+      // floor, ceil and round away from their steps (a finite difference across one is not a gradient);
+      // round's halves go to even, as numpy's and PyTorch's.
+      std::vector<double> off_steps;
+      for (int64_t i = 0; i < TensorType{dtype, shape}.numel(); ++i) off_steps.push_back(static_cast<double>(i % 13) - 6 + (i % 2 ? 0.3 : 0.7));
+      for (OpId op : {OpId::floor, OpId::ceil, OpId::round}) b.add(op, label, {CaseBuilder::values(dtype, shape, off_steps)});
+      b.addWithoutGradient(OpId::round, label + " halves", {CaseBuilder::values(dtype, Shape{6}, {-2.5, -1.5, -0.5, 0.5, 1.5, 2.5})}, {},
+                           "round jumps at halves");
       b.add(OpId::dropout, label + " ratio 0", {b.uniform(dtype, shape, -3, 3)}, {{"ratio", 0.0}});
       b.addWithoutGradient(OpId::dropout, label + " at inference", {b.uniform(dtype, shape, -3, 3)}, {},
                            "dropout with ratio > 0 is not differentiable yet (its rule says so)");
@@ -71,7 +83,8 @@ CaseList elementwiseCases() {
   }
   b.add(OpId::where, "all three broadcast",
         {b.integers(DType::kBool, {2, 1, 4}, 0, 1), b.uniform(DType::kF32, {3, 1}), b.uniform(DType::kF32, {4})});
-  for (OpId op : {OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid, OpId::relu, OpId::sqrt, OpId::sin, OpId::cos})
+  for (OpId op : {OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid, OpId::relu, OpId::sqrt, OpId::sin, OpId::cos, OpId::tan,
+                  OpId::atan, OpId::sinh, OpId::floor, OpId::ceil, OpId::round})
     b.add(op, "NaN propagates", {CaseBuilder::values(DType::kF32, {3}, {nan, 1, 0.5})});
   b.add(OpId::clip, "NaN passes clip", {CaseBuilder::values(DType::kF64, {3}, {nan, -4, 4})}, {{"min", -1.0}, {"max", 1.0}});
   for (OpId op : {OpId::add, OpId::mul, OpId::exp, OpId::gelu}) {

@@ -112,6 +112,15 @@ CaseList gradientCases() {
           {b.uniform(dtype, {3, 4, 6}), b.integers(DType::kI64, {3, 4}, -7, 6)}, {{"data_shape", Ints{7, 6}}});
     b.add(OpId::gather_grad, dt + " i32 indices axis 1", {b.uniform(dtype, {7, 5}), b.integers(DType::kI32, {5}, -6, 5)},
           {{"data_shape", Ints{7, 6}}, {"axis", int64_t{1}}});
+    b.add(OpId::gather_elements_grad, dt + " repeated negative indices",
+          {b.uniform(dtype, {3, 6}), b.integers(DType::kI64, {3, 6}, -7, 6)}, {{"data_shape", Ints{7, 6}}});
+    b.add(OpId::gather_elements_grad, dt + " i32 indices axis 1",
+          {b.uniform(dtype, {7, 4}), b.integers(DType::kI32, {7, 4}, -6, 5)}, {{"data_shape", Ints{7, 6}}, {"axis", int64_t{1}}});
+    b.add(OpId::gather_nd_grad, dt + " repeated tuples",
+          {b.uniform(dtype, {2, 3, 3}), b.integers(DType::kI64, {2, 3, 2}, -2, 1)}, {{"data_shape", Ints{4, 2, 3}}});
+    b.add(OpId::gather_nd_grad, dt + " batch_dims 1",
+          {b.uniform(dtype, {2, 4}), b.integers(DType::kI32, {2, 4, 2}, 0, 2)},
+          {{"data_shape", Ints{2, 5, 3}}, {"batch_dims", int64_t{1}}});
     const AttrMap slice_attrs = {{"starts", Ints{1, -1}}, {"ends", Ints{3, 0}}, {"axes", Ints{1, 3}}, {"steps", Ints{1, -2}}};
     AttrMap slice_grad_attrs = slice_attrs;
     slice_grad_attrs["input_shape"] = Ints{2, 3, 4, 5};

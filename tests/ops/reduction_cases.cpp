@@ -26,6 +26,27 @@ CaseList reductionCases() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   b.add(OpId::reduce_max, "NaN propagates", {CaseBuilder::values(DType::kF32, {2, 3}, {1, nan, 2, 3, 4, 5})},
         {{"axes", Ints{1}}});
+  // argmax (no gradient: its result is an index) and cumsum, along each axis of a few shapes.
+  for (const auto& [shape, axis] : std::vector<std::pair<Shape, int64_t>>{{{4, 5, 6}, 1}, {{4, 5, 6}, -1}, {{7}, 0}, {{3, 1}, 1}}) {
+    const std::string label = shapeStr(shape) + " axis " + std::to_string(axis);
+    for (int64_t keepdims : {0, 1})
+      b.addWithoutGradient(OpId::argmax, label + " keepdims " + std::to_string(keepdims), {b.uniform(DType::kF32, shape)},
+                           {{"axis", axis}, {"keepdims", keepdims}}, "its result is an index");
+    b.addWithoutGradient(OpId::argmax, "i64 ties go last " + label, {b.integers(DType::kI64, shape, -2, 2)},
+                         {{"axis", axis}, {"select_last_index", int64_t{1}}}, "its result is an index");
+    b.addWithoutGradient(OpId::argmax, "i32 ties go first " + label, {b.integers(DType::kI32, shape, -2, 2)},
+                         {{"axis", axis}}, "its result is an index");
+    for (int64_t exclusive : {0, 1})
+      for (int64_t reverse : {0, 1}) {
+        const AttrMap attrs = {{"axis", axis}, {"exclusive", exclusive}, {"reverse", reverse}};
+        const std::string flags = " exclusive " + std::to_string(exclusive) + " reverse " + std::to_string(reverse);
+        b.add(OpId::cumsum, label + flags, {b.uniform(DType::kF32, shape)}, attrs).tolerance = Tolerance{1e-5, 1e-5};
+        b.add(OpId::cumsum, "f64 " + label + flags, {b.uniform(DType::kF64, shape)}, attrs);
+        b.add(OpId::cumsum, "i64 " + label + flags, {b.integers(DType::kI64, shape, -1000, 1000)}, attrs);
+      }
+  }
+  b.addWithoutGradient(OpId::argmax, "NaN is the largest", {CaseBuilder::values(DType::kF32, {2, 3}, {1, nan, 2, 3, 4, nan})},
+                       {{"axis", int64_t{1}}}, "its result is an index");
   b.add(OpId::reduce_sum, "large (perf)", {b.uniform(DType::kF32, {1024, 1024})}, {{"axes", Ints{1}}}).perf = true;
 
   for (const auto& [shape, axis] : std::vector<std::pair<Shape, int64_t>>{

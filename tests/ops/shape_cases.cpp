@@ -41,6 +41,14 @@ CaseList shapeCases() {
     b.add(OpId::gather, dt + " i32 indices axis 1", {table, b.integers(DType::kI32, {5}, -6, 5)}, {{"axis", int64_t{1}}});
     b.add(OpId::gather, dt + " last axis", {x, b.integers(DType::kI32, {2, 2}, -5, 4)}, {{"axis", int64_t{3}}});
     b.add(OpId::gather, dt + " scalar index", {table, CaseBuilder::values(DType::kI64, {}, {-1})});
+    b.add(OpId::gather_elements, dt + " axis 0, fewer rows, negative indices", {table, b.integers(DType::kI64, {3, 6}, -7, 6)});
+    b.add(OpId::gather_elements, dt + " i32 axis 1, narrower indices", {table, b.integers(DType::kI32, {7, 4}, -6, 5)},
+          {{"axis", int64_t{1}}});
+    b.add(OpId::gather_elements, dt + " 4-D, last axis", {x, b.integers(DType::kI64, {2, 2, 4, 7}, -5, 4)}, {{"axis", int64_t{-1}}});
+    b.add(OpId::gather_nd, dt + " pairs of indices", {tensor({4, 5, 3}), b.integers(DType::kI64, {2, 3, 2}, -4, 3)});
+    b.add(OpId::gather_nd, dt + " whole rows, i32", {tensor({4, 5, 3}), b.integers(DType::kI32, {6, 1}, -4, 3)});
+    b.add(OpId::gather_nd, dt + " batch_dims 1, full tuples",
+          {tensor({2, 5, 3}), b.integers(DType::kI64, {2, 4, 2}, 0, 2)}, {{"batch_dims", int64_t{1}}});
     b.add(OpId::expand, dt + " new and size-1 dims", {tensor({3, 1})}, {{"shape", Ints{2, 3, 4}}});
     b.add(OpId::expand, dt + " keeps dims given as 1", {tensor({2, 3})}, {{"shape", Ints{1, 3}}});
     const TensorData square = tensor({2, 5, 6});

@@ -235,6 +235,49 @@ TEST(OnnxImporter, UnsupportedOpsAreListedInOneError) {
                                           "LRN (2 nodes: lrn_1, lrn_2)");
 }
 
+// torch.export's exporter (opset 18+, IR 10) and a hand-built opset 21 model import without libonnx's
+// checker: local functions inline, Reduce* axes inputs, Split's num_outputs and Pad's axes convert.
+TEST(OnnxImporter, Opset21FormsAndLocalFunctionsImport) {
+  Graph graph = importOk("forms21");
+  std::map<std::string, int> ops = opCounts(graph);
+  EXPECT_GT(ops["matmul"], 0) << "Einsum lowers to batched matmuls";
+  EXPECT_EQ(ops["gather_elements"], 1);
+  EXPECT_EQ(ops["gelu"], 2);
+  EXPECT_EQ(ops["split"], 1);
+  // The local function's body, under the call's name.
+  bool inlined = std::any_of(graph.nodes.begin(), graph.nodes.end(), [](const Node& node) {
+    return node.loc.node_name.find("ScaledAdd") != std::string::npos || node.loc.node_name.rfind("function_call", 0) == 0;
+  });
+  EXPECT_TRUE(inlined);
+  auto support = checkOnnxSupport(fixture("forms21"));
+  ASSERT_TRUE(support.hasValue()) << support.status().message();
+  EXPECT_EQ(support->opset, 21);
+  EXPECT_TRUE(support->supported()) << support->unsupported_ops.size();
+}
+
+// GPT-2's LM head reads the token embedding transposed; the legacy exporter folds that transpose
+// into an initializer of its own, which must stay tied to the embedding (one parameter, as in PyTorch).
+TEST(OnnxImporter, TransposedTiedWeightsStayOneParameter) {
+  Graph graph = importOk("modern/gpt2_legacy17", 2);
+  bool untied = false;
+  for (const Param& param : graph.params) untied |= graph.values[param.value].name.rfind("onnx__MatMul", 0) == 0;
+  EXPECT_FALSE(untied) << "the folded transpose of wte became a parameter of its own";
+  EXPECT_GT(opCounts(graph)["transpose"], 0);
+}
+
+// Training-mode BatchNormalization: batch statistics, and the running statistics become buffers
+// (non-trainable parameters) that each step updates.
+TEST(OnnxImporter, TrainingBatchNormUpdatesItsRunningStatistics) {
+  Graph graph = importOk("modern/resnet_bn_train_legacy17", 4);
+  EXPECT_EQ(opCounts(graph)["batch_norm"], 0);
+  EXPECT_EQ(graph.updates.size(), 2u * 9);  // mean and var of 9 BatchNorms
+  for (const StateUpdate& update : graph.updates) {
+    const Param* param = graph.findParam(update.target);
+    ASSERT_NE(param, nullptr);
+    EXPECT_FALSE(param->trainable) << graph.values[update.target].name;
+  }
+}
+
 TEST(OnnxImporter, ErrorsNameTheFileAndNode) {
   auto dynamic = importOnnxModel(fixture("dynamic_reshape"), {});
   ASSERT_FALSE(dynamic.hasValue());
