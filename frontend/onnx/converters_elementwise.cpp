@@ -21,6 +21,7 @@ Status convertPow(OnnxImportContext& ctx, const onnx::NodeProto& node) {
 }
 
 // Clip's bounds are constant inputs (since opset 11), which become the clip op's attributes.
+// A min above max gives max everywhere (ONNX's and numpy's rule: the max bound is applied last).
 Status convertClip(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   AttrMap attrs;
   if (hasInput(node, 1)) {
@@ -29,6 +30,8 @@ Status convertClip(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   if (hasInput(node, 2)) {
     CLEAVE_ASSIGN_OR_RETURN(attrs["max"], ctx.constantScalar(node, 2));
   }
+  if (attrs.count("min") && attrs.count("max") && std::get<double>(attrs["min"]) > std::get<double>(attrs["max"]))
+    attrs["min"] = attrs["max"];
   return ctx.emit(node, OpId::clip, {node.input(0)}, attrs);
 }
 

@@ -15,6 +15,29 @@ Status convertGemm(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return ctx.emit(node, OpId::gemm, inputs, attrs);
 }
 
+// MatMul with numpy's 1-D rules: a 1-D a is a row [1, K] and a 1-D b a column [K, 1], whose unit
+// dim the result then loses.
+Status convertMatMul(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType a, ctx.typeOf(node, node.input(0)));
+  CLEAVE_ASSIGN_OR_RETURN(TensorType b, ctx.typeOf(node, node.input(1)));
+  if (a.rank() != 1 && b.rank() != 1) return ctx.emit(node, OpId::matmul, {node.input(0), node.input(1)}, {});
+  std::vector<std::string> inputs = {node.input(0), node.input(1)};
+  std::vector<int64_t> squeezed;
+  if (a.rank() == 1) {
+    inputs[0] = node.output(0) + "/row";
+    CLEAVE_TRY(ctx.emitTo(node, OpId::unsqueeze, {node.input(0)}, {{"axes", std::vector<int64_t>{0}}}, {inputs[0]}));
+    squeezed.push_back(b.rank() == 1 ? 0 : b.rank() - 2);  // a's row dim in the result
+  }
+  if (b.rank() == 1) {
+    inputs[1] = node.output(0) + "/column";
+    CLEAVE_TRY(ctx.emitTo(node, OpId::unsqueeze, {node.input(1)}, {{"axes", std::vector<int64_t>{1}}}, {inputs[1]}));
+    squeezed.push_back(std::max<int64_t>(a.rank(), 2) - 1);  // b's column dim in the result
+  }
+  const std::string product = node.output(0) + "/matrix";
+  CLEAVE_TRY(ctx.emitTo(node, OpId::matmul, inputs, {}, {product}));
+  return ctx.emit(node, OpId::squeeze, {product}, {{"axes", squeezed}});
+}
+
 // Attributes shared by Conv, MaxPool and AveragePool over a 2-D window `kernel` (dilated by
 // `dilations`) on input `x`: strides (ONNX's default is 1, also for pooling) and pads, explicit or
 // resolved from auto_pad (SAME_UPPER / SAME_LOWER put the odd pad at the end / the beginning).
@@ -352,7 +375,7 @@ constexpr OnnxConverter kNetworkConverters[] = {
     {"GlobalMaxPool", convertGlobalMaxPool},
     {"InstanceNormalization", convertInstanceNormalization},
     {"LayerNormalization", convertLayerNormalization},
-    {"MatMul", convertOneToOne<OpId::matmul>},
+    {"MatMul", convertMatMul},
     {"MaxPool", convertWindow<convertPool<OpId::max_pool2d>>},
     {"MeanVarianceNormalization", convertMeanVarianceNormalization},
 };

@@ -34,10 +34,26 @@ Expected<std::string> reduceStep(OnnxComposite& c, OpId op, const std::string& i
   return spec.noop ? c.apply(OpId::identity, {input}) : c.apply(op, {input}, spec.attrs);
 }
 
+// Bool ReduceMax and ReduceMin (opset 20: any and all) through i32 and back.
+Status boolExtremum(OnnxImportContext& ctx, const onnx::NodeProto& node, const ReduceSpec& spec, bool minimum) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  CLEAVE_ASSIGN_OR_RETURN(std::string wide, c.apply(OpId::cast, {c.x()}, {{"to", std::string("i32")}}));
+  if (minimum) {
+    CLEAVE_ASSIGN_OR_RETURN(wide, c.apply(OpId::neg, {wide}));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::string reduced, reduceStep(c, OpId::reduce_max, wide, spec));
+  if (minimum) {
+    CLEAVE_ASSIGN_OR_RETURN(reduced, c.apply(OpId::neg, {reduced}));
+  }
+  return c.finish(OpId::cast, {reduced}, {{"to", std::string("bool")}});
+}
+
 // A reduction that is one cleave op.
 template <OpId op>
 Status convertReduce(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+  if (op == OpId::reduce_max && x.dtype == DType::kBool) return boolExtremum(ctx, node, spec, false);
   if (spec.noop) return ctx.emit(node, OpId::identity, {node.input(0)}, {});
   return ctx.emit(node, op, {node.input(0)}, spec.attrs);
 }
@@ -45,6 +61,8 @@ Status convertReduce(OnnxImportContext& ctx, const onnx::NodeProto& node) {
 // ReduceMin is -reduce_max(-x).
 Status convertReduceMin(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(ReduceSpec spec, reduceSpec(ctx, node));
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+  if (x.dtype == DType::kBool) return boolExtremum(ctx, node, spec, true);
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   CLEAVE_ASSIGN_OR_RETURN(std::string negated, c.apply(OpId::neg, {c.x()}));
   CLEAVE_ASSIGN_OR_RETURN(std::string largest, reduceStep(c, OpId::reduce_max, negated, spec));

@@ -135,6 +135,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   if (options.train) {
     train_forward.outputs.resize(1);
     std::swap(eval_forward.outputs[0], eval_forward.outputs[1]);
+    eval_forward.updates.clear();  // evaluation leaves the model's state (running statistics) as it is
   }
 
   auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {

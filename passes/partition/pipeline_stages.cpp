@@ -210,9 +210,6 @@ Expected<StageLayout> layStages(const Graph& graph, const StageAssignment& assig
     return Status::internal("pipeline stages: the assignment has " + std::to_string(assignment.node_stage.size()) +
                             " node stages for " + std::to_string(n) + " nodes and " + std::to_string(num_stages) +
                             " stages");
-  if (!graph.updates.empty())
-    return Status::badInput("pipeline stages: graph '" + graph.name +
-                            "' has state updates; stages are cut from the forward graph, which has none");
   layout.data_values = dataDependentValues(graph);
   layout.data_nodes = dataDependentNodes(graph, layout.data_values);
   const std::vector<int>& stage_of = assignment.node_stage;
@@ -307,6 +304,15 @@ class StageBuilder {
         for (ValueId v : source_.nodes[i].operands) used[v] = true;
     if (last)
       for (ValueId v : source_.outputs) used[v] = true;
+    // A forward state update (BatchNormalization's running statistics) lives on the stage that
+    // computes its new value, with its target parameter.
+    std::vector<StateUpdate> updates;
+    for (const StateUpdate& update : source_.updates) {
+      const int32_t producer = source_.values[update.new_value].producer;
+      if (producer < 0 || !layout_.included[stage_][static_cast<size_t>(producer)]) continue;
+      used[update.target] = true;
+      updates.push_back(update);
+    }
     for (ValueId input : source_.inputs)
       if (used[input]) {
         CLEAVE_ASSIGN_OR_RETURN(mapped_[input], graph.addInput(source_.values[input].name, source_.values[input].type));
@@ -331,9 +337,10 @@ class StageBuilder {
           if (producedBy(transfer, node)) CLEAVE_TRY(addRecv(graph, node, transfer));
       }
     }
-    // 3. The outputs, on the last stage.
+    // 3. The outputs, on the last stage; the state updates of this stage.
     if (last)
       for (ValueId v : source_.outputs) graph.outputs.push_back(mapped_[v]);
+    for (const StateUpdate& update : updates) graph.updates.push_back({mapped_[update.target], mapped_[update.new_value]});
     return result;
   }
 

@@ -286,7 +286,9 @@ class DevicePartitioner {
       group_lead_out.push_back(lead_out);
       ++group;
     }
-    // 2. Keep each split that sits on its group's leading dim; gather the others.
+    // 2. Keep each split that sits on its group's leading dim; gather the others. A parameter first
+    //    used here (an imported model's BatchNorm scale, unsqueezed to broadcast) is replicated.
+    if (isPendingParam(x)) CLEAVE_TRY(createParam(x, replicatedLayout(x)));
     ValueSharding in_target = sharding_of_[x];
     ValueSharding out_sharding = ValueSharding::replicated(out.size(), mesh_.numAxes());
     for (size_t d = 0; d < in.size(); ++d) {

@@ -52,6 +52,7 @@ Expected<Graph> buildEvalGraph(const Graph& model, const TrainingOptions& option
   ValueId logits = kNoValue;
   CLEAVE_ASSIGN_OR_RETURN(Graph graph, withLoss(model, options, logits));
   graph.outputs.insert(graph.outputs.begin(), logits);
+  graph.updates.clear();  // evaluation leaves the model's state (running statistics) as it is
   CLEAVE_TRY(simplify(graph));
   CLEAVE_TRY(checkResult(graph, "eval"));
   return graph;

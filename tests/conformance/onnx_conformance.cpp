@@ -359,7 +359,7 @@ int runSuite(int argc, char** argv) {
   }
 
   // 3. The figures.
-  std::cout << "onnx conformance (onnx 1.12 node tests): passing " << passing.size() << " / attempted " << attempted
+  std::cout << "onnx conformance (onnx " << suite << " node tests): passing " << passing.size() << " / attempted " << attempted
             << " / total " << cases.size() << "\n";
   std::cout << "of the passing cases, " << passing_frozen
             << " pass with inputs frozen to the data set's values (shapes, axes, bounds)\n";

@@ -4,7 +4,8 @@
 # with batch-statistics BatchNorm, each by the legacy exporter (opsets 14 and 17) and by torch.export's
 # (opsets 18 and 21; tests/fixtures/make_modern_onnx.py), and a hand-built model of opset 21's forms. Each imports, compiles, runs and matches
 # PyTorch's output within 1e-4 of its scale; the trainable ones (LLaMA, Qwen2, GPT-2, the ResNet)
-# train 8 SGD steps to PyTorch's losses within 2e-3 relative.
+# train 8 SGD steps to PyTorch's losses within 2e-3 relative (the ResNet's BatchNorm running
+# statistics to PyTorch's too), and two of them train alike under data and tensor parallelism.
 # Usage: bash onnx_modern.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
 
@@ -31,15 +32,36 @@ assert error <= 1e-4 * scale, error / scale
 PY
 }
 
-# train DIR: 8 SGD steps on DIR/train's batches (of train/batch.txt), against PyTorch's losses.
+# train DIR NAME [FLAGS...]: 8 SGD steps on DIR/train's batches (of train/batch.txt) with the plan
+# FLAGS make (--dp 2, ...), against PyTorch's losses.
 train() {
   local dir=$1 name=$2 optimizer batch
+  shift 2
   optimizer=$(cat "$dir/train/optimizer.txt")
   batch=$(cat "$dir/train/batch.txt")
   "$cleave" compile "$dir/model.onnx" --batch "$batch" --train --loss softmax_cross_entropy --optimizer "$optimizer" \
-    -o "$tmp/$name.train.cplan" >"$tmp/$name.train.log" 2>&1 || { cat "$tmp/$name.train.log"; return 1; }
+    "$@" -o "$tmp/$name.train.cplan" >"$tmp/$name.train.log" 2>&1 || { cat "$tmp/$name.train.log"; return 1; }
+  rm -rf "$tmp/$name.checkpoints"
   "$cleave" run "$tmp/$name.train.cplan" --data "npy:$dir/train" --steps 8 --metrics "$tmp/$name.jsonl" \
-    --progress never >"$tmp/$name.train.log" 2>&1 || { cat "$tmp/$name.train.log"; return 1; }
+    --checkpoint-dir "$tmp/$name.checkpoints" --progress never >"$tmp/$name.train.log" 2>&1 ||
+    { cat "$tmp/$name.train.log"; return 1; }
+  if [[ -d $dir/train/running ]]; then  # BatchNorm's running statistics after the 8 steps, as PyTorch's
+    $python - "$tmp/$name.checkpoints/checkpoint-8.safetensors" "$dir/train/running" <<'PY'
+import json, os, struct, sys
+import numpy as np
+blob = open(sys.argv[1], "rb").read()
+size = struct.unpack("<Q", blob[:8])[0]
+header = json.loads(blob[8:8 + size])
+worst = 0.0
+for file in sorted(os.listdir(sys.argv[2])):
+    expected = np.load(os.path.join(sys.argv[2], file))
+    begin, end = header[file[:-4]]["data_offsets"]
+    actual = np.frombuffer(blob[8 + size + begin:8 + size + end], np.float32)
+    worst = max(worst, float(np.abs(actual - expected.ravel()).max()))
+print(f"         running statistics: {len(os.listdir(sys.argv[2]))} tensors, max abs difference {worst:.2e}")
+assert worst <= 1e-5, worst
+PY
+  fi || return 1
   $python - "$tmp/$name.jsonl" "$dir/train/losses.json" <<'PY'
 import json, sys
 actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
@@ -72,6 +94,13 @@ for dir in "$fixtures"/*/; do
   if [[ -d $dir/train ]]; then
     train "$dir" "$name" || failures+=("$name (training)")
   fi
+done
+
+# Data parallelism of imported models: a torch.export LLaMA and the train()-mode ResNet (whose
+# BatchNorm statistics are then the global batch's, as one device's) train as on one device.
+for name in llama_dynamo18 resnet_bn_train_legacy17; do
+  echo "$name --dp 2:"
+  train "$fixtures/$name" "$name.dp2" --dp 2 || failures+=("$name --dp 2 (training)")
 done
 
 # The forms of opsets 18 to 21 that the exports above may not use (tests/fixtures/forms21, outputs from
