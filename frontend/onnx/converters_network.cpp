@@ -1,5 +1,6 @@
 // ONNX converters of network layers: Gemm, MatMul, Conv, ConvTranspose, pooling, normalisations, Dropout.
 #include <algorithm>
+#include <cmath>
 
 #include "frontend/onnx/onnx_composite.h"
 #include "frontend/onnx/onnx_converters.h"
@@ -316,6 +317,61 @@ Status convertDropout(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return Status::ok();
 }
 
+// Resize (opset 11+): the output shape from the sizes input, or from the scales input (floor(in ·
+// scale), the given scales kept for the coordinate transform); opset 18's axes select the dims they
+// are given for. Nearest and linear; cubic, antialiasing, tf_crop_and_resize and
+// half_pixel_symmetric are refused with an error.
+Status convertResize(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+  const std::string mode = stringAttr(node, "mode", "nearest");
+  const std::string coordinates = stringAttr(node, "coordinate_transformation_mode", "half_pixel");
+  if (mode != "nearest" && mode != "linear") return ctx.nodeError(node, "mode '" + mode + "' is not supported (nearest and linear are)");
+  if (intAttr(node, "antialias", 0) != 0) return ctx.nodeError(node, "antialias=1 is not supported");
+  if (coordinates == "tf_crop_and_resize" || coordinates == "half_pixel_symmetric")
+    return ctx.nodeError(node, "coordinate_transformation_mode '" + coordinates + "' is not supported");
+  if (stringAttr(node, "keep_aspect_ratio_policy", "stretch") != "stretch")
+    return ctx.nodeError(node, "keep_aspect_ratio_policy other than stretch is not supported");
+  std::vector<int64_t> axes;
+  if (auto given = intsAttr(node, "axes")) {
+    for (int64_t a : *given) {
+      const int64_t axis = normalizeAxis(a, x.rank());
+      if (axis < 0) return ctx.nodeError(node, "axis " + std::to_string(a) + " is out of range for " + x.str());
+      axes.push_back(axis);
+    }
+  } else {
+    for (int64_t d = 0; d < x.rank(); ++d) axes.push_back(d);
+  }
+  std::vector<int64_t> sizes = x.shape;
+  std::vector<double> scales;
+  // An empty sizes or scales input stands for an absent one (PyTorch's exporters write them).
+  auto given_and_filled = [&](int index) -> Expected<bool> {
+    if (!hasInput(node, index)) return false;
+    CLEAVE_ASSIGN_OR_RETURN(TensorPtr data, ctx.constantInput(node, index));
+    return data->type.numel() > 0;
+  };
+  CLEAVE_ASSIGN_OR_RETURN(bool has_sizes, given_and_filled(3));
+  CLEAVE_ASSIGN_OR_RETURN(bool has_scales, given_and_filled(2));
+  if (has_sizes) {
+    CLEAVE_ASSIGN_OR_RETURN(auto given, ctx.constantInts(node, 3));
+    if (given.size() != axes.size()) return ctx.nodeError(node, "sizes must have one value per resized axis");
+    for (size_t i = 0; i < axes.size(); ++i) sizes[axes[i]] = given[i];
+  } else if (has_scales) {
+    CLEAVE_ASSIGN_OR_RETURN(TensorPtr data, ctx.constantInput(node, 2));
+    if (data->type.dtype != DType::kF32 || data->type.numel() != static_cast<int64_t>(axes.size()))
+      return ctx.nodeError(node, "scales must be f32 with one value per resized axis");
+    scales.assign(static_cast<size_t>(x.rank()), 1.0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      scales[axes[i]] = data->as<float>()[i];
+      sizes[axes[i]] = static_cast<int64_t>(std::floor(static_cast<double>(x.shape[axes[i]]) * scales[axes[i]]));
+    }
+  } else {
+    return ctx.nodeError(node, "needs scales or sizes");
+  }
+  return ctx.emit(node, OpId::resize, {node.input(0)},
+                  {{"sizes", sizes}, {"scales", scales}, {"mode", mode}, {"coordinate_transformation_mode", coordinates},
+                   {"nearest_mode", stringAttr(node, "nearest_mode", "round_prefer_floor")}});
+}
+
 // A 1-D window op (Conv, ConvTranspose, MaxPool, AveragePool on [N, C, L]) as its 2-D form on
 // [N, C, 1, L]: the input and weight get a unit dim 2, every window attribute a leading 1 (pads a
 // 0 per side), and the 2-D result loses dim 2 again. Whisper's and wav2vec's convolutions are 1-D.
@@ -378,6 +434,7 @@ constexpr OnnxConverter kNetworkConverters[] = {
     {"MatMul", convertMatMul},
     {"MaxPool", convertWindow<convertPool<OpId::max_pool2d>>},
     {"MeanVarianceNormalization", convertMeanVarianceNormalization},
+    {"Resize", convertResize},
 };
 
 }  // namespace

@@ -111,6 +111,14 @@ Status convertGatherND(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return ctx.emit(node, OpId::gather_nd, {node.input(0), node.input(1)}, {{"batch_dims", intAttr(node, "batch_dims", 0)}});
 }
 
+// ScatterElements and ScatterND (reduction from opset 16; max and min from 18).
+template <OpId op>
+Status convertScatter(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  AttrMap attrs{{"reduction", stringAttr(node, "reduction", "none")}};
+  if (op == OpId::scatter_elements) attrs["axis"] = intAttr(node, "axis", 0);
+  return ctx.emit(node, op, {node.input(0), node.input(1), node.input(2)}, attrs);
+}
+
 // Unsqueeze and Squeeze (`op`) on the axes of the `axes` attribute before opset 13, of an optional
 // constant input from 13; Unsqueeze needs them.
 template <OpId op, bool axes_as_input>
@@ -276,6 +284,8 @@ constexpr OnnxConverter kShapeConverters[] = {
     {"Identity", convertIdentity},
     {"Pad", convertPad},
     {"Reshape", convertReshape},
+    {"ScatterElements", convertScatter<OpId::scatter_elements>},
+    {"ScatterND", convertScatter<OpId::scatter_nd>},
     {"Slice", convertSlice},
     {"SpaceToDepth", convertSpaceToDepth},
     {"Split", convertSplit<false>, 11, 12},

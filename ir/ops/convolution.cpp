@@ -1,9 +1,29 @@
-// Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, global_avg_pool.
+// Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, global_avg_pool; resize (any rank).
 #include <cmath>
 
 #include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_support.h"
+#include "ir/ops/resize_coordinates.h"
+
+namespace cleave {
+
+ResizeGeometry resizeGeometry(const OpContext& op, const Shape& in, const Shape& out) {
+  ResizeGeometry g;
+  g.rank = static_cast<int>(in.size());
+  const std::vector<double>& scales = op.getFloats("scales");
+  for (int d = 0; d < g.rank && d < kMaxResizeDims; ++d) {
+    g.in[d] = in[d];
+    g.out[d] = out[d];
+    g.scale[d] = scales.empty() ? static_cast<double>(out[d]) / static_cast<double>(in[d]) : scales[d];
+  }
+  g.linear = op.getString("mode") == "linear";
+  g.coordinates = resizeCoordinatesFrom(op.getString("coordinate_transformation_mode"));
+  g.nearest = resizeNearestFrom(op.getString("nearest_mode"));
+  return g;
+}
+
+}  // namespace cleave
 
 namespace cleave::ops {
 namespace {
@@ -310,6 +330,85 @@ Status globalAvgPoolGradient(GradientContext& g) {
   return g.status;
 }
 
+// ---- resize ----
+
+// resize: a float x of rank <= 8 to `sizes` (one per dim, >= 1); scales empty or one per dim (> 0);
+// the modes as ONNX Resize names them (nearest and linear).
+Expected<std::vector<TensorType>> resizeShape(const OpContext& ctx) {
+  CLEAVE_TRY(requireFloat(ctx, 0));
+  const Shape& in = ctx.operands[0].shape;
+  const std::vector<int64_t>& sizes = ctx.getInts("sizes");
+  const std::vector<double>& scales = ctx.getFloats("scales");
+  if (in.size() > static_cast<size_t>(kMaxResizeDims))
+    return operandShapeError(ctx, 0, "which has more than " + std::to_string(kMaxResizeDims) + " dims");
+  if (sizes.size() != in.size())
+    return attrError(ctx, "sizes", "needs one value per dim of operand 0");
+  for (int64_t d : sizes)
+    if (d < 1) return attrError(ctx, "sizes", "has a dim below 1");
+  if (!scales.empty() && scales.size() != in.size()) return attrError(ctx, "scales", "needs one value per dim, or none");
+  for (double scale : scales)
+    if (!(scale > 0)) return attrError(ctx, "scales", "has a scale that is not positive");
+  const std::string &mode = ctx.getString("mode"), &coordinates = ctx.getString("coordinate_transformation_mode"),
+                    &nearest = ctx.getString("nearest_mode");
+  if (mode != "nearest" && mode != "linear") return attrError(ctx, "mode", "is \"" + mode + "\", must be nearest or linear");
+  if (coordinates != "half_pixel" && coordinates != "pytorch_half_pixel" && coordinates != "align_corners" &&
+      coordinates != "asymmetric")
+    return attrError(ctx, "coordinate_transformation_mode",
+                     "is \"" + coordinates + "\", must be half_pixel, pytorch_half_pixel, align_corners or asymmetric");
+  if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" && nearest != "ceil")
+    return attrError(ctx, "nearest_mode", "is \"" + nearest + "\", must be round_prefer_floor, round_prefer_ceil, floor or ceil");
+  return std::vector<TensorType>{{ctx.operands[0].dtype, Shape(sizes.begin(), sizes.end())}};
+}
+
+// Each output element reads 2^k inputs (k: the linear dims that change size).
+OpCost resizeCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  double reads = 1;
+  for (size_t d = 0; d < results[0].shape.size(); ++d)
+    if (results[0].shape[d] != ctx.operands[0].shape[d] && ctx.getString("mode") == "linear") reads *= 2;
+  return {2 * reads * static_cast<double>(results[0].numel()), operandAndResultBytes(ctx, results)};
+}
+
+// Dims the resize keeps (same size, scale 1) pass through; resized dims are replicated.
+ShardingRule resizeShardingRule(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const std::vector<double>& scales = ctx.getFloats("scales");
+  ShardingRuleBuilder rule(ctx.operands, results);
+  for (int d = 0; d < static_cast<int>(ctx.operands[0].rank()); ++d) {
+    const bool kept = results[0].shape[d] == ctx.operands[0].shape[d] && (scales.empty() || scales[d] == 1.0);
+    if (kept) {
+      rule.addFactor({d}, {d});
+    } else {
+      rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+      rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+    }
+  }
+  return rule.build();
+}
+
+// dx: dy spread back onto the inputs each output read, with its weights (resize_grad).
+Status resizeGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"scales", "mode", "coordinate_transformation_mode", "nearest_mode"});
+  attrs.emplace("input_shape", shapeOf(g, g.operand(0)));
+  g.operand_grads[0] = g.emit(OpId::resize_grad, {dy(g)}, std::move(attrs));
+  return g.status;
+}
+
+// resize: each output element is the weighted sum of the inputs it reads.
+Expected<std::vector<TensorData>> resizeReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData& x = *operands[0];
+  const std::vector<double> in = referenceValues(x);
+  const ResizeGeometry g = resizeGeometry(ctx, x.type.shape, ctx.results[0].shape);
+  std::vector<double> out(static_cast<size_t>(ctx.results[0].numel()), 0.0);
+  for (size_t i = 0; i < out.size(); ++i)
+    forEachResizeSource(g, static_cast<int64_t>(i), [&](int64_t offset, double weight) {
+      out[i] += weight * in[static_cast<size_t>(offset)];
+    });
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], out)};
+}
+
 }  // namespace
 
 void addConvolutionOps(std::vector<OpDef>& table) {
@@ -333,6 +432,18 @@ void addConvolutionOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<globalAvgPoolShape>,
                         .cost = globalAvgPoolCost,
                         .sharding = globalAvgPoolShardingRule});
+  table.push_back(OpDef{.id = OpId::resize,
+                        .name = "resize",
+                        .summary = "nearest or (multi)linear resampling to sizes (ONNX Resize)",
+                        .attrs = {requiredAttr("sizes", AttrKind::kInts), optionalFloats("scales", {}),
+                                  optionalString("mode", "nearest"),
+                                  optionalString("coordinate_transformation_mode", "half_pixel"),
+                                  optionalString("nearest_mode", "round_prefer_floor")},
+                        .shape = checkedShapeRule<resizeShape>,
+                        .cost = resizeCost,
+                        .sharding = resizeShardingRule});
+  appendedDef(table, OpId::resize).reference = resizeReference;
+  appendedDef(table, OpId::resize).gradient = resizeGradient;
   appendedDef(table, OpId::conv2d).reference = conv2dReference;
   appendedDef(table, OpId::max_pool2d).reference = maxPoolReference;
   appendedDef(table, OpId::avg_pool2d).reference = avgPoolReference;

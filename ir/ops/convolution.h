@@ -1,4 +1,4 @@
-// Op ids of the convolution family (conv2d and pooling, NCHW); the ops are defined in ir/ops/convolution.cpp.
+// Op ids of the convolution family (conv2d and pooling, NCHW; resize); the ops are defined in ir/ops/convolution.cpp.
 #pragma once
 
 #include <vector>
@@ -8,7 +8,8 @@
   X(conv2d, "conv2d") \
   X(max_pool2d, "max_pool2d") \
   X(avg_pool2d, "avg_pool2d") \
-  X(global_avg_pool, "global_avg_pool")
+  X(global_avg_pool, "global_avg_pool") \
+  X(resize, "resize")
 
 namespace cleave {
 struct OpDef;

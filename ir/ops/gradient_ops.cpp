@@ -8,6 +8,7 @@
 #include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_support.h"
+#include "ir/ops/resize_coordinates.h"
 
 namespace cleave::ops {
 namespace {
@@ -248,6 +249,31 @@ ShardingRule gatherNdGradSharding(const OpContext& c) {
   return rule.build();
 }
 
+// resize_grad: dy's type is the forward result for an input of input_shape.
+Expected<Types> resizeGradShape(const OpContext& c) {
+  Shape input_shape;
+  CLEAVE_TRY(shapeAttr(c, "input_shape", input_shape));
+  TensorType x{c.operands[0].dtype, input_shape};
+  AttrMap forward = c.attrs;
+  forward.erase("input_shape");
+  forward["sizes"] = c.operands[0].shape;
+  const std::vector<TensorType> operands = {x};
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorType> result, inferResultTypes(opDef(OpId::resize), operands, forward));
+  if (result[0] != c.operands[0])
+    return Status::badInput("resize_grad: operand 0 is " + c.operands[0].str() + ", resize gives " + result[0].str());
+  return Types{x};
+}
+
+// Every dx element may gather from any dy element of the resized dims: replicated.
+ShardingRule resizeGradSharding(const OpContext& c) {
+  ShardingRuleBuilder rule(c.operands, c.results);
+  for (int d = 0; d < static_cast<int>(c.results[0].rank()); ++d) {
+    rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+    rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+  }
+  return rule.build();
+}
+
 ShardingRule gatherGradSharding(const OpContext& c) {
   // Index dims are summed over (scatter-add); data dims other than `axis` pass through.
   const int data_rank = static_cast<int>(c.results[0].rank()), index_rank = static_cast<int>(c.operands[1].rank());
@@ -476,23 +502,24 @@ References gatherGradReference(const OpContext& c, Operands operands) {
 
 // dx = zeros of data_shape; dx[i with its axis coordinate replaced by indices[i]] += dy[i].
 References gatherElementsGradReference(const OpContext& c, Operands operands) {
-  const std::vector<double> dy = referenceValues(*operands[0]), indices = referenceValues(*operands[1]);
-  const Shape &data = c.results[0].shape, &index_shape = operands[1]->type.shape;
-  const int64_t axis = normalizeAxis(c.getInt("axis"), static_cast<int64_t>(data.size()));
-  const std::vector<int64_t> data_strides = rowMajorStrides(data), index_strides = rowMajorStrides(index_shape);
+  const std::vector<double> dy = referenceValues(*operands[0]);
+  const Shape& data = c.results[0].shape;
+  auto targets = gatherElementsSources(data, *operands[1], normalizeAxis(c.getInt("axis"), static_cast<int64_t>(data.size())));
+  if (!targets) return Status::badInput("gather_elements_grad: " + targets.status().message());
   std::vector<double> dx(static_cast<size_t>(c.results[0].numel()), 0.0);
-  for (size_t i = 0; i < indices.size(); ++i) {
-    int64_t index = static_cast<int64_t>(indices[i]);
-    if (index < -data[axis] || index >= data[axis])
-      return Status::badInput("gather_elements_grad: index " + std::to_string(index) + " (element " + std::to_string(i) +
-                              " of the indices) is out of range");
-    if (index < 0) index += data[axis];
-    int64_t offset = 0;
-    for (size_t d = 0; d < data.size(); ++d)
-      offset += (static_cast<int64_t>(d) == axis ? index : static_cast<int64_t>(i) / index_strides[d] % index_shape[d]) *
-                data_strides[d];
-    dx[static_cast<size_t>(offset)] += dy[i];
-  }
+  for (size_t i = 0; i < targets->size(); ++i) dx[static_cast<size_t>((*targets)[i])] += dy[i];
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
+}
+
+// dx = zeros of input_shape; each dy element adds into the inputs resize read, with their weights.
+References resizeGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]);
+  const ResizeGeometry g = resizeGeometry(c, c.results[0].shape, operands[0]->type.shape);
+  std::vector<double> dx(static_cast<size_t>(c.results[0].numel()), 0.0);
+  for (size_t i = 0; i < dy.size(); ++i)
+    forEachResizeSource(g, static_cast<int64_t>(i), [&](int64_t offset, double weight) {
+      dx[static_cast<size_t>(offset)] += weight * dy[i];
+    });
   return std::vector<TensorData>{referenceTensor(c.results[0], dx)};
 }
 
@@ -625,6 +652,12 @@ void addGradientOps(std::vector<OpDef>& table) {
                         {requiredAttr("data_shape", AttrKind::kInts), optionalInt("batch_dims", 0)},
                         checkedShapeRule<gatherNdGradShape>, checkedCostRule<elementwiseGradCost>,
                         checkedShardingRule<gatherNdGradSharding>});
+  table.push_back(OpDef{OpId::resize_grad, "resize_grad", "spreads dy onto the inputs resize read, with its weights", 1, 1,
+                        {requiredAttr("input_shape", AttrKind::kInts), optionalFloats("scales", {}),
+                         optionalString("mode", "nearest"), optionalString("coordinate_transformation_mode", "half_pixel"),
+                         optionalString("nearest_mode", "round_prefer_floor")},
+                        checkedShapeRule<resizeGradShape>, checkedCostRule<elementwiseGradCost>,
+                        checkedShardingRule<resizeGradSharding>});
   table.push_back(OpDef{OpId::slice_grad, "slice_grad", "places dy where slice read, zeros elsewhere", 1, 1,
                         {requiredAttr("input_shape", AttrKind::kInts), requiredAttr("starts", AttrKind::kInts), requiredAttr("ends", AttrKind::kInts),
                          optionalInts("axes", {}), optionalInts("steps", {})},
@@ -647,6 +680,7 @@ void addGradientOps(std::vector<OpDef>& table) {
       {OpId::gather_grad, gatherGradReference},
       {OpId::gather_elements_grad, gatherElementsGradReference},
       {OpId::gather_nd_grad, gatherNdGradReference},
+      {OpId::resize_grad, resizeGradReference},
       {OpId::slice_grad, sliceGradReference},
       {OpId::softmax_cross_entropy_grad, softmaxCrossEntropyGradReference},
   };

@@ -19,6 +19,7 @@
   X(gather_grad, "gather_grad") \
   X(gather_elements_grad, "gather_elements_grad") \
   X(gather_nd_grad, "gather_nd_grad") \
+  X(resize_grad, "resize_grad") \
   X(slice_grad, "slice_grad") \
   X(softmax_cross_entropy_grad, "softmax_cross_entropy_grad")
 

@@ -24,6 +24,10 @@ AttrSpec optionalInts(std::string name, std::vector<int64_t> default_value) {
   return AttrSpec{std::move(name), AttrKind::kInts, false, std::move(default_value)};
 }
 
+AttrSpec optionalFloats(std::string name, std::vector<double> default_value) {
+  return AttrSpec{std::move(name), AttrKind::kFloats, false, std::move(default_value)};
+}
+
 AttrSpec requiredAttr(std::string name, AttrKind kind) {
   Attribute empty;
   switch (kind) {

@@ -29,6 +29,8 @@ AttrSpec optionalFloat(std::string name, double default_value);
 AttrSpec optionalString(std::string name, std::string default_value);
 // An optional ints attribute and its default.
 AttrSpec optionalInts(std::string name, std::vector<int64_t> default_value);
+// An optional floats attribute and its default.
+AttrSpec optionalFloats(std::string name, std::vector<double> default_value);
 // A required attribute of `kind`; its stored default is an empty value of that kind.
 AttrSpec requiredAttr(std::string name, AttrKind kind);
 

@@ -189,6 +189,33 @@ int64_t poolWindowArgmax(const std::vector<double>& x, const PoolWindow& p) {
   return last_nan >= 0 ? last_nan : best;
 }
 
+Expected<std::vector<int64_t>> gatherElementsSources(const Shape& data_shape, const TensorData& indices, int64_t axis) {
+  std::vector<int64_t> rows;
+  if (indices.type.dtype == DType::kI32) {
+    for (int32_t i : readElements<int32_t>(indices)) rows.push_back(i);
+  } else {
+    rows = readElements<int64_t>(indices);
+  }
+  const Shape& index_shape = indices.type.shape;
+  const std::vector<int64_t> data_strides = rowMajorStrides(data_shape), index_strides = rowMajorStrides(index_shape);
+  std::vector<int64_t> source(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    int64_t row = rows[i];
+    if (row < -data_shape[axis] || row >= data_shape[axis])
+      return Status::badInput("index " + std::to_string(row) + " (element " + std::to_string(i) +
+                              " of the indices) is out of range for axis " + std::to_string(axis) + " of size " +
+                              std::to_string(data_shape[axis]));
+    if (row < 0) row += data_shape[axis];
+    int64_t offset = 0;
+    for (size_t d = 0; d < index_shape.size(); ++d) {
+      const int64_t coordinate = static_cast<int64_t>(i) / index_strides[d] % index_shape[d];
+      offset += (static_cast<int64_t>(d) == axis ? row : coordinate) * data_strides[d];
+    }
+    source[i] = offset;
+  }
+  return source;
+}
+
 Expected<std::vector<int64_t>> gatherNdSources(const Shape& data_shape, const TensorData& indices, int64_t batch_dims) {
   std::vector<int64_t> tuples;
   if (indices.type.dtype == DType::kI32) {

@@ -107,6 +107,11 @@ TensorData selectElements(const TensorData& input, const TensorType& type, const
 // gather_nd_grad adds into the same places.
 Expected<std::vector<int64_t>> gatherNdSources(const Shape& data_shape, const TensorData& indices, int64_t batch_dims);
 
+// gather_elements' addressing: for every index element, the offset of the data element it reads
+// (its coordinates with the `axis` one replaced by the index, negative from the end); kBadInput for
+// an index out of range. gather_elements_grad and scatter_elements use the same places.
+Expected<std::vector<int64_t>> gatherElementsSources(const Shape& data_shape, const TensorData& indices, int64_t axis);
+
 // ---- Results and errors ----
 
 // "<op>: <message>" (kBadInput): bad data, such as an out-of-range index.

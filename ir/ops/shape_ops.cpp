@@ -262,6 +262,28 @@ Expected<std::vector<TensorType>> gatherNdShape(const OpContext& ctx) {
   return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
 }
 
+// scatter_elements (ONNX ScatterElements, torch.scatter): indices and updates of one shape, as
+// gather_elements' indices and result; scatter_nd (ONNX ScatterND): updates of gather_nd's result
+// shape. The result is data's type; reduction is none, add, mul, max or min.
+Expected<std::vector<TensorType>> scatterShape(const OpContext& ctx) {
+  const std::string& reduction = ctx.getString("reduction");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+    return attrError(ctx, "reduction", "is \"" + reduction + "\", must be none, add, mul, max or min");
+  if (ctx.operands[2].dtype != ctx.operands[0].dtype)
+    return operandShapeError(ctx, 2, "whose dtype must be operand 0's (" + ctx.operands[0].str() + ")");
+  if (reduction != "none") CLEAVE_TRY(requireNumeric(ctx, 0));
+  const bool elements = ctx.def.id == OpId::scatter_elements;
+  const std::vector<TensorType> gather_operands = {ctx.operands[0], ctx.operands[1]};
+  const AttrMap gather_attrs = elements ? AttrMap{{"axis", ctx.getInt("axis")}} : AttrMap{};
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorType> read,
+                          inferResultTypes(opDef(elements ? OpId::gather_elements : OpId::gather_nd), gather_operands,
+                                           gather_attrs));
+  if (read[0].shape != ctx.operands[2].shape)
+    return operandShapeError(ctx, 2, "which must be " + TensorType{ctx.operands[0].dtype, read[0].shape}.str() +
+                                         " for these indices");
+  return std::vector<TensorType>{ctx.operands[0]};
+}
+
 // expand: numpy broadcast of x's shape and `shape` (entries >= 0).
 Expected<std::vector<TensorType>> expandShape(const OpContext& ctx) {
   const std::vector<int64_t>& target = ctx.getInts("shape");
@@ -360,6 +382,13 @@ OpCost gatherElementsCost(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
   if (results.empty()) return {};
   return {0, static_cast<double>(ctx.operands[1].bytes()) + 2 * static_cast<double>(results[0].bytes())};
+}
+
+// scatter reads data, the indices and updates, and writes the result.
+OpCost scatterCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  return {static_cast<double>(ctx.operands[2].numel()), operandAndResultBytes(ctx, results)};
 }
 
 // constant writes its result.
@@ -470,6 +499,17 @@ ShardingRule gatherNdShardingRule(const OpContext& ctx) {
   for (int d = 0; d < index_rank - 1; ++d) rule.addFactor({ShardingRuleBuilder::kNoDim, d}, {d});
   rule.addOperandFactor(1, index_rank - 1, FactorKind::kNeedReplication);
   for (int d = addressed; d < data_rank; ++d) rule.addFactor({d}, {index_rank - 1 + d - addressed});
+  return rule.build();
+}
+
+// scatter: any element may be written by any update, so every dim is replicated.
+ShardingRule scatterShardingRule(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  for (int o = 0; o < 3; ++o)
+    for (int d = 0; d < static_cast<int>(ctx.operands[o].rank()); ++d) rule.addOperandFactor(o, d, FactorKind::kNeedReplication);
+  for (int d = 0; d < static_cast<int>(results[0].rank()); ++d) rule.addResultFactor(0, d, FactorKind::kNeedReplication);
   return rule.build();
 }
 
@@ -602,6 +642,28 @@ Status gatherNdGradient(GradientContext& g) {
   AttrMap attrs = copyAttrs(g, {"batch_dims"});
   attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
   g.operand_grads[0] = g.emit(OpId::gather_nd_grad, {dy(g), g.operand(1)}, std::move(attrs));
+  return g.status;
+}
+
+// scatter with reduction none: data's gradient is dy where no update landed (dy with zeros
+// scattered in), the updates' is dy read where they landed; with add, data's is dy itself. mul, max
+// and min are not differentiable here.
+Status scatterGradient(GradientContext& g) {
+  OpContext attrs = forwardAttrs(g);
+  const std::string& reduction = attrs.getString("reduction");
+  if (reduction != "none" && reduction != "add")
+    return Status::badInput(nodeContext(g.graph, g.node) + "scatter with reduction " + reduction +
+                            " has no gradient rule (none and add have)");
+  const bool elements = g.node.op == OpId::scatter_elements;
+  AttrMap axis = elements ? copyAttrs(g, {"axis"}) : AttrMap{};
+  ValueId indices = g.operand(1), updates = g.operand(2);
+  if (reduction == "none") {
+    AttrMap scatter_attrs = axis;
+    g.operand_grads[0] = g.emit(g.node.op, {dy(g), indices, zeros(g, g.typeOf(updates))}, std::move(scatter_attrs));
+  } else {
+    g.operand_grads[0] = dy(g);
+  }
+  g.operand_grads[2] = g.emit(elements ? OpId::gather_elements : OpId::gather_nd, {dy(g), indices}, std::move(axis));
   return g.status;
 }
 
@@ -803,31 +865,34 @@ Expected<std::vector<TensorData>> constantReference(const OpContext& ctx, std::s
 Expected<std::vector<TensorData>> gatherElementsReference(const OpContext& ctx,
                                                           std::span<const TensorData* const> operands) {
   const TensorData &data = *operands[0], &indices = *operands[1];
-  const Shape &data_shape = data.type.shape, &index_shape = indices.type.shape;
-  const int64_t axis = normalizeAxis(ctx.getInt("axis"), data.type.rank());
-  std::vector<int64_t> rows;
-  if (indices.type.dtype == DType::kI32) {
-    for (int32_t i : readElements<int32_t>(indices)) rows.push_back(i);
-  } else {
-    rows = readElements<int64_t>(indices);
-  }
-  const std::vector<int64_t> data_strides = rowMajorStrides(data_shape), index_strides = rowMajorStrides(index_shape);
-  std::vector<int64_t> source(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    int64_t row = rows[i];
-    if (row < -data_shape[axis] || row >= data_shape[axis])
-      return referenceError(ctx, "index " + std::to_string(row) + " (element " + std::to_string(i) +
-                                     " of the indices) is out of range for axis " + std::to_string(axis) + " of size " +
-                                     std::to_string(data_shape[axis]));
-    if (row < 0) row += data_shape[axis];
-    int64_t offset = 0;
-    for (size_t d = 0; d < index_shape.size(); ++d) {
-      const int64_t coordinate = static_cast<int64_t>(i) / index_strides[d] % index_shape[d];
-      offset += (static_cast<int64_t>(d) == axis ? row : coordinate) * data_strides[d];
+  auto source = gatherElementsSources(data.type.shape, indices, normalizeAxis(ctx.getInt("axis"), data.type.rank()));
+  if (!source) return referenceError(ctx, source.status().message());
+  return single(selectElements(data, ctx.results[0], *source));
+}
+
+// scatter_elements and scatter_nd: data with each update combined into the element it addresses
+// (reduction none: replaced, in index order; add, mul, max, min).
+Expected<std::vector<TensorData>> scatterReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const TensorData &data = *operands[0], &indices = *operands[1], &updates = *operands[2];
+  Expected<std::vector<int64_t>> targets =
+      ctx.def.id == OpId::scatter_elements
+          ? gatherElementsSources(data.type.shape, indices, normalizeAxis(ctx.getInt("axis"), data.type.rank()))
+          : gatherNdSources(data.type.shape, indices, 0);
+  if (!targets) return referenceError(ctx, targets.status().message());
+  const std::string& reduction = ctx.getString("reduction");
+  return single(visitDType(data.type.dtype, [&]<class T>(T) -> TensorData {
+    std::vector<T> out = readElements<T>(data);
+    const std::vector<T> values = readElements<T>(updates);
+    for (size_t i = 0; i < values.size(); ++i) {
+      T& slot = out[static_cast<size_t>((*targets)[i])];
+      if (reduction == "add") slot = addElements(slot, values[i]);
+      else if (reduction == "mul") slot = static_cast<T>(slot * values[i]);
+      else if (reduction == "max") slot = std::max(slot, values[i]);
+      else if (reduction == "min") slot = std::min(slot, values[i]);
+      else slot = values[i];
     }
-    source[i] = offset;
-  }
-  return single(selectElements(data, ctx.results[0], source));
+    return makeTensor(ctx.results[0], out);
+  }));
 }
 
 // gather_nd: each index tuple (after the batch prefix) selects a slice of data's trailing dims.
@@ -848,6 +913,8 @@ void addShapeReferences(std::vector<OpDef>& table) {
   setFoldingReference(table, OpId::gather, gatherReference, referenceDTypes);
   setFoldingReference(table, OpId::gather_elements, gatherElementsReference, referenceDTypes);
   setFoldingReference(table, OpId::gather_nd, gatherNdReference, referenceDTypes);
+  setFoldingReference(table, OpId::scatter_elements, scatterReference, referenceDTypes);
+  setFoldingReference(table, OpId::scatter_nd, scatterReference, referenceDTypes);
   setFoldingReference(table, OpId::expand, expandReference, referenceDTypes);
   setFoldingReference(table, OpId::trilu, triluReference, referenceDTypes);
   appendedDef(table, OpId::constant).reference = constantReference;
@@ -890,6 +957,18 @@ void addShapeOps(std::vector<OpDef>& table) {
                             gatherNdShardingRule);
   gather_nd.min_operands = gather_nd.max_operands = 2;
   table.push_back(std::move(gather_nd));
+  OpDef scatter_elements = shapeOp(OpId::scatter_elements, "scatter_elements",
+                                   "data with updates written where gather_elements would read (ONNX ScatterElements)",
+                                   {optionalInt("axis", 0), optionalString("reduction", "none")},
+                                   checkedShapeRule<scatterShape>, scatterCost, scatterShardingRule);
+  scatter_elements.min_operands = scatter_elements.max_operands = 3;
+  table.push_back(std::move(scatter_elements));
+  OpDef scatter_nd = shapeOp(OpId::scatter_nd, "scatter_nd",
+                             "data with update slices written where gather_nd would read (ONNX ScatterND)",
+                             {optionalString("reduction", "none")}, checkedShapeRule<scatterShape>, scatterCost,
+                             scatterShardingRule);
+  scatter_nd.min_operands = scatter_nd.max_operands = 3;
+  table.push_back(std::move(scatter_nd));
   table.push_back(shapeOp(OpId::expand, "expand", "broadcasts x to the broadcast of its shape and `shape`",
                           {requiredAttr("shape", AttrKind::kInts)}, checkedShapeRule<expandShape>, copyCost,
                           broadcastShardingRule));
@@ -927,6 +1006,8 @@ void addShapeOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::gather).gradient = gatherGradient;
   appendedDef(table, OpId::gather_elements).gradient = gatherElementsGradient;
   appendedDef(table, OpId::gather_nd).gradient = gatherNdGradient;
+  appendedDef(table, OpId::scatter_elements).gradient = scatterGradient;
+  appendedDef(table, OpId::scatter_nd).gradient = scatterGradient;
   appendedDef(table, OpId::expand).gradient = expandGradient;
   appendedDef(table, OpId::trilu).gradient = triluGradient;
 

@@ -14,6 +14,8 @@
   X(gather, "gather") \
   X(gather_elements, "gather_elements") \
   X(gather_nd, "gather_nd") \
+  X(scatter_elements, "scatter_elements") \
+  X(scatter_nd, "scatter_nd") \
   X(expand, "expand") \
   X(squeeze, "squeeze") \
   X(unsqueeze, "unsqueeze") \

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/resize_coordinates.h"
 #include "runtime/cpu/cpu_gemm.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
@@ -481,9 +482,46 @@ Status conv2dGradWeightKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) { return conv2dGradWeightTyped<T>(call); });
 }
 
+// ---- resize, resize_grad ----
+
+// Each output element: the weighted sum of the inputs it reads (ir/ops/resize_coordinates.h).
+Status resizeKernel(const KernelCall& call) {
+  const ResizeGeometry g = resizeGeometry(call.op, call.op.operands[0].shape, call.op.results[0].shape);
+  const int64_t n = call.op.results[0].numel();
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const T* x = call.in<T>(0);
+    T* y = call.out<T>(0);
+    parallelFor(n, threadCount(call), g.linear ? 16 : 4, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        double sum = 0;
+        forEachResizeSource(g, i, [&](int64_t offset, double weight) { sum += weight * static_cast<double>(x[offset]); });
+        y[i] = static_cast<T>(sum);
+      }
+    });
+    return Status::ok();
+  });
+}
+
+// dx = zeros; each dy element adds into the inputs resize read, with their weights (one thread:
+// neighbouring outputs share inputs).
+Status resizeGradKernel(const KernelCall& call) {
+  const ResizeGeometry g = resizeGeometry(call.op, call.op.results[0].shape, call.op.operands[0].shape);
+  const int64_t n = call.op.operands[0].numel();
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const T* dy = call.in<T>(0);
+    T* dx = call.out<T>(0);
+    std::memset(dx, 0, static_cast<size_t>(call.op.results[0].bytes()));
+    for (int64_t i = 0; i < n; ++i)
+      forEachResizeSource(g, i, [&](int64_t offset, double weight) { dx[offset] += static_cast<T>(weight) * dy[i]; });
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerConvolutionKernels(CpuKernelTable& table) {
+  table[static_cast<int>(OpId::resize)] = resizeKernel;
+  table[static_cast<int>(OpId::resize_grad)] = resizeGradKernel;
   table[static_cast<int>(OpId::conv2d)] = conv2dKernel;
   table[static_cast<int>(OpId::conv2d_grad_input)] = conv2dGradInputKernel;
   table[static_cast<int>(OpId::conv2d_grad_weight)] = conv2dGradWeightKernel;

@@ -343,6 +343,71 @@ Status gatherNdKernel(const KernelCall& call) {
   });
 }
 
+// ---- scatter_elements, scatter_nd ----
+
+// The data offset each update element lands on (scatter_elements: its coordinates with the axis one
+// replaced by its index; scatter_nd: its index tuple's slice), every index checked.
+template <class I>
+Status scatterTargets(const KernelCall& call, std::vector<int64_t>& targets) {
+  const Shape &data_shape = call.op.operands[0].shape, &index_shape = call.op.operands[1].shape;
+  const I* indices = call.in<I>(1);
+  const std::string op = std::string(call.op.def.name);
+  targets.resize(static_cast<size_t>(call.op.operands[2].numel()));
+  if (call.op.def.id == OpId::scatter_elements) {
+    const int64_t axis = normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(data_shape.size()));
+    const ElementsAddressing addressing(data_shape, index_shape, axis);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const int64_t index = indices[i];
+      if (index < -addressing.length() || index >= addressing.length())
+        return Status::badInput(op + ": index " + std::to_string(index) + " (element " + std::to_string(i) +
+                                " of the indices) is out of range for axis " + std::to_string(axis) + " of size " +
+                                std::to_string(addressing.length()));
+      targets[i] = addressing.offset(static_cast<int64_t>(i), index < 0 ? index + addressing.length() : index);
+    }
+    return Status::ok();
+  }
+  const NdAddressing addressing(data_shape, index_shape, 0);
+  for (int64_t row = 0; row < addressing.rows(); ++row) {
+    int64_t bad = 0;
+    const int64_t base = addressing.offset(row, indices + row * addressing.tupleSize(), bad);
+    if (base < 0)
+      return Status::badInput(op + ": index " + std::to_string(indices[row * addressing.tupleSize() + bad]) + " (element " +
+                              std::to_string(row * addressing.tupleSize() + bad) + " of the indices) is out of range for " +
+                              call.op.operands[0].str());
+    for (int64_t e = 0; e < addressing.sliceSize(); ++e) targets[row * addressing.sliceSize() + e] = base + e;
+  }
+  return Status::ok();
+}
+
+// result = data, then each update combined into its target in order (none: replaced; add, mul, max, min).
+Status scatterKernel(const KernelCall& call) {
+  std::vector<int64_t> targets;
+  CLEAVE_TRY(visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) { return scatterTargets<I>(call, targets); }));
+  if (call.outputs[0] != call.inputs[0])
+    std::memmove(call.outputs[0], call.inputs[0], static_cast<size_t>(call.op.results[0].bytes()));
+  const std::string& reduction = call.op.getString("reduction");
+  if (reduction == "none") {
+    return visitBySize(call.op.results[0].dtype, [&]<class E>(E) -> Status {
+      const E* updates = call.in<E>(2);
+      E* out = call.out<E>(0);
+      for (size_t i = 0; i < targets.size(); ++i) out[targets[i]] = updates[i];
+      return Status::ok();
+    });
+  }
+  return visitNumeric(call, call.op.results[0].dtype, [&]<class T>(T) -> Status {
+    const T* updates = call.in<T>(2);
+    T* out = call.out<T>(0);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      T& slot = out[targets[i]];
+      if (reduction == "add") slot = static_cast<T>(slot + updates[i]);
+      else if (reduction == "mul") slot = static_cast<T>(slot * updates[i]);
+      else if (reduction == "max") slot = std::max(slot, updates[i]);
+      else slot = std::min(slot, updates[i]);
+    }
+    return Status::ok();
+  });
+}
+
 // ---- expand, trilu, constant ----
 
 Status expandKernel(const KernelCall& call) {
@@ -418,6 +483,8 @@ void registerShapeKernels(CpuKernelTable& table) {
   set(OpId::gather, gatherKernel);
   set(OpId::gather_elements, gatherElementsKernel);
   set(OpId::gather_nd, gatherNdKernel);
+  set(OpId::scatter_elements, scatterKernel);
+  set(OpId::scatter_nd, scatterKernel);
   set(OpId::expand, expandKernel);
   set(OpId::trilu, triluKernel);
   set(OpId::constant, constantKernel);

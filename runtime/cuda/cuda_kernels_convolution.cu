@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/resize_coordinates.h"
 #include "runtime/cuda/cuda_kernel_support.cuh"
 
 namespace cleave::runtime::cuda {
@@ -310,9 +311,52 @@ Status conv2dGradWeightKernel(const KernelCall& call, CudaContext& context) {
                     [&]<class T>(T) { return conv2dGradWeightTyped<T>(call, context); });
 }
 
+// ---- resize, resize_grad ----
+
+// One thread per output element: the weighted sum of the inputs it reads (ir/ops/resize_coordinates.h).
+template <class T>
+__global__ void resizeElements(const T* x, T* y, int64_t n, ResizeGeometry g) {
+  CLEAVE_GRID_LOOP(i, n) {
+    double sum = 0;
+    forEachResizeSource(g, i, [&](int64_t offset, double weight) { sum += weight * static_cast<double>(x[offset]); });
+    y[i] = static_cast<T>(sum);
+  }
+}
+
+// One thread per dy element, adding into the inputs it came from (atomic: they overlap).
+template <class T>
+__global__ void resizeGradElements(const T* dy, T* dx, int64_t n, ResizeGeometry g) {
+  CLEAVE_GRID_LOOP(i, n) {
+    forEachResizeSource(g, i, [&](int64_t offset, double weight) { atomicAdd(dx + offset, static_cast<T>(weight) * dy[i]); });
+  }
+}
+
+Status resizeKernel(const KernelCall& call, CudaContext& context) {
+  const ResizeGeometry g = resizeGeometry(call.op, call.op.operands[0].shape, call.op.results[0].shape);
+  const int64_t n = call.op.results[0].numel();
+  if (n == 0) return Status::ok();
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    resizeElements<T><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(call.in<T>(0), call.out<T>(0), n, g);
+    return launchStatus(call);
+  });
+}
+
+Status resizeGradKernel(const KernelCall& call, CudaContext& context) {
+  const ResizeGeometry g = resizeGeometry(call.op, call.op.results[0].shape, call.op.operands[0].shape);
+  const int64_t n = call.op.operands[0].numel();
+  CLEAVE_TRY(zeroBytes(call, context, call.outputs[0], call.op.results[0].bytes()));
+  if (n == 0) return Status::ok();
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    resizeGradElements<T><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(call.in<T>(0), call.out<T>(0), n, g);
+    return launchStatus(call);
+  });
+}
+
 }  // namespace
 
 void registerConvolutionKernels(CudaKernelTable& table) {
+  table[static_cast<int>(OpId::resize)] = resizeKernel;
+  table[static_cast<int>(OpId::resize_grad)] = resizeGradKernel;
   table[static_cast<int>(OpId::conv2d)] = conv2dKernel;
   table[static_cast<int>(OpId::conv2d_grad_input)] = conv2dGradInputKernel;
   table[static_cast<int>(OpId::conv2d_grad_weight)] = conv2dGradWeightKernel;

@@ -178,6 +178,92 @@ Status gatherNdKernel(const KernelCall& call, CudaContext& context) {
   });
 }
 
+// ---- scatter_elements, scatter_nd ----
+
+// The data offset update i lands on, or -1 for an index out of range (skipped on the GPU; the CPU reports it).
+template <class I>
+__device__ int64_t scatterTarget(bool elements, const I* indices, int64_t i, const ElementsMap& em, const NdMap& nm) {
+  if (elements) {
+    int64_t index = indices[i];
+    if (index < 0) index += em.length;
+    return index >= 0 && index < em.length ? mapOffset(em.map, 0, i) + index * em.axis_stride : -1;
+  }
+  const int64_t row = i / nm.slice, base = ndOffset(nm, row, indices + row * nm.k);
+  return base >= 0 ? base + i % nm.slice : -1;
+}
+
+// *address = combine(*address) atomically, by compare-and-swap on its bits (4 or 8 bytes).
+template <class T, class Combine>
+__device__ void atomicCombine(T* address, Combine combine) {
+  using Bits = std::conditional_t<sizeof(T) == 8, unsigned long long, unsigned int>;
+  Bits* bits = reinterpret_cast<Bits*>(address);
+  Bits seen = *bits, assumed;
+  do {
+    assumed = seen;
+    T current;
+    memcpy(&current, &assumed, sizeof(T));
+    const T next = combine(current);
+    Bits next_bits;
+    memcpy(&next_bits, &next, sizeof(T));
+    seen = atomicCAS(bits, assumed, next_bits);
+  } while (assumed != seen);
+}
+
+// Reduction none: a plain store (which of several updates to one place wins is not fixed).
+template <class E, class I>
+__global__ void scatterStore(const E* updates, const I* indices, E* out, int64_t n, bool elements, ElementsMap em, NdMap nm) {
+  CLEAVE_GRID_LOOP(i, n) {
+    const int64_t target = scatterTarget(elements, indices, i, em, nm);
+    if (target >= 0) out[target] = updates[i];
+  }
+}
+
+// add, mul, max, min (kReduction 1..4), atomically.
+template <class T, class I>
+__global__ void scatterCombine(const T* updates, const I* indices, T* out, int64_t n, bool elements, ElementsMap em,
+                               NdMap nm, int reduction) {
+  CLEAVE_GRID_LOOP(i, n) {
+    const int64_t target = scatterTarget(elements, indices, i, em, nm);
+    if (target < 0) continue;
+    const T u = updates[i];
+    atomicCombine(out + target, [=](T v) {
+      return reduction == 1 ? T(v + u) : reduction == 2 ? T(v * u) : reduction == 3 ? (u > v ? u : v) : (u < v ? u : v);
+    });
+  }
+}
+
+Status scatterKernel(const KernelCall& call, CudaContext& context) {
+  const Shape &data_shape = call.op.operands[0].shape, &index_shape = call.op.operands[1].shape;
+  const bool elements = call.op.def.id == OpId::scatter_elements;
+  ElementsMap em;
+  NdMap nm;
+  if (elements) {
+    const int64_t axis = normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(data_shape.size()));
+    CLEAVE_ASSIGN_OR_RETURN(em, elementsMap(call, data_shape, index_shape, axis));
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(nm, ndMap(call, data_shape, index_shape, 0));
+  }
+  if (call.outputs[0] != call.inputs[0])
+    CLEAVE_TRY(copyBytes(call, context, call.outputs[0], call.inputs[0], call.op.results[0].bytes()));
+  const int64_t n = call.op.operands[2].numel();
+  if (n == 0) return Status::ok();
+  const std::string& reduction = call.op.getString("reduction");
+  return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
+    if (reduction == "none")
+      return visitBySize(call.op.results[0].dtype, [&]<class E>(E) {
+        scatterStore<E, I><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(call.in<E>(2), call.in<I>(1),
+                                                                                  call.out<E>(0), n, elements, em, nm);
+        return launchStatus(call);
+      });
+    const int code = reduction == "add" ? 1 : reduction == "mul" ? 2 : reduction == "max" ? 3 : 4;
+    return visitNumeric(call, call.op.results[0].dtype, [&]<class T>(T) {
+      scatterCombine<T, I><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(
+          call.in<T>(2), call.in<I>(1), call.out<T>(0), n, elements, em, nm, code);
+      return launchStatus(call);
+    });
+  });
+}
+
 // ---- trilu, constant ----
 
 // trilu on the last two dims (row r, column c): upper keeps c − r ≥ k, lower keeps c − r ≤ k.
@@ -233,6 +319,8 @@ void registerShapeKernels(CudaKernelTable& table) {
   set(OpId::gather, gatherKernel);
   set(OpId::gather_elements, gatherElementsKernel);
   set(OpId::gather_nd, gatherNdKernel);
+  set(OpId::scatter_elements, scatterKernel);
+  set(OpId::scatter_nd, scatterKernel);
   set(OpId::expand, expandKernel);
   set(OpId::trilu, triluKernel);
   set(OpId::constant, constantKernel);

@@ -83,6 +83,30 @@ CaseList convolutionCases() {
         {{"kernel", Ints{2, 2}}});
   for (const Shape& shape : {Shape{3, 5, 17, 13}, Shape{2, 3, 4, 5}, Shape{1, 2, 1, 1}})
     for (DType dtype : {DType::kF32, DType::kF64}) b.add(OpId::global_avg_pool, shapeStr(shape), {b.uniform(dtype, shape)});
+
+  // resize: nearest and linear, up and down, each coordinate transform (nearest's finite
+  // differences are exact: it copies).
+  using Strings = std::vector<std::string>;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    const std::string dt(dtypeName(dtype));
+    const TensorData image = b.uniform(dtype, {2, 3, 4, 5});
+    for (const std::string coordinates : Strings{"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"}) {
+      b.add(OpId::resize, dt + " linear up " + coordinates, {image},
+            {{"sizes", Ints{2, 3, 8, 9}}, {"mode", std::string("linear")}, {"coordinate_transformation_mode", coordinates}});
+      b.add(OpId::resize, dt + " linear down " + coordinates, {image},
+            {{"sizes", Ints{2, 3, 3, 2}}, {"mode", std::string("linear")}, {"coordinate_transformation_mode", coordinates}});
+    }
+    for (const std::string nearest : Strings{"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})
+      b.add(OpId::resize, dt + " nearest x2 " + nearest, {image},
+            {{"sizes", Ints{2, 3, 8, 10}}, {"nearest_mode", nearest}, {"coordinate_transformation_mode", std::string("asymmetric")}});
+    b.add(OpId::resize, dt + " nearest with scales, 1-D", {b.uniform(dtype, {2, 3, 7})},
+          {{"sizes", Ints{2, 3, 10}}, {"scales", std::vector<double>{1, 1, 1.5}}});
+    b.add(OpId::resize, dt + " trilinear", {b.uniform(dtype, {1, 2, 3, 4, 2})},
+          {{"sizes", Ints{1, 2, 5, 3, 4}}, {"mode", std::string("linear")}});
+    b.add(OpId::resize_grad, dt + " linear", {b.uniform(dtype, {2, 3, 8, 9})},
+          {{"input_shape", Ints{2, 3, 4, 5}}, {"mode", std::string("linear")}});
+    b.add(OpId::resize_grad, dt + " nearest", {b.uniform(dtype, {2, 3, 8, 10})}, {{"input_shape", Ints{2, 3, 4, 5}}});
+  }
   return b.take();
 }
 

@@ -49,6 +49,18 @@ CaseList shapeCases() {
     b.add(OpId::gather_nd, dt + " whole rows, i32", {tensor({4, 5, 3}), b.integers(DType::kI32, {6, 1}, -4, 3)});
     b.add(OpId::gather_nd, dt + " batch_dims 1, full tuples",
           {tensor({2, 5, 3}), b.integers(DType::kI64, {2, 4, 2}, 0, 2)}, {{"batch_dims", int64_t{1}}});
+    // scatter: distinct targets for the gradient check (duplicates make reduction none order-dependent).
+    const TensorData rows_permuted = CaseBuilder::values(DType::kI64, {2, 6}, {3, 0, 6, -1, 2, 4, 1, 5, -7, 0, 4, 2});
+    b.add(OpId::scatter_elements, dt + " axis 0, distinct rows", {table, rows_permuted, tensor({2, 6})});
+    b.add(OpId::scatter_elements, dt + " i32 axis 1, add", {table, b.integers(DType::kI32, {7, 4}, -6, 5), tensor({7, 4})},
+          {{"axis", int64_t{1}}, {"reduction", std::string("add")}});
+    b.add(OpId::scatter_nd, dt + " distinct rows", {tensor({4, 5, 3}), CaseBuilder::values(DType::kI64, {2, 1}, {2, -4}), tensor({2, 5, 3})});
+    b.add(OpId::scatter_nd, dt + " pairs, add", {tensor({4, 5, 3}), b.integers(DType::kI64, {3, 2}, -4, 3), tensor({3, 3})},
+          {{"reduction", std::string("add")}});
+    for (const char* reduction : {"mul", "max", "min"})
+      b.addWithoutGradient(OpId::scatter_elements, dt + " reduction " + reduction,
+                           {table, b.integers(DType::kI64, {3, 6}, -7, 6), tensor({3, 6})},
+                           {{"reduction", std::string(reduction)}}, "mul, max and min have no gradient rule");
     b.add(OpId::expand, dt + " new and size-1 dims", {tensor({3, 1})}, {{"shape", Ints{2, 3, 4}}});
     b.add(OpId::expand, dt + " keeps dims given as 1", {tensor({2, 3})}, {{"shape", Ints{1, 3}}});
     const TensorData square = tensor({2, 5, 6});
