@@ -319,15 +319,14 @@ Status convertDropout(OnnxImportContext& ctx, const onnx::NodeProto& node) {
 
 // Resize (opset 11+): the output shape from the sizes input, or from the scales input (floor(in ·
 // scale), the given scales kept for the coordinate transform); opset 18's axes select the dims they
-// are given for. Nearest and linear; cubic, antialiasing, tf_crop_and_resize and
-// half_pixel_symmetric are refused with an error.
+// are given for. Nearest and linear; cubic, antialiasing and tf_crop_and_resize are refused with an error.
 Status convertResize(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
   const std::string mode = stringAttr(node, "mode", "nearest");
   const std::string coordinates = stringAttr(node, "coordinate_transformation_mode", "half_pixel");
   if (mode != "nearest" && mode != "linear") return ctx.nodeError(node, "mode '" + mode + "' is not supported (nearest and linear are)");
   if (intAttr(node, "antialias", 0) != 0) return ctx.nodeError(node, "antialias=1 is not supported");
-  if (coordinates == "tf_crop_and_resize" || coordinates == "half_pixel_symmetric")
+  if (coordinates == "tf_crop_and_resize")
     return ctx.nodeError(node, "coordinate_transformation_mode '" + coordinates + "' is not supported");
   if (stringAttr(node, "keep_aspect_ratio_policy", "stretch") != "stretch")
     return ctx.nodeError(node, "keep_aspect_ratio_policy other than stretch is not supported");

@@ -16,6 +16,7 @@ ResizeGeometry resizeGeometry(const OpContext& op, const Shape& in, const Shape&
     g.in[d] = in[d];
     g.out[d] = out[d];
     g.scale[d] = scales.empty() ? static_cast<double>(out[d]) / static_cast<double>(in[d]) : scales[d];
+    g.out_length[d] = scales.empty() ? static_cast<double>(out[d]) : static_cast<double>(in[d]) * scales[d];
   }
   g.linear = op.getString("mode") == "linear";
   g.coordinates = resizeCoordinatesFrom(op.getString("coordinate_transformation_mode"));
@@ -352,9 +353,10 @@ Expected<std::vector<TensorType>> resizeShape(const OpContext& ctx) {
                     &nearest = ctx.getString("nearest_mode");
   if (mode != "nearest" && mode != "linear") return attrError(ctx, "mode", "is \"" + mode + "\", must be nearest or linear");
   if (coordinates != "half_pixel" && coordinates != "pytorch_half_pixel" && coordinates != "align_corners" &&
-      coordinates != "asymmetric")
+      coordinates != "asymmetric" && coordinates != "tf_half_pixel_for_nn" && coordinates != "half_pixel_symmetric")
     return attrError(ctx, "coordinate_transformation_mode",
-                     "is \"" + coordinates + "\", must be half_pixel, pytorch_half_pixel, align_corners or asymmetric");
+                     "is \"" + coordinates + "\", must be half_pixel, pytorch_half_pixel, align_corners, asymmetric, "
+                     "tf_half_pixel_for_nn or half_pixel_symmetric");
   if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" && nearest != "ceil")
     return attrError(ctx, "nearest_mode", "is \"" + nearest + "\", must be round_prefer_floor, round_prefer_ceil, floor or ceil");
   return std::vector<TensorType>{{ctx.operands[0].dtype, Shape(sizes.begin(), sizes.end())}};

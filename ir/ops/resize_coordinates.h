@@ -16,7 +16,14 @@
 namespace cleave {
 
 // coordinate_transformation_mode and nearest_mode as numbers (the attributes' strings map to them once).
-enum class ResizeCoordinates : int { kHalfPixel, kPytorchHalfPixel, kAlignCorners, kAsymmetric };
+enum class ResizeCoordinates : int {
+  kHalfPixel,
+  kPytorchHalfPixel,
+  kAlignCorners,
+  kAsymmetric,
+  kTfHalfPixelForNn,
+  kHalfPixelSymmetric
+};
 enum class ResizeNearest : int { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil };
 
 // The two input positions an output position reads along one dim and the weight of the second:
@@ -27,18 +34,27 @@ struct ResizeTap {
 };
 
 // Output position `out` of a dim resized from `in_size` to `out_size` with scale `scale` (the given
-// scale, or out_size / in_size): ONNX's coordinate transform, then nearest rounding or the two linear
+// scale, or out_size / in_size; with a given scale, out_size is in_size · scale unrounded, as ONNX's
+// align_corners and pytorch_half_pixel take it): ONNX's coordinate transform, then nearest rounding or the two linear
 // neighbours, clamped to the input (linear reads the edge beyond it, as ONNX and PyTorch do).
-CLEAVE_RESIZE_HOST_DEVICE inline ResizeTap resizeTap(int64_t out, int64_t in_size, int64_t out_size, double scale,
-                                                     ResizeCoordinates coordinates, bool linear, ResizeNearest nearest) {
+CLEAVE_RESIZE_HOST_DEVICE inline ResizeTap resizeTap(int64_t out, int64_t in_size, int64_t out_count, double out_size,
+                                                     double scale, ResizeCoordinates coordinates, bool linear,
+                                                     ResizeNearest nearest) {
   double x = 0;
   switch (coordinates) {
     case ResizeCoordinates::kHalfPixel: x = (static_cast<double>(out) + 0.5) / scale - 0.5; break;
     case ResizeCoordinates::kPytorchHalfPixel: x = out_size > 1 ? (static_cast<double>(out) + 0.5) / scale - 0.5 : 0; break;
     case ResizeCoordinates::kAlignCorners:
-      x = out_size > 1 ? static_cast<double>(out) * static_cast<double>(in_size - 1) / static_cast<double>(out_size - 1) : 0;
+      x = out_size > 1 ? static_cast<double>(out) * static_cast<double>(in_size - 1) / (out_size - 1) : 0;
       break;
     case ResizeCoordinates::kAsymmetric: x = static_cast<double>(out) / scale; break;
+    case ResizeCoordinates::kTfHalfPixelForNn: x = (static_cast<double>(out) + 0.5) / scale; break;
+    case ResizeCoordinates::kHalfPixelSymmetric: {
+      const double adjustment = static_cast<double>(out_count) / out_size;
+      const double center = static_cast<double>(in_size) / 2;
+      x = center * (1 - adjustment) + (static_cast<double>(out) + 0.5) / scale - 0.5;
+      break;
+    }
   }
   ResizeTap tap;
   if (!linear) {
@@ -67,6 +83,8 @@ inline ResizeCoordinates resizeCoordinatesFrom(std::string_view mode) {
   if (mode == "pytorch_half_pixel") return ResizeCoordinates::kPytorchHalfPixel;
   if (mode == "align_corners") return ResizeCoordinates::kAlignCorners;
   if (mode == "asymmetric") return ResizeCoordinates::kAsymmetric;
+  if (mode == "tf_half_pixel_for_nn") return ResizeCoordinates::kTfHalfPixelForNn;
+  if (mode == "half_pixel_symmetric") return ResizeCoordinates::kHalfPixelSymmetric;
   return ResizeCoordinates::kHalfPixel;
 }
 inline ResizeNearest resizeNearestFrom(std::string_view mode) {
@@ -83,6 +101,7 @@ struct ResizeGeometry {
   int rank = 0;
   int64_t in[kMaxResizeDims] = {}, out[kMaxResizeDims] = {};
   double scale[kMaxResizeDims] = {};
+  double out_length[kMaxResizeDims] = {};  // out, or in · scale when a scale is given
   bool linear = false;
   ResizeCoordinates coordinates = ResizeCoordinates::kHalfPixel;
   ResizeNearest nearest = ResizeNearest::kRoundPreferFloor;
@@ -101,7 +120,7 @@ CLEAVE_RESIZE_HOST_DEVICE inline void forEachResizeSource(const ResizeGeometry& 
   for (int d = g.rank - 1; d >= 0; --d) {
     const int64_t coordinate = rest % g.out[d];
     rest /= g.out[d];
-    taps[d] = resizeTap(coordinate, g.in[d], g.out[d], g.scale[d], g.coordinates, g.linear, g.nearest);
+    taps[d] = resizeTap(coordinate, g.in[d], g.out[d], g.out_length[d], g.scale[d], g.coordinates, g.linear, g.nearest);
   }
   int varying[kMaxResizeDims];
   int count = 0;
