@@ -404,6 +404,115 @@ Status convertAs2d(OnnxImportContext& ctx, const onnx::NodeProto& node, OnnxConv
   return ctx.emit(node, OpId::squeeze, {step}, unit_dim);
 }
 
+// A 3-D window op (Conv, MaxPool, AveragePool on [N, C, D, H, W]) as 2-D ones over its depth taps:
+// for each kernel depth position kd, the input depths it reads (a strided slice of the depth-padded
+// input) are moved into the batch, [N·Do, C, H, W], and go through the 2-D op (a convolution with
+// weight[:, :, kd]); the taps are summed (conv), maxed (MaxPool) or averaged (AveragePool), and
+// [N·Do, O, Ho, Wo] goes back to [N, O, Do, Ho, Wo]. Trains through the 2-D ops' gradients.
+Status convertAs3d(OnnxImportContext& ctx, const onnx::NodeProto& node, OnnxConvertFn convert2d) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  const Shape x = c.xType().shape;
+  const bool conv = node.op_type() == "Conv", max_pool = node.op_type() == "MaxPool";
+  if (stringAttr(node, "auto_pad", "NOTSET") != "NOTSET" && stringAttr(node, "auto_pad", "NOTSET") != "VALID")
+    return c.fail("auto_pad SAME_UPPER/SAME_LOWER is not supported for 3-D windows");
+  if (hasOutput(node, 1)) return c.fail("the Indices output is not supported");
+  int64_t kernel_d = 0;
+  if (conv) {
+    CLEAVE_ASSIGN_OR_RETURN(TensorType w, ctx.typeOf(node, node.input(1)));
+    kernel_d = w.shape[2];
+  } else {
+    auto kernel = intsAttr(node, "kernel_shape");
+    if (!kernel || kernel->size() != 3) return c.fail("kernel_shape must have 3 values");
+    kernel_d = (*kernel)[0];
+  }
+  auto triple = [&](const char* name, int64_t fallback) {
+    return intsAttr(node, name).value_or(std::vector<int64_t>{fallback, fallback, fallback});
+  };
+  const std::vector<int64_t> strides = triple("strides", 1), dilations = triple("dilations", 1);
+  std::vector<int64_t> pads = intsAttr(node, "pads").value_or(std::vector<int64_t>(6, 0));
+  if (stringAttr(node, "auto_pad", "NOTSET") == "VALID") pads.assign(6, 0);
+  if (strides.size() != 3 || dilations.size() != 3 || pads.size() != 6)
+    return c.fail("strides and dilations need 3 values, pads 6");
+  if (!conv && (pads[0] != 0 || pads[3] != 0 || intAttr(node, "ceil_mode", 0) != 0))
+    return c.fail("3-D pooling with depth padding or ceil_mode is not supported");
+  // 1. Depth padding (zeros: convolutions only).
+  std::string input = c.x();
+  int64_t depth = x[2];
+  if (pads[0] > 0 || pads[3] > 0) {
+    std::vector<std::string> parts;
+    for (int side = 0; side < 2; ++side) {
+      const int64_t count = pads[side * 3];
+      if (side == 1) parts.push_back(input);
+      if (count == 0) continue;
+      CLEAVE_ASSIGN_OR_RETURN(std::string block, c.filled(0, c.dtype(), Shape{x[0], x[1], count, x[3], x[4]}));
+      parts.push_back(block);
+    }
+    CLEAVE_ASSIGN_OR_RETURN(input, c.apply(OpId::concat, parts, {{"axis", int64_t{2}}}));
+    depth += pads[0] + pads[3];
+  }
+  const int64_t out_depth = (depth - dilations[0] * (kernel_d - 1) - 1) / strides[0] + 1;
+  if (out_depth < 1) return c.fail("the kernel's depth does not fit the input " + c.xType().str());
+  // 2. The 2-D node every tap runs: this node's attributes without their depth values.
+  onnx::NodeProto flat = node;
+  for (auto& attr : *flat.mutable_attribute()) {
+    const std::string& name = attr.name();
+    if (name != "kernel_shape" && name != "strides" && name != "dilations" && name != "pads") continue;
+    std::vector<int64_t> values(attr.ints().begin(), attr.ints().end());
+    if (name == "pads") values = {values[1], values[2], values[4], values[5]};
+    else values.erase(values.begin());
+    attr.clear_ints();
+    for (int64_t v : values) attr.add_ints(v);
+  }
+  if (conv && flat.input_size() > 2) flat.mutable_input()->RemoveLast();  // the bias is added once, below
+  std::vector<std::string> taps;
+  for (int64_t kd = 0; kd < kernel_d; ++kd) {
+    const int64_t first = kd * dilations[0];
+    CLEAVE_ASSIGN_OR_RETURN(std::string sliced,
+                            c.apply(OpId::slice, {input}, {{"starts", std::vector<int64_t>{first}},
+                                                           {"ends", std::vector<int64_t>{first + (out_depth - 1) * strides[0] + 1}},
+                                                           {"axes", std::vector<int64_t>{2}},
+                                                           {"steps", std::vector<int64_t>{strides[0]}}}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string moved, c.apply(OpId::transpose, {sliced}, {{"perm", std::vector<int64_t>{0, 2, 1, 3, 4}}}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string batched,
+                            c.apply(OpId::reshape, {moved}, {{"shape", std::vector<int64_t>{x[0] * out_depth, x[1], x[3], x[4]}}}));
+    flat.set_input(0, batched);
+    if (conv) {
+      CLEAVE_ASSIGN_OR_RETURN(std::string weight_slice,
+                              c.apply(OpId::slice, {node.input(1)}, {{"starts", std::vector<int64_t>{kd}},
+                                                                     {"ends", std::vector<int64_t>{kd + 1}},
+                                                                     {"axes", std::vector<int64_t>{2}}}));
+      CLEAVE_ASSIGN_OR_RETURN(std::string weight, c.apply(OpId::squeeze, {weight_slice}, {{"axes", std::vector<int64_t>{2}}}));
+      flat.set_input(1, weight);
+    }
+    flat.set_output(0, node.output(0) + "/tap" + std::to_string(kd));
+    CLEAVE_TRY(convert2d(ctx, flat));
+    taps.push_back(flat.output(0));
+  }
+  // 3. Combine the taps, add the bias, and restore [N, O, Do, Ho, Wo].
+  std::string combined = taps[0];
+  for (size_t i = 1; i < taps.size(); ++i) {
+    if (max_pool) {
+      CLEAVE_ASSIGN_OR_RETURN(std::string keep, c.apply(OpId::greater_equal, {combined, taps[i]}));
+      CLEAVE_ASSIGN_OR_RETURN(combined, c.apply(OpId::where, {keep, combined, taps[i]}));
+    } else {
+      CLEAVE_ASSIGN_OR_RETURN(combined, c.apply(OpId::add, {combined, taps[i]}));
+    }
+  }
+  if (!conv && !max_pool && kernel_d > 1) {
+    CLEAVE_ASSIGN_OR_RETURN(std::string count, c.filled(static_cast<double>(kernel_d), c.dtype()));
+    CLEAVE_ASSIGN_OR_RETURN(combined, c.apply(OpId::div, {combined, count}));
+  }
+  if (conv && hasInput(node, 2)) {
+    CLEAVE_ASSIGN_OR_RETURN(std::string bias, c.apply(OpId::unsqueeze, {node.input(2)}, {{"axes", std::vector<int64_t>{1, 2}}}));
+    CLEAVE_ASSIGN_OR_RETURN(combined, c.apply(OpId::add, {combined, bias}));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(TensorType planes, ctx.typeOf(node, combined));
+  CLEAVE_ASSIGN_OR_RETURN(std::string split,
+                          c.apply(OpId::reshape, {combined}, {{"shape", std::vector<int64_t>{x[0], out_depth, planes.shape[1],
+                                                                                            planes.shape[2], planes.shape[3]}}}));
+  return c.finish(OpId::transpose, {split}, {{"perm", std::vector<int64_t>{0, 2, 1, 3, 4}}});
+}
+
 // The rank of input `index` (x: 3 for a 1-D window op, 4 for 2-D).
 Expected<int64_t> rankOf(OnnxImportContext& ctx, const onnx::NodeProto& node, int index) {
   CLEAVE_ASSIGN_OR_RETURN(TensorType type, ctx.typeOf(node, node.input(index)));
@@ -414,8 +523,10 @@ template <OnnxConvertFn convert2d>
 Status convertWindow(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(int64_t rank, rankOf(ctx, node, 0));
   if (rank == 3) return convertAs2d(ctx, node, convert2d);
+  if (rank == 5 && node.op_type() != "ConvTranspose") return convertAs3d(ctx, node, convert2d);
   if (rank != 4)
-    return ctx.nodeError(node, "only 1-D and 2-D windows are supported (the input has rank " + std::to_string(rank) + ")");
+    return ctx.nodeError(node, "only 1-D, 2-D and (but ConvTranspose) 3-D windows are supported (the input has rank " +
+                                   std::to_string(rank) + ")");
   return convert2d(ctx, node);
 }
 
