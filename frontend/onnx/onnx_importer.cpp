@@ -1,11 +1,13 @@
 // ONNX import: reads an .onnx model through libonnx and builds the equivalent cleave Graph.
 #include "frontend/onnx/onnx_importer.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -132,10 +134,23 @@ Status importOutputs(OnnxImportContext& ctx, const onnx::GraphProto& onnx_graph)
 }
 
 // Converts one node through its entry in the converter table.
+// Converters read the inputs and outputs their op's schema promises. libonnx's checker holds models
+// of opsets up to 17 to the schemas; a newer model's node with too few of them makes protobuf throw
+// (its index check), which becomes an error naming the node.
 Status importNode(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   const OnnxConverter* converter = findOnnxConverter(node.op_type(), ctx.opset());
   if (!converter) return ctx.nodeError(node, "op type is not supported");
-  return converter->convert(ctx, node);
+  // protobuf logs before it throws; the error below says it all.
+  google::protobuf::LogHandler* previous = google::protobuf::SetLogHandler(nullptr);
+  Status status;
+  try {
+    status = converter->convert(ctx, node);
+  } catch (const std::exception& e) {
+    status = ctx.nodeError(node, "malformed node (" + std::to_string(node.input_size()) + " inputs, " +
+                                     std::to_string(node.output_size()) + " outputs): " + e.what());
+  }
+  google::protobuf::SetLogHandler(previous);
+  return status;
 }
 
 // Builds the graph of `onnx_graph` into `ctx`.

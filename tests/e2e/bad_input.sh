@@ -114,6 +114,16 @@ model([3, 4], 18, "gemm18.onnx")
 model([3, 4], 22, "gemm22.onnx")
 model([3, 4], 9, "gemm9.onnx")
 model([3, 5], 13, "mismatch.onnx")
+# Opset 18 and newer go without libonnx's schema check: a node short of inputs, a local function that
+# calls itself.
+short = helper.make_graph([helper.make_node("Gemm", ["x"], ["y"], name="fc")], "g", [x], [y])
+open("short18.onnx", "wb").write(helper.make_model(short, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+loop = helper.make_function("local", "Loop1", ["a"], ["b"], [helper.make_node("Loop1", ["a"], ["b"], domain="local")],
+                            [helper.make_opsetid("", 18)])
+calls = helper.make_graph([helper.make_node("Loop1", ["x"], ["y"], domain="local", name="call")], "g", [x], [y])
+recursive = helper.make_model(calls, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
+                              functions=[loop])
+open("recursive18.onnx", "wb").write(recursive.SerializeToString())
 PY
 expect 0 '' "$cleave" import gemm13.onnx -o gemm13.cir
 expect 0 '' "$cleave" import gemm9.onnx -o gemm9.cir  # upgraded by libonnx's version converter
@@ -121,6 +131,8 @@ expect 0 '' "$cleave" import gemm18.onnx -o gemm18.cir  # checked by cleave's ow
 expect 1 'gemm22\.onnx: ONNX opset 22 is not supported \(cleave imports opsets 11 to 21' \
   "$cleave" import gemm22.onnx -o gemm22.cir
 expect 1 "mismatch\.onnx \(node 'fc'\): gemm: operand 1 has shape \[3,5\]" "$cleave" compile mismatch.onnx -o mismatch.cplan
+expect 1 "short18\.onnx \(node 'fc'\): Gemm: malformed node \(1 inputs, 1 outputs\)" "$cleave" import short18.onnx -o short.cir
+expect 1 "recursive18\.onnx \(node 'call/Loop1'\): local function 'Loop1' calls itself" "$cleave" import recursive18.onnx -o rec.cir
 
 # 3. Batches that do not split over data-parallel shards or microbatches (batch 8).
 expect 1 "input '%x' has batch 8, which does not divide into 3 data-parallel shards" \
