@@ -203,19 +203,14 @@ ShardingRule poolGradSharding(const OpContext& c) {
   return rule.build();
 }
 
-Expected<Types> gatherGradShape(const OpContext& c) {
+// gather_grad, gather_elements_grad, gather_nd_grad: zeros of data_shape, where dy must be what the
+// forward gather gives for data of that shape and these indices.
+template <OpId kForward>
+Expected<Types> gatherLikeGradShape(const OpContext& c) {
   Shape data_shape;
   CLEAVE_TRY(shapeAttr(c, "data_shape", data_shape));
   TensorType data{c.operands[0].dtype, data_shape};
-  CLEAVE_TRY(checkForwardResult(c, OpId::gather, {data, c.operands[1]}, "data_shape"));
-  return Types{data};
-}
-
-Expected<Types> gatherElementsGradShape(const OpContext& c) {
-  Shape data_shape;
-  CLEAVE_TRY(shapeAttr(c, "data_shape", data_shape));
-  TensorType data{c.operands[0].dtype, data_shape};
-  CLEAVE_TRY(checkForwardResult(c, OpId::gather_elements, {data, c.operands[1]}, "data_shape"));
+  CLEAVE_TRY(checkForwardResult(c, kForward, {data, c.operands[1]}, "data_shape"));
   return Types{data};
 }
 
@@ -227,14 +222,6 @@ ShardingRule gatherElementsGradSharding(const OpContext& c) {
     rule.addResultFactor(0, d, FactorKind::kNeedReplication);
   }
   return rule.build();
-}
-
-Expected<Types> gatherNdGradShape(const OpContext& c) {
-  Shape data_shape;
-  CLEAVE_TRY(shapeAttr(c, "data_shape", data_shape));
-  TensorType data{c.operands[0].dtype, data_shape};
-  CLEAVE_TRY(checkForwardResult(c, OpId::gather_nd, {data, c.operands[1]}, "data_shape"));
-  return Types{data};
 }
 
 // dy's leading dims (the index tuples) are summed over; dx is replicated.
@@ -640,17 +627,17 @@ void addGradientOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::avg_pool2d_grad, "avg_pool2d_grad", "spreads dy evenly over each window", 1, 1,
                         poolAttrs(true), checkedShapeRule<avgPoolGradShape>, checkedCostRule<poolGradCost>, checkedShardingRule<poolGradSharding>});
   table.push_back(OpDef{OpId::gather_grad, "gather_grad", "scatter-adds dy into zeros of the gathered data's shape",
-                        2, 2, {requiredAttr("data_shape", AttrKind::kInts), optionalInt("axis", 0)}, checkedShapeRule<gatherGradShape>,
+                        2, 2, {requiredAttr("data_shape", AttrKind::kInts), optionalInt("axis", 0)}, checkedShapeRule<gatherLikeGradShape<OpId::gather>>,
                         checkedCostRule<elementwiseGradCost>, checkedShardingRule<gatherGradSharding>});
   table.push_back(OpDef{OpId::gather_elements_grad, "gather_elements_grad",
                         "scatter-adds dy where gather_elements read, into zeros of data_shape", 2, 2,
                         {requiredAttr("data_shape", AttrKind::kInts), optionalInt("axis", 0)},
-                        checkedShapeRule<gatherElementsGradShape>, checkedCostRule<elementwiseGradCost>,
+                        checkedShapeRule<gatherLikeGradShape<OpId::gather_elements>>, checkedCostRule<elementwiseGradCost>,
                         checkedShardingRule<gatherElementsGradSharding>});
   table.push_back(OpDef{OpId::gather_nd_grad, "gather_nd_grad",
                         "scatter-adds dy into the slices gather_nd read, in zeros of data_shape", 2, 2,
                         {requiredAttr("data_shape", AttrKind::kInts), optionalInt("batch_dims", 0)},
-                        checkedShapeRule<gatherNdGradShape>, checkedCostRule<elementwiseGradCost>,
+                        checkedShapeRule<gatherLikeGradShape<OpId::gather_nd>>, checkedCostRule<elementwiseGradCost>,
                         checkedShardingRule<gatherNdGradSharding>});
   table.push_back(OpDef{OpId::resize_grad, "resize_grad", "spreads dy onto the inputs resize read, with its weights", 1, 1,
                         {requiredAttr("input_shape", AttrKind::kInts), optionalFloats("scales", {}),
