@@ -621,27 +621,13 @@ Status sliceGradient(GradientContext& g) {
   return g.status;
 }
 
-// dy is scatter-added into the gathered rows; the indices get no gradient.
-Status gatherGradient(GradientContext& g) {
-  AttrMap attrs = copyAttrs(g, {"axis"});
+// gather, gather_elements and gather_nd: dy is scatter-added where the forward op read (`kGrad`);
+// the indices get no gradient.
+template <OpId kGrad>
+Status gatherLikeGradient(GradientContext& g) {
+  AttrMap attrs = copyAttrs(g, {"axis", "batch_dims"});
   attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
-  g.operand_grads[0] = g.emit(OpId::gather_grad, {dy(g), g.operand(1)}, std::move(attrs));
-  return g.status;
-}
-
-// dy is scatter-added where the elements were read; the indices get no gradient.
-Status gatherElementsGradient(GradientContext& g) {
-  AttrMap attrs = copyAttrs(g, {"axis"});
-  attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
-  g.operand_grads[0] = g.emit(OpId::gather_elements_grad, {dy(g), g.operand(1)}, std::move(attrs));
-  return g.status;
-}
-
-// dy is scatter-added into the addressed slices; the indices get no gradient.
-Status gatherNdGradient(GradientContext& g) {
-  AttrMap attrs = copyAttrs(g, {"batch_dims"});
-  attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
-  g.operand_grads[0] = g.emit(OpId::gather_nd_grad, {dy(g), g.operand(1)}, std::move(attrs));
+  g.operand_grads[0] = g.emit(kGrad, {dy(g), g.operand(1)}, std::move(attrs));
   return g.status;
 }
 
@@ -1003,9 +989,9 @@ void addShapeOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::concat).gradient = concatGradient;
   appendedDef(table, OpId::split).gradient = splitGradient;
   appendedDef(table, OpId::slice).gradient = sliceGradient;
-  appendedDef(table, OpId::gather).gradient = gatherGradient;
-  appendedDef(table, OpId::gather_elements).gradient = gatherElementsGradient;
-  appendedDef(table, OpId::gather_nd).gradient = gatherNdGradient;
+  appendedDef(table, OpId::gather).gradient = gatherLikeGradient<OpId::gather_grad>;
+  appendedDef(table, OpId::gather_elements).gradient = gatherLikeGradient<OpId::gather_elements_grad>;
+  appendedDef(table, OpId::gather_nd).gradient = gatherLikeGradient<OpId::gather_nd_grad>;
   appendedDef(table, OpId::scatter_elements).gradient = scatterGradient;
   appendedDef(table, OpId::scatter_nd).gradient = scatterGradient;
   appendedDef(table, OpId::expand).gradient = expandGradient;
