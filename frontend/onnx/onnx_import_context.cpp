@@ -41,7 +41,9 @@ std::optional<std::vector<int64_t>> intsAttr(const onnx::NodeProto& node, const 
 }
 
 SourceLoc OnnxImportContext::locOf(const onnx::NodeProto& node) const {
-  std::string name = !node.name().empty() ? node.name() : node.op_type() + " -> " + node.output(0);
+  std::string name = !node.name().empty()    ? node.name()
+                     : node.output_size() > 0 ? node.op_type() + " -> " + node.output(0)
+                                              : node.op_type() + " (no output)";
   return SourceLoc{path_, 0, 0, name};
 }
 
@@ -136,6 +138,8 @@ Expected<double> OnnxImportContext::constantScalar(const onnx::NodeProto& node, 
 
 Status OnnxImportContext::emit(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
                           int result_count) {
+  if (result_count > node.output_size())
+    return nodeError(node, "has " + std::to_string(node.output_size()) + " outputs; it needs " + std::to_string(result_count));
   return emitTo(node, op, inputs, std::move(attrs),
                 std::vector<std::string>(node.output().begin(), node.output().begin() + result_count));
 }

@@ -140,6 +140,7 @@ Status importOutputs(OnnxImportContext& ctx, const onnx::GraphProto& onnx_graph)
 Status importNode(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   const OnnxConverter* converter = findOnnxConverter(node.op_type(), ctx.opset());
   if (!converter) return ctx.nodeError(node, "op type is not supported");
+  if (node.output_size() == 0 || node.output(0).empty()) return ctx.nodeError(node, "the node has no output");
   // protobuf logs before it throws; the error below says it all.
   google::protobuf::LogHandler* previous = google::protobuf::SetLogHandler(nullptr);
   Status status;
