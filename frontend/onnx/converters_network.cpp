@@ -148,6 +148,42 @@ Status convertGlobalMaxPool(OnnxImportContext& ctx, const onnx::NodeProto& node)
   return c.finish(OpId::reduce_max, {c.x()}, {{"axes", c.spatialAxes()}, {"keepdims", int64_t{1}}});
 }
 
+// x normalised over `axes` (kept as size-1 dims): (x - mean) / sqrt(var + epsilon) with the biased
+// variance; the mean and variance steps' names too. InstanceNormalization and training-mode
+// BatchNormalization are this over different axes.
+struct Normalized {
+  std::string normalized, mean, variance;
+};
+Expected<Normalized> normalizeOver(OnnxComposite& c, std::vector<int64_t> axes, double epsilon) {
+  AttrMap kept{{"axes", std::move(axes)}, {"keepdims", int64_t{1}}};
+  Normalized n;
+  CLEAVE_ASSIGN_OR_RETURN(n.mean, c.apply(OpId::reduce_mean, {c.x()}, kept));
+  CLEAVE_ASSIGN_OR_RETURN(std::string centered, c.apply(OpId::sub, {c.x(), n.mean}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string squared, c.apply(OpId::mul, {centered, centered}));
+  CLEAVE_ASSIGN_OR_RETURN(n.variance, c.apply(OpId::reduce_mean, {squared}, kept));
+  CLEAVE_ASSIGN_OR_RETURN(std::string eps, c.filled(epsilon, c.dtype()));
+  CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::add, {n.variance, eps}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string deviation, c.apply(OpId::sqrt, {shifted}));
+  CLEAVE_ASSIGN_OR_RETURN(n.normalized, c.apply(OpId::div, {centered, deviation}));
+  return n;
+}
+
+// y · scale, and bias, with [C] scale and bias broadcast over x's dims after the channel (dim 1):
+// the operands of the final add.
+struct ScaledChannels {
+  std::string scaled, bias;
+};
+Expected<ScaledChannels> scaleChannels(OnnxComposite& c, const std::string& y, std::string scale, std::string bias) {
+  if (c.rank() > 2) {  // [C] -> [C, 1, ...]
+    std::vector<int64_t> trailing;
+    for (int64_t d = 1; d < c.rank() - 1; ++d) trailing.push_back(d);
+    CLEAVE_ASSIGN_OR_RETURN(scale, c.apply(OpId::unsqueeze, {scale}, {{"axes", trailing}}));
+    CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::unsqueeze, {bias}, {{"axes", trailing}}));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::string scaled, c.apply(OpId::mul, {y, scale}));
+  return ScaledChannels{scaled, bias};
+}
+
 // The batch statistics' form (training_mode=1; before opset 14, a node with more than one output):
 // y = (x - mean) / sqrt(var + epsilon) · scale + bias over the batch's mean and biased variance per
 // channel, composed of reductions so that it trains through their gradients. Outputs 1 and 2 are
@@ -160,37 +196,21 @@ Status convertBatchNormalizationTraining(OnnxImportContext& ctx, const onnx::Nod
     if (ctx.isParameter(name)) ctx.markBuffer(name);
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   if (c.rank() < 2) return c.fail("the input must have a channel dim, not " + c.xType().str());
-  std::vector<int64_t> axes = {0}, trailing;
-  for (int64_t d = 2; d < c.rank(); ++d) {
-    axes.push_back(d);
-    trailing.push_back(d - 1);
-  }
+  std::vector<int64_t> axes = {0};
+  for (int64_t d = 2; d < c.rank(); ++d) axes.push_back(d);
   int64_t count = 1;
   for (int64_t d : axes) count *= c.xType().shape[d];
-  const double epsilon = floatAttr(node, "epsilon", 1e-5), momentum = floatAttr(node, "momentum", 0.9);
-  AttrMap kept{{"axes", axes}, {"keepdims", int64_t{1}}};
-  CLEAVE_ASSIGN_OR_RETURN(std::string mean, c.apply(OpId::reduce_mean, {c.x()}, kept));
-  CLEAVE_ASSIGN_OR_RETURN(std::string centered, c.apply(OpId::sub, {c.x(), mean}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string squared, c.apply(OpId::mul, {centered, centered}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string variance, c.apply(OpId::reduce_mean, {squared}, kept));
-  CLEAVE_ASSIGN_OR_RETURN(std::string eps, c.filled(epsilon, c.dtype()));
-  CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::add, {variance, eps}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string deviation, c.apply(OpId::sqrt, {shifted}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string normalized, c.apply(OpId::div, {centered, deviation}));
-  std::string scale = node.input(1), bias = node.input(2);
-  if (!trailing.empty()) {  // [C] -> [C, 1, ...] to broadcast over the spatial dims
-    CLEAVE_ASSIGN_OR_RETURN(scale, c.apply(OpId::unsqueeze, {scale}, {{"axes", trailing}}));
-    CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::unsqueeze, {bias}, {{"axes", trailing}}));
-  }
-  CLEAVE_ASSIGN_OR_RETURN(std::string scaled, c.apply(OpId::mul, {normalized, scale}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string y, c.apply(OpId::add, {scaled, bias}));
+  const double momentum = floatAttr(node, "momentum", 0.9);
+  CLEAVE_ASSIGN_OR_RETURN(Normalized n, normalizeOver(c, axes, floatAttr(node, "epsilon", 1e-5)));
+  CLEAVE_ASSIGN_OR_RETURN(ScaledChannels scaled, scaleChannels(c, n.normalized, node.input(1), node.input(2)));
+  CLEAVE_ASSIGN_OR_RETURN(std::string y, c.apply(OpId::add, {scaled.scaled, scaled.bias}));
   CLEAVE_TRY(ctx.emit(node, OpId::identity, {y}, {}));
 
   // The running statistics: [C] from the kept [1, C, 1, ...] batch statistics.
   std::vector<int64_t> squeeze = {0};
   squeeze.insert(squeeze.end(), axes.begin() + 1, axes.end());
-  CLEAVE_ASSIGN_OR_RETURN(std::string batch_mean, c.apply(OpId::squeeze, {mean}, {{"axes", squeeze}}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string biased, c.apply(OpId::squeeze, {variance}, {{"axes", squeeze}}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string batch_mean, c.apply(OpId::squeeze, {n.mean}, {{"axes", squeeze}}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string biased, c.apply(OpId::squeeze, {n.variance}, {{"axes", squeeze}}));
   CLEAVE_ASSIGN_OR_RETURN(std::string bessel, c.filled(count > 1 ? double(count) / double(count - 1) : 1.0, c.dtype()));
   CLEAVE_ASSIGN_OR_RETURN(std::string unbiased, c.apply(OpId::mul, {biased, bessel}));
   CLEAVE_ASSIGN_OR_RETURN(std::string keep, c.filled(momentum, c.dtype()));
@@ -260,24 +280,9 @@ Status convertLayerNormalization(OnnxImportContext& ctx, const onnx::NodeProto& 
 // (x - mean) / sqrt(var + epsilon) over the spatial axes, then a per-channel scale and bias.
 Status convertInstanceNormalization(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
-  AttrMap reduce{{"axes", c.spatialAxes()}, {"keepdims", int64_t{1}}};
-  CLEAVE_ASSIGN_OR_RETURN(std::string mean, c.apply(OpId::reduce_mean, {c.x()}, reduce));
-  CLEAVE_ASSIGN_OR_RETURN(std::string centered, c.apply(OpId::sub, {c.x(), mean}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string squared, c.apply(OpId::mul, {centered, centered}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string variance, c.apply(OpId::reduce_mean, {squared}, reduce));
-  CLEAVE_ASSIGN_OR_RETURN(std::string epsilon, c.filled(floatAttr(node, "epsilon", 1e-5), c.dtype()));
-  CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::add, {variance, epsilon}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string deviation, c.apply(OpId::sqrt, {shifted}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string normalized, c.apply(OpId::div, {centered, deviation}));
-  std::string scale = node.input(1), bias = node.input(2);
-  if (c.rank() > 2) {  // [C] -> [C, 1, ...] to broadcast over the spatial dims
-    std::vector<int64_t> trailing;
-    for (int64_t d = 1; d < c.rank() - 1; ++d) trailing.push_back(d);
-    CLEAVE_ASSIGN_OR_RETURN(scale, c.apply(OpId::unsqueeze, {scale}, {{"axes", trailing}}));
-    CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::unsqueeze, {bias}, {{"axes", trailing}}));
-  }
-  CLEAVE_ASSIGN_OR_RETURN(std::string scaled, c.apply(OpId::mul, {normalized, scale}));
-  return c.finish(OpId::add, {scaled, bias});
+  CLEAVE_ASSIGN_OR_RETURN(Normalized n, normalizeOver(c, c.spatialAxes(), floatAttr(node, "epsilon", 1e-5)));
+  CLEAVE_ASSIGN_OR_RETURN(ScaledChannels y, scaleChannels(c, n.normalized, node.input(1), node.input(2)));
+  return c.finish(OpId::add, {y.scaled, y.bias});
 }
 
 // (x - mean) / (sqrt(var) + 1e-9) over its axes (default 0, 2, 3).

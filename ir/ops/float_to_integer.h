@@ -4,11 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#define CLEAVE_HOST_DEVICE __host__ __device__
-#else
-#define CLEAVE_HOST_DEVICE
-#endif
+#include "ir/ops/host_device.h"
 
 namespace cleave {
 

@@ -189,13 +189,14 @@ int64_t poolWindowArgmax(const std::vector<double>& x, const PoolWindow& p) {
   return last_nan >= 0 ? last_nan : best;
 }
 
+std::vector<int64_t> readIndices(const TensorData& indices) {
+  if (indices.type.dtype != DType::kI32) return readElements<int64_t>(indices);
+  const std::vector<int32_t> narrow = readElements<int32_t>(indices);
+  return std::vector<int64_t>(narrow.begin(), narrow.end());
+}
+
 Expected<std::vector<int64_t>> gatherElementsSources(const Shape& data_shape, const TensorData& indices, int64_t axis) {
-  std::vector<int64_t> rows;
-  if (indices.type.dtype == DType::kI32) {
-    for (int32_t i : readElements<int32_t>(indices)) rows.push_back(i);
-  } else {
-    rows = readElements<int64_t>(indices);
-  }
+  const std::vector<int64_t> rows = readIndices(indices);
   const Shape& index_shape = indices.type.shape;
   const std::vector<int64_t> data_strides = rowMajorStrides(data_shape), index_strides = rowMajorStrides(index_shape);
   std::vector<int64_t> source(rows.size());
@@ -217,12 +218,7 @@ Expected<std::vector<int64_t>> gatherElementsSources(const Shape& data_shape, co
 }
 
 Expected<std::vector<int64_t>> gatherNdSources(const Shape& data_shape, const TensorData& indices, int64_t batch_dims) {
-  std::vector<int64_t> tuples;
-  if (indices.type.dtype == DType::kI32) {
-    for (int32_t i : readElements<int32_t>(indices)) tuples.push_back(i);
-  } else {
-    tuples = readElements<int64_t>(indices);
-  }
+  const std::vector<int64_t> tuples = readIndices(indices);
   const Shape& index_shape = indices.type.shape;
   const int64_t k = index_shape.back(), b = batch_dims;
   const std::vector<int64_t> strides = rowMajorStrides(data_shape);

@@ -102,6 +102,9 @@ std::vector<int64_t> broadcastSourceIndices(const Shape& in_shape, const Shape& 
 // A tensor of `type` whose element i is element source[i] of `input`, or zero where source[i] < 0.
 TensorData selectElements(const TensorData& input, const TensorType& type, const std::vector<int64_t>& source);
 
+// Index operands (i64, or i32 widened) as int64 values.
+std::vector<int64_t> readIndices(const TensorData& indices);
+
 // gather_nd's addressing: for every result element, the offset of the data element it reads (data of
 // `data_shape`; integer `indices`, negative ones counting from the end); kBadInput for an index out of range.
 // gather_nd_grad adds into the same places.

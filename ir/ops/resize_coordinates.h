@@ -5,13 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ir/ops/host_device.h"
 #include "ir/tensor_type.h"
-
-#if defined(__CUDACC__)
-#define CLEAVE_RESIZE_HOST_DEVICE __host__ __device__
-#else
-#define CLEAVE_RESIZE_HOST_DEVICE
-#endif
 
 namespace cleave {
 
@@ -37,7 +32,7 @@ struct ResizeTap {
 // scale, or out_size / in_size; with a given scale, out_size is in_size · scale unrounded, as ONNX's
 // align_corners and pytorch_half_pixel take it): ONNX's coordinate transform, then nearest rounding or the two linear
 // neighbours, clamped to the input (linear reads the edge beyond it, as ONNX and PyTorch do).
-CLEAVE_RESIZE_HOST_DEVICE inline ResizeTap resizeTap(int64_t out, int64_t in_size, int64_t out_count, double out_size,
+CLEAVE_HOST_DEVICE inline ResizeTap resizeTap(int64_t out, int64_t in_size, int64_t out_count, double out_size,
                                                      double scale, ResizeCoordinates coordinates, bool linear,
                                                      ResizeNearest nearest) {
   double x = 0;
@@ -114,7 +109,7 @@ ResizeGeometry resizeGeometry(const OpContext& op, const Shape& in, const Shape&
 // Calls visit(input_offset, weight) for every input element output element `index` reads (2 per
 // linear dim whose neighbours differ, 1 otherwise).
 template <class Visit>
-CLEAVE_RESIZE_HOST_DEVICE inline void forEachResizeSource(const ResizeGeometry& g, int64_t index, Visit visit) {
+CLEAVE_HOST_DEVICE inline void forEachResizeSource(const ResizeGeometry& g, int64_t index, Visit visit) {
   ResizeTap taps[kMaxResizeDims];
   int64_t rest = index;
   for (int d = g.rank - 1; d >= 0; --d) {

@@ -370,15 +370,8 @@ OpCost copyCost(const OpContext& ctx) {
   return {0, operandAndResultBytes(ctx, results)};
 }
 
-// gather reads only the selected rows: indices once, and the result's bytes from data.
+// gather, gather_elements and gather_nd read only what they select: indices once, and the result's bytes from data.
 OpCost gatherCost(const OpContext& ctx) {
-  std::vector<TensorType> results = inferredResults(ctx);
-  if (results.empty()) return {};
-  return {0, static_cast<double>(ctx.operands[1].bytes()) + 2 * static_cast<double>(results[0].bytes())};
-}
-
-// gather_elements reads the indices, and one data element per result element.
-OpCost gatherElementsCost(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
   if (results.empty()) return {};
   return {0, static_cast<double>(ctx.operands[1].bytes()) + 2 * static_cast<double>(results[0].bytes())};
@@ -760,12 +753,7 @@ Expected<std::vector<TensorData>> gatherReference(const OpContext& ctx, std::spa
   const int64_t outer = numelOf(Shape(shape.begin(), shape.begin() + axis));
   const int64_t inner = numelOf(Shape(shape.begin() + axis + 1, shape.end()));
   // 1. Read the indices as i64 and resolve negative ones.
-  std::vector<int64_t> rows;
-  if (indices.type.dtype == DType::kI32) {
-    for (int32_t i : readElements<int32_t>(indices)) rows.push_back(i);
-  } else {
-    rows = readElements<int64_t>(indices);
-  }
+  std::vector<int64_t> rows = readIndices(indices);
   for (int64_t& row : rows) {
     if (row < -dim || row >= dim)
       return referenceError(ctx, "index " + std::to_string(row) + " is out of range for axis " + std::to_string(axis) +
@@ -934,12 +922,12 @@ void addShapeOps(std::vector<OpDef>& table) {
   table.push_back(std::move(gather));
   OpDef gather_elements = shapeOp(OpId::gather_elements, "gather_elements",
                                   "picks one data element per index along axis (ONNX GatherElements, torch.gather)",
-                                  {optionalInt("axis", 0)}, checkedShapeRule<gatherElementsShape>, gatherElementsCost,
+                                  {optionalInt("axis", 0)}, checkedShapeRule<gatherElementsShape>, gatherCost,
                                   gatherElementsShardingRule);
   gather_elements.min_operands = gather_elements.max_operands = 2;
   table.push_back(std::move(gather_elements));
   OpDef gather_nd = shapeOp(OpId::gather_nd, "gather_nd", "picks slices of data by index tuples (ONNX GatherND)",
-                            {optionalInt("batch_dims", 0)}, checkedShapeRule<gatherNdShape>, gatherElementsCost,
+                            {optionalInt("batch_dims", 0)}, checkedShapeRule<gatherNdShape>, gatherCost,
                             gatherNdShardingRule);
   gather_nd.min_operands = gather_nd.max_operands = 2;
   table.push_back(std::move(gather_nd));

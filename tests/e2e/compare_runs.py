@@ -75,4 +75,5 @@ def main():
     return 0
 
 
-sys.exit(main())
+if __name__ == "__main__":  # onnx_modern.sh imports tensors()
+    sys.exit(main())

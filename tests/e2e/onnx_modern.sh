@@ -41,24 +41,20 @@ train() {
   batch=$(cat "$dir/train/batch.txt")
   "$cleave" compile "$dir/model.onnx" --batch "$batch" --train --loss softmax_cross_entropy --optimizer "$optimizer" \
     "$@" -o "$tmp/$name.train.cplan" >"$tmp/$name.train.log" 2>&1 || { cat "$tmp/$name.train.log"; return 1; }
-  rm -rf "$tmp/$name.checkpoints"
+  rm -rf "$tmp/$name.run"
   "$cleave" run "$tmp/$name.train.cplan" --data "npy:$dir/train" --steps 8 --metrics "$tmp/$name.jsonl" \
-    --checkpoint-dir "$tmp/$name.checkpoints" --progress never >"$tmp/$name.train.log" 2>&1 ||
+    --checkpoint-dir "$tmp/$name.run/ckpt" --progress never >"$tmp/$name.train.log" 2>&1 ||
     { cat "$tmp/$name.train.log"; return 1; }
   if [[ -d $dir/train/running ]]; then  # BatchNorm's running statistics after the 8 steps, as PyTorch's
-    $python - "$tmp/$name.checkpoints/checkpoint-8.safetensors" "$dir/train/running" <<'PY'
-import json, os, struct, sys
+    $python - "$source_dir/tests/e2e" "$tmp/$name.run" "$dir/train/running" <<'PY'
+import os, sys
 import numpy as np
-blob = open(sys.argv[1], "rb").read()
-size = struct.unpack("<Q", blob[:8])[0]
-header = json.loads(blob[8:8 + size])
-worst = 0.0
-for file in sorted(os.listdir(sys.argv[2])):
-    expected = np.load(os.path.join(sys.argv[2], file))
-    begin, end = header[file[:-4]]["data_offsets"]
-    actual = np.frombuffer(blob[8 + size + begin:8 + size + end], np.float32)
-    worst = max(worst, float(np.abs(actual - expected.ravel()).max()))
-print(f"         running statistics: {len(os.listdir(sys.argv[2]))} tensors, max abs difference {worst:.2e}")
+sys.path.insert(0, sys.argv[1])
+from compare_runs import tensors  # the last checkpoint of a run, by name
+actual = tensors(sys.argv[2])
+files = sorted(os.listdir(sys.argv[3]))
+worst = max(float(np.abs(actual[f[:-4]].ravel() - np.load(os.path.join(sys.argv[3], f)).ravel()).max()) for f in files)
+print(f"         running statistics: {len(files)} tensors, max abs difference {worst:.2e}")
 assert worst <= 1e-5, worst
 PY
   fi || return 1
