@@ -151,6 +151,7 @@ struct ImportFlags {
   std::string model;
   std::string output;
   int64_t batch = 0;
+  int64_t seq_len = 0;
 };
 
 int runImport(const ImportFlags& flags) {
@@ -158,6 +159,7 @@ int runImport(const ImportFlags& flags) {
     return reportError(Status::badInput("cannot import '" + flags.model + "': expected an ONNX model (.onnx)"));
   OnnxImportOptions options;
   options.batch = flags.batch;
+  options.seq_len = flags.seq_len;
   return writeModel(importOnnxModel(flags.model, options), flags.output);
 }
 
@@ -165,7 +167,11 @@ void addImportCommand(CLI::App& app, ImportFlags& flags) {
   CLI::App* command = app.add_subcommand("import", "Convert an ONNX model to cleave's text IR (.cir)");
   command->add_option("MODEL", flags.model, "The ONNX model (.onnx)")->required();
   command->add_option("-o,--output", flags.output, "Output .cir file")->required();
-  command->add_option("--batch", flags.batch, "Size of the symbolic batch dim (default: 1)")->check(CLI::PositiveNumber);
+  command->add_option("--batch", flags.batch, "The batch: dim 0 of every input (default: the export's, or 1 where symbolic)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--seq-len", flags.seq_len,
+                      "The sequence length: dim 1 of token-id inputs and of inputs where it is symbolic")
+      ->check(CLI::PositiveNumber);
 }
 
 // ---- compile, simulate, calibrate, run ----
@@ -183,6 +189,11 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   compile->add_option("--microbatches", flags.microbatches, "Pipeline microbatches")->check(CLI::PositiveNumber);
   compile->add_option("--schedule", flags.schedule, "Pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
   compile->add_option("--batch", flags.batch, "Global batch size")->check(CLI::PositiveNumber);
+  compile->add_option("--seq-len", flags.seq_len,
+                      "ONNX models: the sequence length (dim 1 of token-id inputs and of inputs where it is symbolic)")
+      ->check(CLI::PositiveNumber);
+  compile->add_flag("--allow-replicated", flags.allow_replicated,
+                    "With --tp: accept weights left whole on every tensor-parallel rank (otherwise an error)");
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
   compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}))->capture_default_str();
   compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01")->capture_default_str();

@@ -32,11 +32,12 @@
 namespace cleave::cli {
 namespace {
 
-// The model at `path`: cleave text IR, or ONNX imported with `batch` for its symbolic batch dim.
-Expected<Graph> loadModel(const std::string& path, int64_t batch) {
+// The model at `path`: cleave text IR, or ONNX imported at `batch` and `seq_len`.
+Expected<Graph> loadModel(const std::string& path, int64_t batch, int64_t seq_len) {
   if (endsWith(path, ".onnx")) {
     OnnxImportOptions options;
     options.batch = batch;
+    options.seq_len = seq_len;
     return importOnnxModel(path, options);
   }
   if (!endsWith(path, ".cir"))
@@ -81,6 +82,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   StrategySearchOptions search;
   search.devices = flags.devices;
   search.batch = flags.batch;
+  search.model_at_batch = options.model_at_batch;
   search.train = flags.train;
   search.training = options.training;
   search.bucket_bytes = options.bucket_bytes;
@@ -113,13 +115,20 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
     if (!loaded) return reportError(loaded.status());
     cluster = std::move(*loaded);
   }
-  auto model = loadModel(flags.model, flags.batch);
+  auto model = loadModel(flags.model, flags.batch, flags.seq_len);
   if (!model) return reportError(model.status());
+  // An ONNX model is imported again for each batch a program sees, so the shape arithmetic its
+  // exporter wrote is evaluated at that batch.
+  ModelBuilder model_at_batch;
+  if (endsWith(flags.model, ".onnx"))
+    model_at_batch = [&flags](int64_t batch) { return loadModel(flags.model, batch, flags.seq_len); };
 
   CompileOptions options;
   options.model_file = flags.model;
   options.producer = producer;
   options.batch = flags.batch;
+  options.model_at_batch = model_at_batch;
+  options.allow_replicated = flags.allow_replicated;
   options.dp = flags.dp;
   options.tp = flags.tp;
   options.pp = flags.pp;

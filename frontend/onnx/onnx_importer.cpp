@@ -104,7 +104,8 @@ Status importInputs(OnnxImportContext& ctx, const onnx::GraphProto& onnx_graph) 
         type.shape.push_back(ctx.options().batch > 0 ? ctx.options().batch : 1);  // the symbolic batch dim
       } else {
         return Status::badInput(ctx.path() + ": input '" + input.name() + "' has symbolic dim " + std::to_string(i) +
-                                " ('" + dim.dim_param() + "'); only dim 0 (the batch) may be symbolic");
+                                " ('" + dim.dim_param() + "'); " +
+                                (i == 1 ? "give the sequence length (--seq-len)" : "only dims 0 (batch) and 1 (sequence) may be symbolic"));
       }
     }
     CLEAVE_ASSIGN_OR_RETURN(ValueId v, ctx.graph().addInput(sanitizeOnnxName(input.name()), type));
@@ -216,6 +217,52 @@ Status checkOutputsDefined(const onnx::GraphProto& graph, const std::string& pat
   return Status::ok();
 }
 
+// Sets the batch and sequence length of options on the graph inputs (initializers listed as inputs
+// are left alone): dim 0 of every input of rank >= 1 takes the batch; dim 1 takes the length where it
+// is symbolic or the input holds token ids (rank 2, integer). When a dim the export fixed changes,
+// the shapes the file records for values and outputs no longer hold and are dropped (shape inference
+// recomputes them). Returns whether such a fixed dim changed.
+bool setInputDims(onnx::ModelProto& model, const OnnxImportOptions& options) {
+  std::set<std::string> initializers;
+  for (const auto& initializer : model.graph().initializer()) initializers.insert(initializer.name());
+  bool changed_fixed = false;
+  for (auto& input : *model.mutable_graph()->mutable_input()) {
+    if (initializers.count(input.name()) || !input.type().has_tensor_type() || !input.type().tensor_type().has_shape())
+      continue;
+    auto* tensor_type = input.mutable_type()->mutable_tensor_type();
+    auto* shape = tensor_type->mutable_shape();
+    auto setDim = [&](int i, int64_t value) {
+      auto* dim = shape->mutable_dim(i);
+      if (dim->has_dim_value() && dim->dim_value() != value) changed_fixed = true;
+      dim->set_dim_value(value);
+    };
+    if (options.batch > 0 && shape->dim_size() >= 1) setDim(0, options.batch);
+    const bool token_ids = shape->dim_size() == 2 && (tensor_type->elem_type() == onnx::TensorProto::INT64 ||
+                                                      tensor_type->elem_type() == onnx::TensorProto::INT32);
+    if (options.seq_len > 0 && shape->dim_size() >= 2 && (!shape->dim(1).has_dim_value() || token_ids))
+      setDim(1, options.seq_len);
+  }
+  if (changed_fixed) {
+    model.mutable_graph()->clear_value_info();
+    for (auto& output : *model.mutable_graph()->mutable_output())
+      if (output.type().has_tensor_type()) output.mutable_type()->mutable_tensor_type()->clear_shape();
+  }
+  return changed_fixed;
+}
+
+// After importing a fixed-batch export at another batch: every output of rank >= 1 must have the
+// new batch as its dim 0, or the exporter wrote the old batch into the model as a constant.
+Status checkOutputsFollowBatch(const Graph& graph, const std::string& path, int64_t batch) {
+  for (ValueId v : graph.outputs) {
+    const Value& output = graph.values[v];
+    if (output.type.rank() == 0 || output.type.shape[0] == batch) continue;
+    return Status::badInput(path + ": output '" + output.name + "' is " + output.type.str() + " at batch " +
+                            std::to_string(batch) + ": the export fixed its batch inside the model (a constant "
+                            "shape, not one computed from the input), so it runs only at the batch it was exported at");
+  }
+  return Status::ok();
+}
+
 // The default-domain opset `model` imports; -1 when it imports none.
 int64_t defaultOpset(const onnx::ModelProto& model) {
   int64_t opset = -1;
@@ -273,6 +320,7 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
                             ", and older ones through libonnx's version converter)");
 
   CLEAVE_TRY(checkOutputsDefined(model.graph(), path));
+  const bool fixed_dims_changed = setInputDims(model, options);
 
   // 3. libonnx's checker, its version converter for opsets below kMinOnnxOpset, and its shape
   //    inference (in a child process: libonnx crashes on some malformed models), for the opsets and
@@ -295,7 +343,9 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
 
   // 5. Convert.
   OnnxImportContext ctx(path, options, opset);
-  return importGraph(ctx, model.graph());
+  CLEAVE_ASSIGN_OR_RETURN(Graph graph, importGraph(ctx, model.graph()));
+  if (fixed_dims_changed && options.batch > 0) CLEAVE_TRY(checkOutputsFollowBatch(graph, path, options.batch));
+  return graph;
 }
 
 }  // namespace cleave

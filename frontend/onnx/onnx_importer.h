@@ -14,8 +14,14 @@ namespace cleave {
 
 // How symbolic dimensions of an ONNX model are made static.
 struct OnnxImportOptions {
-  // The value given to a symbolic batch dim (dim 0 of a graph input); 0 means 1.
+  // The batch: dim 0 of every graph input, symbolic or fixed by the export (a fixed-batch export is
+  // imported at another batch wherever the exporter computed shapes from the input's dims); 0 keeps
+  // fixed dims and gives symbolic ones 1.
   int64_t batch = 0;
+  // The sequence length: dim 1 of every graph input where it is symbolic, and of every rank-2
+  // integer input (token ids) where the export fixed it; 0 keeps fixed dims (a symbolic one is then
+  // an error).
+  int64_t seq_len = 0;
   // Graph inputs fixed to a value, by ONNX name: each becomes a constant instead of an input, so what
   // is computed from it folds (a model that takes a Reshape's shape or a Clip's bounds as inputs).
   std::map<std::string, TensorData> input_values;
@@ -27,8 +33,11 @@ struct OnnxImportOptions {
 // PyTorch's exporter writes initializers it merged for having equal values, becomes a parameter of
 // its own), other initializers and Constant nodes into constants, graph inputs into inputs, nodes
 // into cleave ops (through the converter table of onnx_converters.h), and folds every node whose operands are all constants (so Shape -> Gather ->
-// Concat -> Reshape subgraphs become static shapes). Symbolic dim 0 of an input becomes
-// options.batch (or 1); other symbolic dims are an error. An unsupported model gets one kBadInput
+// Concat -> Reshape subgraphs become static shapes, evaluated at options.batch and options.seq_len:
+// importing again at another batch is how a compile evaluates them for each program's rows).
+// Symbolic dim 0 of an input becomes options.batch (or 1), symbolic dim 1 options.seq_len; other
+// symbolic dims are an error, and so is a batch or length that the model's outputs do not follow
+// (its exporter wrote the export's batch as a constant). An unsupported model gets one kBadInput
 // error listing every unsupported op type with its node names and the opset.
 Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions& options);
 

@@ -229,7 +229,8 @@ void addLinearAlgebraOps(std::vector<OpDef>& table) {
                                   optionalInt("transpose_b", 0)},
                         .shape = checkedShapeRule<gemmShape>,
                         .cost = matrixProductCost,
-                        .sharding = matrixProductRule});
+                        .sharding = matrixProductRule,
+                        .weight_operand = 1});
   appendedDef(table, OpId::matmul).reference = matmulReference;
   appendedDef(table, OpId::gemm).reference = gemmReference;
   appendedDef(table, OpId::matmul).reference_supports = referenceDTypes;

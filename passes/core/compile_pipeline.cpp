@@ -47,13 +47,6 @@ void setValueLimits(const Graph& graph, planpb::Program& program) {
   }
 }
 
-Status fixShapes(Graph& graph, int64_t batch) {
-  // The pass manager verifies the graph after every pass.
-  std::string pipeline = "infer-shapes{batch=" + std::to_string(batch) + "}";
-  CLEAVE_ASSIGN_OR_RETURN(Pipeline passes, parsePipeline(pipeline));
-  return PassManager(std::move(passes)).run(graph);
-}
-
 // Training metadata the runtime reads: loss, optimizer and the names of the loss, logits and labels.
 void describeTraining(const CompileOptions& options, const std::string& logits_name, planpb::Plan& plan) {
   planpb::Training* info = plan.mutable_training();
@@ -112,6 +105,28 @@ ProgramGraph programOf(std::string name, Graph* graph, const std::vector<Pipelin
   return program;
 }
 
+// A --tp that splits no weight, or leaves weights of its layers whole, is an error unless
+// replicated weights are allowed: a user asking for tensor parallelism expects the memory saving.
+Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, bool allow_replicated) {
+  TensorParallelReport report;
+  CLEAVE_TRY(partitionForDevice(forward, mesh, mesh.coord(0), &report).status());
+  const std::string tp = "--tp " + std::to_string(mesh.tp());
+  if (report.split.empty())
+    return Status::badInput(tp + " splits no weight: " +
+                            (report.whole.empty() ? std::string("the model has no matmul, gemm or conv weight")
+                                                  : "no dim of the " + std::to_string(report.whole.size()) +
+                                                        " layer weight(s) (first " + report.whole.front() +
+                                                        ") can be split " + std::to_string(mesh.tp()) + " ways"));
+  if (report.whole.empty() || allow_replicated) return Status::ok();
+  std::string names;
+  for (size_t i = 0; i < report.whole.size() && i < 3; ++i) names += (i ? ", " : "") + report.whole[i];
+  if (report.whole.size() > 3) names += ", ...";
+  return Status::badInput(tp + " splits " + std::to_string(report.split.size()) + " layer weight(s) but leaves " +
+                          std::to_string(report.whole.size()) + " whole on every tp rank (" + names +
+                          "): their dims do not divide by " + std::to_string(mesh.tp()) +
+                          " or their layer's layout cannot follow the split; --allow-replicated accepts that");
+}
+
 // Builds the programs of every device. Per device (stage s, dp index d, tp index t):
 //  1. the forward graph (with the loss when training) at microbatch rows, its nodes balanced over stages;
 //  2. stage s's part, with sends and receives to the other stages;
@@ -137,6 +152,8 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     std::swap(eval_forward.outputs[0], eval_forward.outputs[1]);
     eval_forward.updates.clear();  // evaluation leaves the model's state (running statistics) as it is
   }
+
+  if (mesh.tp() > 1) CLEAVE_TRY(checkTensorParallelSplits(forward, mesh, options.allow_replicated));
 
   auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage()));
@@ -225,9 +242,9 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     return Status::usage("compile: --dp, --tp, --pp and --microbatches must be at least 1");
   const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(options.pp, options.dp, options.tp);
   // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
-  Graph graph = model;
-  Status shaped = fixShapes(graph, options.batch);
-  if (!shaped) return shaped.withContext(options.model_file + ": ");
+  auto shaped = modelAtBatch(model, options.model_at_batch, options.batch);
+  if (!shaped) return shaped.status().withContext(options.model_file + ": ");
+  Graph graph = std::move(*shaped);
   const int64_t global_batch = graph.inputs.empty() || graph.values[graph.inputs[0]].type.rank() == 0
                                    ? 0
                                    : graph.values[graph.inputs[0]].type.shape[0];
@@ -236,8 +253,10 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
       return Status::badInput(options.model_file + ": batch " + std::to_string(global_batch) +
                               " does not divide into " + std::to_string(options.dp) + " data-parallel shards x " +
                               std::to_string(options.microbatches) + " microbatches");
-    Status micro = fixShapes(graph, global_batch / options.microbatches);
-    if (!micro) return micro.withContext(options.model_file + ": ");
+    auto micro = modelAtBatch(graph, options.model_at_batch, global_batch / options.microbatches);
+    if (!micro) return micro.status().withContext(options.model_file + ": (microbatch of " +
+                                                  std::to_string(global_batch / options.microbatches) + " rows) ");
+    graph = std::move(*micro);
   }
 
   // 2. Build the programs' graphs: one device's, or every device's after partitioning.

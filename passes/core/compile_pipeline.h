@@ -8,6 +8,7 @@
 #include "ir/graph.h"
 #include "ir/status.h"
 #include "analysis/cost_model.h"
+#include "passes/core/model_at_batch.h"
 #include "passes/training/training_pipeline.h"
 
 namespace cleave {
@@ -20,7 +21,9 @@ struct CompileOptions {
   std::string model_file;       // recorded in the plan and in diagnostics
   std::string producer;         // e.g. "cleave 0.1.0"
   int64_t batch = 0;            // global batch: replaces dim 0 of every input; 0 keeps the model's
+  ModelBuilder model_at_batch;  // builds the model at another batch (an ONNX import); none: infer-shapes
   int dp = 1, tp = 1, pp = 1;   // parallel degrees; their product is the device count
+  bool allow_replicated = false;  // with tp > 1: weights left whole are accepted, not an error
   int64_t bucket_bytes = 25 * 1000 * 1000;  // data-parallel gradient all-reduce buckets
   int microbatches = 1;
   std::string schedule = "1f1b";

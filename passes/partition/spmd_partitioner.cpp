@@ -2,8 +2,10 @@
 #include "passes/partition/spmd_partitioner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "ir/op_table.h"
@@ -37,6 +39,28 @@ namespace {
 
 constexpr int8_t kNoAxis = ValueSharding::kReplicated;
 
+// The block of `whole` (row-major) that starts at `start` and has shape `size`.
+TensorData dataBlock(const TensorData& whole, const Shape& start, const Shape& size) {
+  TensorData block{TensorType{whole.type.dtype, size}, {}};
+  block.bytes.resize(static_cast<size_t>(block.type.bytes()));
+  const Shape& shape = whole.type.shape;
+  const size_t rank = shape.size(), element = static_cast<size_t>(dtypeSize(whole.type.dtype));
+  if (rank == 0 || block.bytes.empty()) return block;
+  // Copy one innermost row at a time; `index` walks the block's outer dims.
+  const size_t row_bytes = static_cast<size_t>(size.back()) * element;
+  Shape index(rank, 0);
+  for (size_t copied = 0; copied < block.bytes.size(); copied += row_bytes) {
+    int64_t source = 0;
+    for (size_t d = 0; d < rank; ++d) source = source * shape[d] + start[d] + index[d];
+    std::memcpy(block.bytes.data() + copied, whole.bytes.data() + static_cast<size_t>(source) * element, row_bytes);
+    for (size_t d = rank - 1; d-- > 0;) {
+      if (++index[d] < size[d]) break;
+      index[d] = 0;
+    }
+  }
+  return block;
+}
+
 class DevicePartitioner {
  public:
   DevicePartitioner(const Graph& global, const DeviceMesh& mesh, MeshCoord coord)
@@ -52,16 +76,47 @@ class DevicePartitioner {
     local_.name = global.name;
   }
 
-  Expected<Graph> run() {
+  Expected<Graph> run(TensorParallelReport* report) {
     markDependencies();
     CLEAVE_TRY(partitionInputs());
-    for (const Node& node : global_.nodes) CLEAVE_TRY(partitionNode(node));
+    for (size_t i = 0; i < global_.nodes.size(); ++i) {
+      const Node& node = global_.nodes[i];
+      // A transpose of a weight not laid out yet (torch.export writes nn.Linear as matmul(x,
+      // transpose(W))) waits for its user, which chooses the layout through it.
+      if (node.op == OpId::transpose && isPendingParam(node.operands[0])) {
+        pending_views_.emplace(node.results[0], static_cast<int32_t>(i));
+        continue;
+      }
+      CLEAVE_TRY(partitionNode(node));
+    }
+    for (const auto& [view, node] : pending_views_)  // views nothing used (dead code)
+      if (local_of_[view] == kNoValue) CLEAVE_TRY(createParam(view, replicatedLayout(view)));
     for (const Param& param : global_.params)
       if (local_of_[param.value] == kNoValue) CLEAVE_TRY(createParam(param.value, replicatedLayout(param.value)));
     CLEAVE_TRY(partitionOutputs());
     for (const StateUpdate& update : global_.updates)
       local_.updates.push_back({local_of_[update.target], local_of_[update.new_value]});
+    if (report) reportWeights(*report);
     return std::move(local_);
+  }
+
+  void reportWeights(TensorParallelReport& report) const {
+    std::set<ValueId> seen;
+    for (const Node& node : global_.nodes) {
+      const int w = opDef(node.op).weight_operand;
+      if (w < 0 || static_cast<size_t>(w) >= node.operands.size()) continue;
+      ValueId v = node.operands[w];
+      while (global_.values[v].producer >= 0) {  // through views of the weight
+        const Node& producer = global_.nodes[global_.values[v].producer];
+        if (producer.operands.size() != 1 || (producer.op != OpId::transpose && !opDef(producer.op).reshape_like)) break;
+        v = producer.operands[0];
+      }
+      if (!global_.findParam(v) || global_.values[v].type.rank() < 2 || !seen.insert(v).second) continue;
+      const ValueSharding& s = sharding_of_[v];
+      const bool split = tp_ != kNoAxis && std::find(s.dim_axis.begin(), s.dim_axis.end(), tp_) != s.dim_axis.end();
+      const Value& value = global_.values[v];
+      (split ? report.split : report.whole).push_back("%" + value.name + " " + value.type.str());
+    }
   }
 
  private:
@@ -126,23 +181,46 @@ class DevicePartitioner {
     sharding_of_[global] = std::move(s);
   }
 
-  // Creates parameter `v` in the local graph with layout `s` (its block of the whole tensor).
+  // Creates parameter `v` in the local graph with layout `s` (its block of the whole tensor); for a
+  // pending transpose of a parameter, the parameter in the transposed layout, then the transpose.
   Status createParam(ValueId v, ValueSharding s) {
+    if (auto view = pending_views_.find(v); view != pending_views_.end()) {
+      const Node& node = global_.nodes[view->second];
+      const std::vector<int64_t> perm = OpContext{opDef(node.op), {}, {}, node.attrs}.getInts("perm");
+      ValueId source = node.operands[0];
+      ValueSharding source_layout = replicatedLayout(source);
+      for (size_t d = 0; d < perm.size() && d < s.dim_axis.size(); ++d) source_layout.dim_axis[perm[d]] = s.dim_axis[d];
+      if (isPendingParam(source)) CLEAVE_TRY(createParam(source, source_layout));
+      CLEAVE_ASSIGN_OR_RETURN(ValueId local_source, reshard(source, source_layout));
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                              local_.addNode(node.op, {local_source}, node.attrs, node.loc, {global_.values[v].name}));
+      pending_views_.erase(view);
+      bind(v, results[0], std::move(s));
+      return Status::ok();
+    }
     const Param& param = *global_.findParam(v);
     const Value& value = global_.values[v];
     TensorType local_type = localType(value.type, s);
-    CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addParam(value.name, local_type, param.init, param.trainable));
+    Shape offset;
+    for (size_t d = 0; d < s.dim_axis.size(); ++d)
+      offset.push_back(s.dim_axis[d] == kNoAxis ? 0 : indexOn(s.dim_axis[d]) * local_type.shape[d]);
+    Initializer init = param.init;
+    if (init.kind == "data" && local_type != value.type)  // an imported weight: this device keeps its block
+      init.data = std::make_shared<const TensorData>(dataBlock(*init.data, offset, local_type.shape));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addParam(value.name, local_type, std::move(init), param.trainable));
     Param& added = local_.params.back();
     if (local_type != value.type) {
       added.full_shape = value.type.shape;
-      for (size_t d = 0; d < s.dim_axis.size(); ++d)
-        added.shard_offset.push_back(s.dim_axis[d] == kNoAxis ? 0 : indexOn(s.dim_axis[d]) * local_type.shape[d]);
+      added.shard_offset = std::move(offset);
     }
     bind(v, local, std::move(s));
     return Status::ok();
   }
 
-  bool isPendingParam(ValueId v) const { return local_of_[v] == kNoValue && global_.findParam(v) != nullptr; }
+  // A parameter (or a pending transpose of one) that has no layout yet: its first user chooses it.
+  bool isPendingParam(ValueId v) const {
+    return local_of_[v] == kNoValue && (global_.findParam(v) != nullptr || pending_views_.count(v) != 0);
+  }
 
   // ---- Communication emitted while resharding ----
 
@@ -465,12 +543,14 @@ class DevicePartitioner {
   std::vector<bool> batch_dependent_;         // global value depends on an input or a recv
   std::map<std::pair<ValueId, std::string>, ValueId> reshard_cache_;
   std::map<std::pair<ValueId, int8_t>, ValueId> sync_cache_;
+  std::map<ValueId, int32_t> pending_views_;  // transpose result -> its node, while its parameter has no layout
 };
 
 }  // namespace
 
-Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord) {
-  return DevicePartitioner(global, mesh, coord).run();
+Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord,
+                                   TensorParallelReport* report) {
+  return DevicePartitioner(global, mesh, coord).run(report);
 }
 
 }  // namespace cleave

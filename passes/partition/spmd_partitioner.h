@@ -50,6 +50,16 @@ struct ValueSharding {
 //  - outputs are whole, except dim 0 of batch outputs, which stays split over dp.
 // Parameters of the result hold their block of the whole tensor (Param::full_shape/shard_offset).
 // Errors: a batch not divisible by dp (kBadInput), a node that cannot be split (kInternal, naming it).
-Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord);
+// When `report` is given it receives what tensor parallelism did to the weights of weight ops.
+struct TensorParallelReport;
+Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord,
+                                   TensorParallelReport* report = nullptr);
+
+// The weights (rank >= 2) of the weight ops (matmul, gemm, conv2d; through transposes and reshapes
+// of the weight), by parameter name: those split over the tp axis, and those left whole on every tp rank.
+struct TensorParallelReport {
+  std::vector<std::string> split;
+  std::vector<std::string> whole;  // with their type, e.g. "%h.0.attn.c_attn.weight f32[32,96]"
+};
 
 }  // namespace cleave

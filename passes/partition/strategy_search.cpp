@@ -69,11 +69,6 @@ struct StageTable {
   double max_result_bytes = 0;     // the largest node's results: working memory any stage may need
 };
 
-Status fixShapes(Graph& graph, int64_t batch) {
-  std::string pipeline = "infer-shapes{batch=" + std::to_string(batch) + "}";
-  CLEAVE_ASSIGN_OR_RETURN(Pipeline passes, parsePipeline(pipeline));
-  return PassManager(std::move(passes)).run(graph);
-}
 
 double totalBytes(const Graph& graph, const std::vector<ValueId>& values) {
   double bytes = 0;
@@ -527,8 +522,7 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
   const int64_t rows1 = impl->global_batch >= 4 ? 2 : 1, rows2 = 2 * rows1;
   Graph forward[2];
   for (int k = 0; k < 2; ++k) {
-    Graph shaped = model;
-    CLEAVE_TRY(fixShapes(shaped, k == 0 ? rows1 : rows2));
+    CLEAVE_ASSIGN_OR_RETURN(Graph shaped, modelAtBatch(model, options.model_at_batch, k == 0 ? rows1 : rows2));
     if (options.train) {
       CLEAVE_ASSIGN_OR_RETURN(forward[k], buildLossGraph(shaped, options.training));
     } else {

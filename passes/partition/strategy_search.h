@@ -30,6 +30,7 @@
 #include "ir/graph.h"
 #include "ir/status.h"
 #include "analysis/cost_model.h"
+#include "passes/core/model_at_batch.h"
 #include "passes/lowering/pipeline_schedule.h"
 #include "passes/training/training_pipeline.h"
 
@@ -68,6 +69,7 @@ struct StrategyEstimate {
 struct StrategySearchOptions {
   int devices = 1;
   int64_t batch = 0;             // global batch; 0: the model's
+  ModelBuilder model_at_batch;   // builds the model at another batch (an ONNX import); none: infer-shapes
   bool train = true;
   TrainingOptions training;      // loss and optimizer when training
   int max_microbatches = 64;     // microbatch counts considered: the divisors of each replica's batch up to this

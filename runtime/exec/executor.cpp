@@ -548,7 +548,7 @@ Status RankExecutor::initializeParameters() {
       target = staging.data();
     }
     Status status;
-    if (param.full_shape.empty()) {
+    if (param.full_shape.empty() || init.kind == "data") {  // stored data is already this rank's block
       status = runInitializer(spec, param.view.type, target);
     } else {
       // The whole tensor, as one device would initialize it, then this rank's block of it.
