@@ -91,11 +91,25 @@ class DevicePartitioner {
     }
     for (const auto& [view, node] : pending_views_)  // views nothing used (dead code)
       if (local_of_[view] == kNoValue) CLEAVE_TRY(createParam(view, replicatedLayout(view)));
+    // A parameter only a state update writes (BatchNorm's running statistics under training) takes
+    // its new value's layout, so a tp rank keeps the channels its split layer computes.
+    for (const StateUpdate& update : global_.updates) {
+      if (!isPendingParam(update.target) || global_.values[update.target].type != global_.values[update.new_value].type)
+        continue;
+      ValueSharding layout = sharding_of_[update.new_value];
+      std::fill(layout.partial.begin(), layout.partial.end(), ValueSharding::Partial::kNone);
+      for (int8_t& a : layout.dim_axis)
+        if (a == dp_) a = kNoAxis;
+      CLEAVE_TRY(createParam(update.target, std::move(layout)));
+    }
     for (const Param& param : global_.params)
       if (local_of_[param.value] == kNoValue) CLEAVE_TRY(createParam(param.value, replicatedLayout(param.value)));
     CLEAVE_TRY(partitionOutputs());
-    for (const StateUpdate& update : global_.updates)
-      local_.updates.push_back({local_of_[update.target], local_of_[update.new_value]});
+    for (const StateUpdate& update : global_.updates) {
+      CLEAVE_TRY(resolvePartial(update.new_value));
+      CLEAVE_ASSIGN_OR_RETURN(ValueId new_value, reshard(update.new_value, sharding_of_[update.target]));
+      local_.updates.push_back({local_of_[update.target], new_value});
+    }
     if (report) reportWeights(*report);
     return std::move(local_);
   }
