@@ -1,6 +1,8 @@
 // The importer's graph-building state, which every ONNX op converter receives: values, constants, diagnostics.
 #include "frontend/onnx/onnx_import_context.h"
 
+#include <cstring>
+
 #include <algorithm>
 
 #include "ir/constant_eval.h"
@@ -176,9 +178,11 @@ Status OnnxImportContext::emitTo(const onnx::NodeProto& node, OpId op, const std
   // 2. Otherwise add a node whose results are named after the ONNX outputs.
   std::vector<ValueId> operands;
   for (const auto& name : inputs) {
+    if (export_batch_ > 0) rebatchConstant(name);
     CLEAVE_ASSIGN_OR_RETURN(ValueId v, valueOf(node, name));
     operands.push_back(v);
   }
+  if (export_batch_ > 0 && !operands.empty()) rebatchTarget(op, operands[0], attrs);
   std::vector<std::string> names;
   for (int i = 0; i < result_count; ++i) names.push_back(sanitizeOnnxName(outputs[i]));
   auto results = graph_.addNode(op, std::move(operands), std::move(attrs), locOf(node), names);
@@ -191,6 +195,34 @@ Expected<std::vector<ValueId>> OnnxImportContext::emitValues(const onnx::NodePro
                                                         std::vector<ValueId> operands, AttrMap attrs,
                                                         const std::string& result_hint) {
   return graph_.addNode(op, std::move(operands), std::move(attrs), locOf(node), {sanitizeOnnxName(result_hint)});
+}
+
+void OnnxImportContext::rebatchConstant(const std::string& name) {
+  auto it = constants_.find(name);
+  if (it == constants_.end()) return;
+  const TensorData& data = *it->second;
+  const int64_t batch = options_.batch;
+  if (data.type.rank() < 2 || data.type.shape[0] != export_batch_ || batch == export_batch_) return;
+  const size_t row = data.bytes.size() / static_cast<size_t>(export_batch_);
+  for (int64_t r = 1; r < export_batch_; ++r)
+    if (std::memcmp(data.bytes.data(), data.bytes.data() + r * row, row) != 0) return;  // rows differ: not a broadcast
+  auto rebatched = std::make_shared<TensorData>();
+  rebatched->type = data.type;
+  rebatched->type.shape[0] = batch;
+  for (int64_t r = 0; r < batch; ++r) rebatched->bytes.insert(rebatched->bytes.end(), data.bytes.begin(), data.bytes.begin() + row);
+  it->second = std::move(rebatched);
+}
+
+void OnnxImportContext::rebatchTarget(OpId op, ValueId operand, AttrMap& attrs) const {
+  if (op != OpId::reshape && op != OpId::expand) return;
+  auto shape_attr = attrs.find("shape");
+  if (shape_attr == attrs.end()) return;
+  auto* shape = std::get_if<std::vector<int64_t>>(&shape_attr->second);
+  const Shape& input = graph_.values[operand].type.shape;
+  if (!shape || shape->empty() || input.empty() || (*shape)[0] <= 0 || (*shape)[0] % export_batch_ != 0) return;
+  // The batch must have reached the operand: its dim 0 counts the new batch's rows (or is 1, broadcast).
+  if (input[0] % options_.batch != 0 && input[0] != 1) return;
+  (*shape)[0] = (*shape)[0] / export_batch_ * options_.batch;
 }
 
 }  // namespace cleave

@@ -75,6 +75,12 @@ class OnnxImportContext {
   // Input `index` as one constant number.
   Expected<double> constantScalar(const onnx::NodeProto& node, int index);
 
+  // Imports a model traced at fixed batch `export_batch` at options.batch instead: targets of
+  // reshapes and expands with that batch in dim 0 (or a multiple of it, batch x length) take the new
+  // batch, and constants with that many equal rows (masks, position and token-type ids broadcast over
+  // the batch) as many rows as the new batch has, where a node reads them.
+  void setExportBatch(int64_t export_batch) { export_batch_ = export_batch; }
+
   // Emits `op` on the given ONNX input names with its results bound to the node's first
   // `result_count` outputs: folded when every input is a constant, else a node.
   Status emit(const onnx::NodeProto& node, OpId op, const std::vector<std::string>& inputs, AttrMap attrs,
@@ -94,9 +100,14 @@ class OnnxImportContext {
   std::unordered_map<std::string, ValueId> values_;         // ONNX tensor -> graph value
   std::unordered_map<std::string, TensorPtr> constants_;    // ONNX tensor -> known data (foldable)
   std::unordered_map<std::string, TensorPtr> parameters_;   // float initializers, made params on first use
-  std::unordered_set<std::string> buffers_;
-  std::unordered_map<std::string, std::string> transposed_;
-  std::unordered_map<std::string, std::vector<std::string>> sequences_;  // ONNX sequence -> its tensors' names  // tied initializer -> the parameter it transposes                 // initializers that become non-trainable params
+  std::unordered_set<std::string> buffers_;                 // initializers that become non-trainable params
+  std::unordered_map<std::string, std::string> transposed_;  // tied initializer -> the parameter it transposes
+  std::unordered_map<std::string, std::vector<std::string>> sequences_;  // ONNX sequence -> its tensors' names
+  int64_t export_batch_ = 0;  // the batch a fixed-batch export was traced at, when imported at another
+  // A constant of the export's batch that a node about to be added reads, at options.batch rows.
+  void rebatchConstant(const std::string& name);
+  // A reshape or expand target written at the export's batch, at options.batch.
+  void rebatchTarget(OpId op, ValueId operand, AttrMap& attrs) const;
 };
 
 // Whether input `index` of `node` is present (not absent, not the empty name).

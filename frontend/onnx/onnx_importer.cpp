@@ -221,11 +221,12 @@ Status checkOutputsDefined(const onnx::GraphProto& graph, const std::string& pat
 // are left alone): dim 0 of every input of rank >= 1 takes the batch; dim 1 takes the length where it
 // is symbolic or the input holds token ids (rank 2, integer). When a dim the export fixed changes,
 // the shapes the file records for values and outputs no longer hold and are dropped (shape inference
-// recomputes them). Returns whether such a fixed dim changed.
-bool setInputDims(onnx::ModelProto& model, const OnnxImportOptions& options) {
+// recomputes them). Returns the batch the export fixed when the batch differs from it, else 0.
+int64_t setInputDims(onnx::ModelProto& model, const OnnxImportOptions& options) {
   std::set<std::string> initializers;
   for (const auto& initializer : model.graph().initializer()) initializers.insert(initializer.name());
   bool changed_fixed = false;
+  int64_t export_batch = 0;
   for (auto& input : *model.mutable_graph()->mutable_input()) {
     if (initializers.count(input.name()) || !input.type().has_tensor_type() || !input.type().tensor_type().has_shape())
       continue;
@@ -236,7 +237,11 @@ bool setInputDims(onnx::ModelProto& model, const OnnxImportOptions& options) {
       if (dim->has_dim_value() && dim->dim_value() != value) changed_fixed = true;
       dim->set_dim_value(value);
     };
-    if (options.batch > 0 && shape->dim_size() >= 1) setDim(0, options.batch);
+    if (options.batch > 0 && shape->dim_size() >= 1) {
+      if (shape->dim(0).has_dim_value() && shape->dim(0).dim_value() != options.batch)
+        export_batch = shape->dim(0).dim_value();
+      setDim(0, options.batch);
+    }
     const bool token_ids = shape->dim_size() == 2 && (tensor_type->elem_type() == onnx::TensorProto::INT64 ||
                                                       tensor_type->elem_type() == onnx::TensorProto::INT32);
     if (options.seq_len > 0 && shape->dim_size() >= 2 && (!shape->dim(1).has_dim_value() || token_ids))
@@ -247,7 +252,7 @@ bool setInputDims(onnx::ModelProto& model, const OnnxImportOptions& options) {
     for (auto& output : *model.mutable_graph()->mutable_output())
       if (output.type().has_tensor_type()) output.mutable_type()->mutable_tensor_type()->clear_shape();
   }
-  return changed_fixed;
+  return export_batch;
 }
 
 // After importing a fixed-batch export at another batch: every output of rank >= 1 must have the
@@ -320,7 +325,7 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
                             ", and older ones through libonnx's version converter)");
 
   CLEAVE_TRY(checkOutputsDefined(model.graph(), path));
-  const bool fixed_dims_changed = setInputDims(model, options);
+  const int64_t export_batch = setInputDims(model, options);
 
   // 3. libonnx's checker, its version converter for opsets below kMinOnnxOpset, and its shape
   //    inference (in a child process: libonnx crashes on some malformed models), for the opsets and
@@ -343,8 +348,16 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
 
   // 5. Convert.
   OnnxImportContext ctx(path, options, opset);
-  CLEAVE_ASSIGN_OR_RETURN(Graph graph, importGraph(ctx, model.graph()));
-  if (fixed_dims_changed && options.batch > 0) CLEAVE_TRY(checkOutputsFollowBatch(graph, path, options.batch));
+  ctx.setExportBatch(export_batch);
+  auto imported = importGraph(ctx, model.graph());
+  if (!imported && export_batch > 0)
+    return Status::badInput(imported.status().message() + " (at batch " + std::to_string(options.batch) +
+                            "; the model was exported at a fixed batch of " + std::to_string(export_batch) +
+                            " and this node's constants hold it: export it with a symbolic batch, or compile it at " +
+                            std::to_string(export_batch) + ")");
+  CLEAVE_TRY(imported.status());
+  Graph graph = std::move(*imported);
+  if (export_batch > 0) CLEAVE_TRY(checkOutputsFollowBatch(graph, path, options.batch));
   return graph;
 }
 

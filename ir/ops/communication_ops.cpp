@@ -179,8 +179,10 @@ Status allToAllGradient(GradientContext& g) {
 
 void addCommunicationOps(std::vector<OpDef>& table) {
   OpDef all_reduce = communicationOp(OpId::all_reduce, "all_reduce",
-                                     "sums (mean, max) each operand over the devices of a mesh axis",
-                                     {axisAttr(), groupSizeAttr(), optionalString("reduce", "sum")}, checkedShapeRule<sameTypes>);
+                                     "sums (mean, max) each operand over the devices of a mesh axis (over the "
+                                     "pipeline axis: only `stages`, when given)",
+                                     {axisAttr(), groupSizeAttr(), optionalString("reduce", "sum"), optionalInts("stages", {})},
+                                     checkedShapeRule<sameTypes>);
   all_reduce.max_operands = -1;  // one bucket of gradients
   table.push_back(std::move(all_reduce));
   table.push_back(communicationOp(OpId::grad_all_reduce, "grad_all_reduce",

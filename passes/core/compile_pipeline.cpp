@@ -176,7 +176,10 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       auto train = std::make_unique<Graph>(std::move(train_graph));
       TrainingStepHooks hooks;
       hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
-      hooks.after_backward = [&](Graph& g) { return bucketGradientAllReduces(g, options.bucket_bytes); };
+      hooks.after_backward = [&](Graph& g) {
+        CLEAVE_TRY(sumSharedGradients(g, boundary));
+        return bucketGradientAllReduces(g, options.bucket_bytes);
+      };
       hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
       CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
       CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,

@@ -176,6 +176,11 @@ class ProgramLowering {
   void lowerCommunication(const Node& node, planpb::Instruction& instruction) const {
     OpContext attrs{opDef(node.op), {}, {}, node.attrs};
     auto setGroup = [&]() {
+      const std::vector<int64_t>& stages = node.op == OpId::all_reduce ? attrs.getInts("stages") : std::vector<int64_t>{};
+      if (!stages.empty()) {  // the pipeline stages sharing a parameter, at this rank's dp and tp place
+        for (int64_t stage : stages) instruction.add_group(mesh_.rankOf(coord_.with(kPipelineAxis, static_cast<int>(stage))));
+        return;
+      }
       for (int member : mesh_.group(coord_, attrs.getString("axis"))) instruction.add_group(member);
     };
     instruction.set_stream(1);

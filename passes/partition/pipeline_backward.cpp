@@ -1,9 +1,11 @@
 // The backward pass of one pipeline stage: seeded autodiff with cotangents received from the next stage.
 #include "passes/partition/pipeline_backward.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "ir/device_mesh.h"
 #include "ir/gradient.h"
 #include "passes/training/autodiff.h"
 #include "passes/partition/microbatching.h"
@@ -99,6 +101,35 @@ Status appendPipelineBackward(Graph& graph, const StageBoundary& boundary, int n
     }
     AttrMap attrs = {{"peer_stage", recvs[k].peer_stage}, {"tag", gradientTag(recvs[k].tag)}};
     CLEAVE_TRY(graph.addNodeWithTypes(OpId::send, {gradient}, std::move(attrs), {}, {}, {}).status());
+  }
+  return Status::ok();
+}
+
+Status sumSharedGradients(Graph& graph, const StageBoundary& boundary) {
+  for (const SharedParameter& shared : boundary.shared) {
+    ValueId param = graph.findValue(shared.name);
+    if (param == kNoValue || !graph.findParam(param)) continue;  // this device's part does not read it
+    const TensorType type = graph.values[param].type;
+    const std::string name = gradientName(shared.name);
+    ValueId grad = graph.findValue(name);
+    if (grad == kNoValue) {  // nothing on this stage reaches the loss through it: it adds zeros
+      auto zero = std::make_shared<const TensorData>(
+          TensorData{TensorType{type.dtype, {}}, std::vector<uint8_t>(static_cast<size_t>(dtypeSize(type.dtype)), 0)});
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> scalar,
+                              graph.addNode(OpId::constant, {}, AttrMap{{"value", zero}}, {}, {name + ".zero"}));
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> zeros,
+                              graph.addNode(OpId::expand, {scalar[0]}, {{"shape", type.shape}}, {}, {name + ".zeros"}));
+      grad = zeros[0];
+    } else {
+      CLEAVE_TRY(graph.renameValue(grad, graph.uniqueName(name + ".stage")));
+    }
+    AttrMap attrs{{"axis", std::string(kPipelineAxis)},
+                  {"group_size", static_cast<int64_t>(shared.stages.size())},
+                  {"reduce", std::string("sum")},
+                  {"stages", std::vector<int64_t>(shared.stages)}};
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> summed, graph.addNode(OpId::all_reduce, {grad}, std::move(attrs), {}, {name}));
+    for (ValueId& output : graph.outputs)
+      if (output == grad) output = summed[0];
   }
   return Status::ok();
 }

@@ -19,4 +19,10 @@ namespace cleave {
 // `boundary` has, a last stage without a float scalar output 0, and autodiff's errors.
 Status appendPipelineBackward(Graph& graph, const StageBoundary& boundary, int num_microbatches);
 
+// Sums the gradient of every parameter `boundary` shares with other stages over those stages: the
+// gradient (gradientName(parameter), zeros where this stage's loss does not depend on it) becomes
+// an all_reduce over the pipeline axis restricted to the sharing stages, at the end of the graph (after
+// every pipeline message, so the stages cannot wait on each other), under the gradient's name.
+Status sumSharedGradients(Graph& graph, const StageBoundary& boundary);
+
 }  // namespace cleave

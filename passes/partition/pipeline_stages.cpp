@@ -176,6 +176,7 @@ struct StageLayout {
   std::vector<bool> data_nodes;             // per node: depends on a graph input
   std::vector<std::vector<bool>> included;  // per stage, per node: the stage's graph holds it
   std::vector<StageTransfer> transfers;
+  std::vector<SharedParameter> shared;
 };
 
 // Per value: it is float and depends on a trainable parameter through float values, and graph
@@ -247,7 +248,7 @@ Expected<StageLayout> layStages(const Graph& graph, const StageAssignment& assig
       for (ValueId v : graph.nodes[i].operands) needed[v] = true;
     }
   }
-  // 3. A trainable parameter lives on one stage only.
+  // 3. A trainable parameter several stages use is shared by them (its gradients summed).
   std::vector<std::set<int>> stages_using(graph.values.size());
   for (int s = 0; s < num_stages; ++s)
     for (size_t i = 0; i < n; ++i)
@@ -255,10 +256,13 @@ Expected<StageLayout> layStages(const Graph& graph, const StageAssignment& assig
         for (ValueId v : graph.nodes[i].operands) stages_using[v].insert(s);
   for (const Param& param : graph.params) {
     const std::set<int>& stages = stages_using[param.value];
-    if (param.trainable && stages.size() > 1)
-      return Status::badInput("pipeline stages: the trainable parameter '%" + graph.values[param.value].name +
-                              "' is used on " + stageName(*stages.begin()) + " and " + stageName(*stages.rbegin()) +
-                              "; parameters shared between stages (tied weights) are not supported");
+    if (!param.trainable || stages.size() < 2) continue;
+    for (const StateUpdate& update : graph.updates)
+      if (update.target == param.value)
+        return Status::badInput("pipeline stages: '%" + graph.values[param.value].name + "' is used on " +
+                                stageName(*stages.begin()) + " and " + stageName(*stages.rbegin()) +
+                                " and has a state update, which stages cannot share");
+    layout.shared.push_back({graph.values[param.value].name, std::vector<int64_t>(stages.begin(), stages.end())});
   }
   // 4. Transfers: each input-dependent result to each later stage using it (outputs: the last stage).
   const std::vector<bool> carries = valuesCarryingGradients(graph);
@@ -294,6 +298,9 @@ class StageBuilder {
       if (transfer.from_stage == stage_) result.boundary.sends.push_back(transfer);
       if (transfer.to_stage == stage_) result.boundary.recvs.push_back(transfer);
     }
+    for (const SharedParameter& shared : layout_.shared)
+      if (std::find(shared.stages.begin(), shared.stages.end(), stage_) != shared.stages.end())
+        result.boundary.shared.push_back(shared);
     Graph& graph = result.graph;
     graph.name = source_.name;
     const bool last = stage_ == layout_.num_stages - 1;

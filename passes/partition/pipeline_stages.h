@@ -65,12 +65,21 @@ struct StageTransfer {
   bool carries_gradient = false;
 };
 
+// A trainable parameter that several stages use (tied embedding and LM head, a bias shared by every
+// layer): each of them holds a copy and sums its gradient with the others' before the optimizer, as
+// Megatron does for the embedding of its first and last stage.
+struct SharedParameter {
+  std::string name;
+  std::vector<int64_t> stages;  // increasing
+};
+
 // Where one stage sits in the pipeline and the values it exchanges with the others.
 struct StageBoundary {
   int stage = 0;
   int num_stages = 1;
   std::vector<StageTransfer> sends;  // values this stage computes and a later stage uses
   std::vector<StageTransfer> recvs;  // values an earlier stage computes and this stage uses
+  std::vector<SharedParameter> shared;  // trainable parameters this stage shares with others
 };
 
 // A stage's graph and its boundary.
@@ -87,9 +96,10 @@ Expected<std::vector<StageTransfer>> stageTransfers(const Graph& graph, const St
 // value a later stage uses leaves through a send node after its producer, both tagged with the
 // transfer tag. Nodes depending on no graph input (constants, masks, parameter-only expressions) are
 // copied into every stage that needs them; inputs and parameters go to the stages that use them.
-// The graph's outputs belong to the last stage (values computed earlier are sent to it). Errors:
-// a bad assignment, a node using a value of a later stage, a trainable parameter used on two stages
-// (tied weights), output 0 (the loss) computed before the last stage, state updates.
+// The graph's outputs belong to the last stage (values computed earlier are sent to it); trainable
+// parameters used on several stages are in each (StageBoundary::shared). Errors: a bad assignment,
+// a node using a value of a later stage, output 0 (the loss) computed before the last stage, a
+// state update of a shared parameter.
 Expected<PipelineStage> extractStage(const Graph& graph, const StageAssignment& assignment, int stage);
 
 }  // namespace cleave
