@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <set>
 
 #include "ir/plan.pb.h"
 #include "analysis/cost_model.h"
@@ -158,7 +159,11 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage()));
     if (boundary) *boundary = stage.boundary;
-    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord));
+    // A parameter stages share is whole on each, so every copy has the same shape (its users on
+    // a stage may still split it, taking their blocks of it).
+    std::set<std::string> shared;
+    for (const SharedParameter& parameter : stage.boundary.shared) shared.insert(parameter.name);
+    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, nullptr, shared));
     // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
     // pass reads: it runs for every pipeline, even with one microbatch.
     if (options.microbatches == 1 && mesh.pp() == 1) return partitioned;

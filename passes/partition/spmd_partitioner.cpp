@@ -63,8 +63,9 @@ TensorData dataBlock(const TensorData& whole, const Shape& start, const Shape& s
 
 class DevicePartitioner {
  public:
-  DevicePartitioner(const Graph& global, const DeviceMesh& mesh, MeshCoord coord)
-      : global_(global),
+  DevicePartitioner(const Graph& global, const DeviceMesh& mesh, MeshCoord coord, const std::set<std::string>& whole)
+      : whole_(whole),
+        global_(global),
         mesh_(mesh),
         coord_(coord),
         dp_(static_cast<int8_t>(mesh.axisIndex(kDataAxis))),
@@ -200,8 +201,10 @@ class DevicePartitioner {
   Status createParam(ValueId v, ValueSharding s) {
     if (auto view = pending_views_.find(v); view != pending_views_.end()) {
       const Node& node = global_.nodes[view->second];
-      const std::vector<int64_t> perm = OpContext{opDef(node.op), {}, {}, node.attrs}.getInts("perm");
+      std::vector<int64_t> perm = OpContext{opDef(node.op), {}, {}, node.attrs}.getInts("perm");
       ValueId source = node.operands[0];
+      if (perm.empty())  // no perm: the dims reversed
+        for (int64_t d = static_cast<int64_t>(rankOf(source)); d-- > 0;) perm.push_back(d);
       ValueSharding source_layout = replicatedLayout(source);
       for (size_t d = 0; d < perm.size() && d < s.dim_axis.size(); ++d) source_layout.dim_axis[perm[d]] = s.dim_axis[d];
       if (isPendingParam(source)) CLEAVE_TRY(createParam(source, source_layout));
@@ -214,6 +217,7 @@ class DevicePartitioner {
     }
     const Param& param = *global_.findParam(v);
     const Value& value = global_.values[v];
+    if (whole_.count(value.name)) s = replicatedLayout(v);  // users take their blocks by resharding
     TensorType local_type = localType(value.type, s);
     Shape offset;
     for (size_t d = 0; d < s.dim_axis.size(); ++d)
@@ -545,6 +549,7 @@ class DevicePartitioner {
     return Status::ok();
   }
 
+  const std::set<std::string>& whole_;  // parameters kept whole
   const Graph& global_;
   const DeviceMesh& mesh_;
   const MeshCoord coord_;
@@ -563,8 +568,8 @@ class DevicePartitioner {
 }  // namespace
 
 Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord,
-                                   TensorParallelReport* report) {
-  return DevicePartitioner(global, mesh, coord).run(report);
+                                   TensorParallelReport* report, const std::set<std::string>& whole) {
+  return DevicePartitioner(global, mesh, coord, whole).run(report);
 }
 
 }  // namespace cleave

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,10 +51,12 @@ struct ValueSharding {
 //  - outputs are whole, except dim 0 of batch outputs, which stays split over dp.
 // Parameters of the result hold their block of the whole tensor (Param::full_shape/shard_offset).
 // Errors: a batch not divisible by dp (kBadInput), a node that cannot be split (kInternal, naming it).
-// When `report` is given it receives what tensor parallelism did to the weights of weight ops.
+// `whole` names parameters to keep whole on every device (a parameter pipeline stages share, which
+// every stage must lay out alike); where `report` is given it receives what tensor parallelism did
+// to the weights of weight ops.
 struct TensorParallelReport;
 Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord,
-                                   TensorParallelReport* report = nullptr);
+                                   TensorParallelReport* report = nullptr, const std::set<std::string>& whole = {});
 
 // The weights (rank >= 2) of the weight ops (matmul, gemm, conv2d; through transposes and reshapes
 // of the weight), by parameter name: those split over the tp axis, and those left whole on every tp rank.
