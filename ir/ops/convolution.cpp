@@ -182,9 +182,11 @@ OpCost globalAvgPoolCost(const OpContext& ctx) {
   return {static_cast<double>(ctx.operands[0].numel()), operandAndResultBytes(ctx, results)};
 }
 
-// conv2d factors: N and O pass through; C is a reduction when groups == 1 (each shard of input
-// channels gives a partial sum; the bias must then be added once, after the all-reduce), and
-// need_replication for grouped convolutions (x's C and w's C/groups get separate factors). Spatial
+// conv2d factors: N passes through; O passes through when groups == 1 and C is then a reduction
+// (each shard of input channels gives a partial sum; the bias must then be added once, after the
+// all-reduce). A grouped convolution keeps O and C whole (a block of its output channels would need
+// its own groups' input channels and a smaller `groups`): x's C and w's C/groups get separate
+// need_replication factors. Spatial
 // dims need a halo exchange to split, so input H, W, output Ho, Wo and the kernel dims kh, kw are
 // need_replication factors of their own sizes.
 ShardingRule conv2dShardingRule(const OpContext& ctx) {
@@ -194,8 +196,9 @@ ShardingRule conv2dShardingRule(const OpContext& ctx) {
   constexpr FactorKind kReplicated = FactorKind::kNeedReplication;
   ShardingRuleBuilder rule(ctx.operands, results);
   rule.addFactor({0}, {0});             // N
-  rule.addFactor({kNoDim, 0, 0}, {1});  // O (and the bias)
-  if (ctx.getInt("groups") == 1) {
+  const bool grouped = ctx.getInt("groups") != 1;
+  rule.addFactor({kNoDim, 0, 0}, {1}, grouped ? kReplicated : FactorKind::kPassThrough);  // O (and the bias)
+  if (!grouped) {
     rule.addFactor({1, 1}, {}, FactorKind::kReduction);  // C
   } else {
     rule.addFactor({1}, {}, kReplicated);          // x's C

@@ -106,26 +106,37 @@ ProgramGraph programOf(std::string name, Graph* graph, const std::vector<Pipelin
   return program;
 }
 
-// A --tp that splits no weight, or leaves weights of its layers whole, is an error unless
-// replicated weights are allowed: a user asking for tensor parallelism expects the memory saving.
+// A --tp that splits no weight, or leaves whole most of the layer weights or a weight a column
+// split fits, is an error unless replicated weights are allowed: a user asking for tensor
+// parallelism expects its memory saving, not a silent copy of the model on every rank.
 Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, bool allow_replicated) {
   TensorParallelReport report;
   CLEAVE_TRY(partitionForDevice(forward, mesh, mesh.coord(0), &report).status());
   const std::string tp = "--tp " + std::to_string(mesh.tp());
+  auto list = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) text += (i ? ", " : "") + names[i];
+    return text + (names.size() > 3 ? ", ..." : "");
+  };
   if (report.split.empty())
     return Status::badInput(tp + " splits no weight: " +
                             (report.whole.empty() ? std::string("the model has no matmul, gemm or conv weight")
-                                                  : "no dim of the " + std::to_string(report.whole.size()) +
-                                                        " layer weight(s) (first " + report.whole.front() +
-                                                        ") can be split " + std::to_string(mesh.tp()) + " ways"));
-  if (report.whole.empty() || allow_replicated) return Status::ok();
-  std::string names;
-  for (size_t i = 0; i < report.whole.size() && i < 3; ++i) names += (i ? ", " : "") + report.whole[i];
-  if (report.whole.size() > 3) names += ", ...";
-  return Status::badInput(tp + " splits " + std::to_string(report.split.size()) + " layer weight(s) but leaves " +
-                          std::to_string(report.whole.size()) + " whole on every tp rank (" + names +
-                          "): their dims do not divide by " + std::to_string(mesh.tp()) +
-                          " or their layer's layout cannot follow the split; --allow-replicated accepts that");
+                                                  : "the output features of its " + std::to_string(report.whole.size()) +
+                                                        " layer weight(s) (" + list(report.whole) +
+                                                        ") do not divide by " + std::to_string(mesh.tp())));
+  if (allow_replicated) return Status::ok();
+  if (!report.splittable.empty())
+    return Status::badInput(tp + " leaves whole on every tp rank " + std::to_string(report.splittable.size()) +
+                            " weight(s) whose output features divide by " + std::to_string(mesh.tp()) + " (" +
+                            list(report.splittable) +
+                            "): their layer reads them in a layout the split cannot follow (an embedding table, "
+                            "a grouped convolution); --allow-replicated accepts that");
+  if (report.whole_bytes > report.split_bytes)
+    return Status::badInput(tp + " splits " + std::to_string(report.split.size()) + " layer weight(s) but leaves " +
+                            std::to_string(report.whole.size()) + " whole on every tp rank, most of the weights (" +
+                            list(report.whole) + "): their output features do not divide by " +
+                            std::to_string(mesh.tp()) + "; --allow-replicated accepts that");
+  return Status::ok();
 }
 
 // Builds the programs of every device. Per device (stage s, dp index d, tp index t):

@@ -130,8 +130,28 @@ class DevicePartitioner {
       const ValueSharding& s = sharding_of_[v];
       const bool split = tp_ != kNoAxis && std::find(s.dim_axis.begin(), s.dim_axis.end(), tp_) != s.dim_axis.end();
       const Value& value = global_.values[v];
-      (split ? report.split : report.whole).push_back("%" + value.name + " " + value.type.str());
+      const std::string label = "%" + value.name + " " + value.type.str();
+      (split ? report.split : report.whole).push_back(label);
+      (split ? report.split_bytes : report.whole_bytes) += value.type.bytes();
+      if (!split && outputFeaturesDivide(node, w)) report.splittable.push_back(label);
     }
+  }
+
+  // Whether a pass-through factor of weight operand `w` of `node` that reaches its result (its
+  // output features) divides by the tp degree.
+  bool outputFeaturesDivide(const Node& node, int w) const {
+    const OpDef& def = opDef(node.op);
+    std::vector<TensorType> operand_types, result_types;
+    for (ValueId v : node.operands) operand_types.push_back(global_.values[v].type);
+    for (ValueId v : node.results) result_types.push_back(global_.values[v].type);
+    ShardingRule rule = def.sharding(OpContext{def, operand_types, result_types, node.attrs});
+    if (static_cast<size_t>(w) >= rule.operand_dims.size() || rule.result_dims.empty()) return false;
+    for (int f : rule.operand_dims[w]) {
+      if (f == ShardingRule::kNoFactor || rule.factor_kinds[f] != FactorKind::kPassThrough) continue;
+      const auto& result = rule.result_dims[0];
+      if (std::find(result.begin(), result.end(), f) != result.end() && rule.factor_sizes[f] % mesh_.tp() == 0) return true;
+    }
+    return false;
   }
 
  private:

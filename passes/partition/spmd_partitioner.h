@@ -59,10 +59,12 @@ Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, 
                                    TensorParallelReport* report = nullptr, const std::set<std::string>& whole = {});
 
 // The weights (rank >= 2) of the weight ops (matmul, gemm, conv2d; through transposes and reshapes
-// of the weight), by parameter name: those split over the tp axis, and those left whole on every tp rank.
+// of the weight), named with their type ("%h.0.attn.c_attn.weight f32[32,96]"): those split over the
+// tp axis and those left whole on every tp rank, with their bytes; `splittable` lists the whole ones
+// whose output features divide by tp (a column split fits them, but their layer's layout did not follow).
 struct TensorParallelReport {
-  std::vector<std::string> split;
-  std::vector<std::string> whole;  // with their type, e.g. "%h.0.attn.c_attn.weight f32[32,96]"
+  std::vector<std::string> split, whole, splittable;
+  int64_t split_bytes = 0, whole_bytes = 0;
 };
 
 }  // namespace cleave
