@@ -333,7 +333,28 @@ class DevicePartitioner {
       if (!isPendingParam(v)) CLEAVE_TRY(resolvePartial(v));
     if (opDef(node.op).reshape_like) return partitionReshape(node);
     if (node.op == OpId::send) return partitionSend(node);
+    if (isRowSplitGemmWithC(node)) return partitionRowSplitGemm(node);
     return partitionByRule(node);
+  }
+
+  // A gemm adding c whose a arrives split over tp along k (GPT-2's Conv1D after a column split):
+  // the row split of Megatron, which partitionByRule's rule would refuse (c does not carry k).
+  bool isRowSplitGemmWithC(const Node& node) const {
+    if (node.op != OpId::gemm || node.operands.size() != 3 || tp_ == kNoAxis || mesh_.tp() == 1) return false;
+    OpContext attrs{opDef(node.op), {}, {}, node.attrs};
+    if (attrs.getFloat("beta") != 1.0 || isPendingParam(node.operands[0])) return false;
+    const int k_dim = attrs.getInt("transpose_a") == 1 ? 0 : 1;
+    return sharding_of_[node.operands[0]].dim_axis[k_dim] == tp_;
+  }
+
+  // y = gemm(a, b, c) as y = add(gemm(a, b), c): the product is a partial sum over tp, all-reduced
+  // before c is added once.
+  Status partitionRowSplitGemm(const Node& node) {
+    Node product = node;
+    product.operands.pop_back();
+    CLEAVE_TRY(partitionByRule(product));
+    Node bias{OpId::add, {node.results[0], node.operands[2]}, {node.results[0]}, {}, node.loc};
+    return partitionNode(bias);
   }
 
   // Sources without operands: the same on every device.

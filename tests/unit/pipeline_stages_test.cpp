@@ -449,18 +449,42 @@ TEST(ExtractStage, Errors) {
   // An assignment of another graph.
   EXPECT_EQ(extractionError(graph, {2, {0, 1}, {}, {}}),
             "pipeline stages: the assignment has 2 node stages for 7 nodes and 2 stages");
-  // A parameter used on two stages.
-  Graph tied = parse(R"(graph @g {
+  // A parameter used on two stages that a state update writes.
+  Graph updated = parse(R"(graph @g {
     input %x : f32[2,3]
     param %w : f32[3,3] = zeros
     %h = matmul(%x, %w)
     %g = matmul(%h, %w)
     %loss = reduce_sum(%g) {keepdims = 0}
+    %w2 = add(%w, %w)
+    output %loss
+    update %w = %w2
+  })");
+  EXPECT_EQ(extractionError(updated, {2, {0, 1, 1, 1}, {}, {}}),
+            "pipeline stages: '%w' is used on stage 0 and stage 1 and has a state update, which stages cannot share");
+}
+
+// A trainable parameter two stages use (a tied embedding and head) is on both, and each boundary
+// names the stages that share it.
+TEST(ExtractStage, SharedParameter) {
+  Graph tied = parse(R"(graph @g {
+    input %x : f32[2,3]
+    param %w : f32[3,3] = zeros
+    param %v : f32[3,3] = zeros
+    %h = matmul(%x, %w)
+    %k = matmul(%h, %v)
+    %g = matmul(%k, %w)
+    %loss = reduce_sum(%g) {keepdims = 0}
     output %loss
   })");
-  EXPECT_EQ(extractionError(tied, {2, {0, 1, 1}, {}, {}}),
-            "pipeline stages: the trainable parameter '%w' is used on stage 0 and stage 1; parameters shared between "
-            "stages (tied weights) are not supported");
+  for (int stage : {0, 1}) {
+    auto extracted = extractStage(tied, {2, {0, 1, 1, 1}, {}, {}}, stage);
+    ASSERT_TRUE(extracted) << extracted.status().message();
+    EXPECT_NE(extracted->graph.findValue("w"), kNoValue);
+    ASSERT_EQ(extracted->boundary.shared.size(), 1u);
+    EXPECT_EQ(extracted->boundary.shared[0].name, "w");
+    EXPECT_EQ(extracted->boundary.shared[0].stages, (std::vector<int64_t>{0, 1}));
+  }
 }
 
 }  // namespace
