@@ -86,4 +86,19 @@ RankReport reportRank(const planpb::RankPlan& rank, std::string_view program_nam
   return report;
 }
 
+std::vector<WeightLayout> weightLayouts(const planpb::RankPlan& rank) {
+  std::vector<WeightLayout> layouts;
+  for (const auto& param : rank.parameters()) {
+    const planpb::Buffer& buffer = rank.buffers(param.buffer());
+    if (buffer.kind() != planpb::BUFFER_PARAM) continue;
+    WeightLayout layout{param.name(), {buffer.type().shape().begin(), buffer.type().shape().end()}, {}, {}};
+    layout.full_shape.assign(param.full_shape().begin(), param.full_shape().end());
+    if (layout.full_shape.empty()) layout.full_shape = layout.shape;
+    for (size_t d = 0; d < layout.shape.size() && d < layout.full_shape.size(); ++d)
+      if (layout.shape[d] != layout.full_shape[d]) layout.split_dims.push_back(static_cast<int>(d));
+    layouts.push_back(std::move(layout));
+  }
+  return layouts;
+}
+
 }  // namespace cleave

@@ -3,7 +3,9 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "ir/plan.pb.h"
 #include "analysis/cost_model.h"
@@ -37,5 +39,17 @@ struct RankReport {
 // The figures of `rank` for program `program` (memory split and communication; a rank without
 // that program reports its persistent bytes only).
 RankReport reportRank(const planpb::RankPlan& rank, std::string_view program);
+
+// How a rank holds one model weight: its block's shape, the whole tensor's, and the dims split over
+// the tensor-parallel devices (the only axis that splits weights; empty: whole on this rank).
+struct WeightLayout {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> full_shape;
+  std::vector<int> split_dims;
+};
+
+// The model weights (not the optimizer state) `rank` holds, in the plan's order.
+std::vector<WeightLayout> weightLayouts(const planpb::RankPlan& rank);
 
 }  // namespace cleave

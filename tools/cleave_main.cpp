@@ -89,6 +89,7 @@ struct InspectFlags {
   std::string dot;
   std::string timeline;
   std::string cluster;
+  bool weights = false;
 };
 
 nlohmann::ordered_json namedTypesJson(const std::vector<NamedType>& values) {
@@ -117,13 +118,13 @@ nlohmann::ordered_json summaryJson(const GraphSummary& s, const std::string& pat
 int runInspect(const InspectFlags& flags) {
   if (endsWith(flags.path, ".cplan"))
     return cli::runInspectPlan({flags.path, flags.json, flags.rank, flags.dot, flags.timeline,
-                                flags.cluster.empty() ? "cpu-local" : flags.cluster});
+                                flags.cluster.empty() ? "cpu-local" : flags.cluster, flags.weights});
   bool onnx = endsWith(flags.path, ".onnx");
   if (!endsWith(flags.path, ".cir") && !onnx)
     return reportError(
         Status::badInput("cannot inspect '" + flags.path + "': expected a plan (.cplan) or a model (.cir or .onnx)"));
-  if (flags.rank >= 0 || !flags.dot.empty() || !flags.timeline.empty() || !flags.cluster.empty())
-    return reportError(Status::badInput("--rank, --dot, --timeline and --cluster apply to plans (.cplan); '" +
+  if (flags.rank >= 0 || !flags.dot.empty() || !flags.timeline.empty() || !flags.cluster.empty() || flags.weights)
+    return reportError(Status::badInput("--rank, --dot, --timeline, --cluster and --weights apply to plans (.cplan); '" +
                                         flags.path + "' is a model"));
   auto graph = onnx ? importOnnxModel(flags.path, {}) : loadGraphFile(flags.path);
   if (!graph) return reportError(graph.status());
@@ -140,6 +141,9 @@ void addInspectCommand(CLI::App& app, InspectFlags& flags) {
   inspect->add_flag("--json", flags.json, "Print JSON instead of text");
   inspect->add_option("--rank", flags.rank, "Show one rank's program (plans only)")->check(CLI::NonNegativeNumber);
   inspect->add_option("--dot", flags.dot, "Write the plan as a Graphviz file (plans only)");
+  inspect->add_flag("--weights", flags.weights,
+                    "List each rank's weights: the dims split over tp and the block held, or whole (plans only; "
+                    "--json always has them)");
   inspect->add_option("--timeline", flags.timeline, "Write the simulated timeline as a Chrome trace (plans only)");
   inspect->add_option("--cluster", flags.cluster,
                       "Cluster spec the predicted times use: NAME or FILE.json (plans only; default cpu-local)");

@@ -1,4 +1,5 @@
 // `cleave inspect PLAN.cplan`: per-rank tables or JSON, a Graphviz drawing and a predicted timeline.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -115,6 +116,48 @@ std::string tablesText(const std::vector<RankReport>& reports, const std::string
   return text.str();
 }
 
+std::string shapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// Layer by layer, how each rank holds the model's weights: "split dim 1 over tp" with the block's
+// shape, or "whole"; ranks holding the same weights alike (the dp replicas) are listed once.
+std::string weightsText(const std::vector<const planpb::RankPlan*>& ranks) {
+  std::ostringstream text;
+  std::vector<std::string> seen;
+  for (const planpb::RankPlan* rank : ranks) {
+    std::ostringstream body;
+    int split = 0, whole = 0;
+    for (const WeightLayout& w : weightLayouts(*rank)) {
+      std::string how = "whole";
+      if (!w.split_dims.empty()) {
+        how = "split dim";
+        for (size_t i = 0; i < w.split_dims.size(); ++i) how += (i ? "," : " ") + std::to_string(w.split_dims[i]);
+        how += " over tp, holds " + shapeText(w.shape);
+        ++split;
+      } else {
+        ++whole;
+      }
+      body << "  " << w.name << " " << shapeText(w.full_shape) << ": " << how << "\n";
+    }
+    if (std::find(seen.begin(), seen.end(), body.str()) != seen.end()) continue;
+    seen.push_back(body.str());
+    text << "\nweights of rank " << rank->rank() << " (stage " << rank->stage() << "): " << split << " split, " << whole
+         << " whole\n"
+         << body.str();
+  }
+  return text.str();
+}
+
+nlohmann::ordered_json weightsJson(const planpb::RankPlan& rank) {
+  nlohmann::ordered_json weights = nlohmann::ordered_json::array();
+  for (const WeightLayout& w : weightLayouts(rank))
+    weights.push_back({{"name", w.name}, {"shape", w.shape}, {"full_shape", w.full_shape}, {"split_dims", w.split_dims}});
+  return weights;
+}
+
 nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& rank,
                                 const Expected<ProgramTimeline>& timeline) {
   nlohmann::ordered_json by_kind;
@@ -139,7 +182,8 @@ nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& ran
           {"comm_bytes", std::llround(r.commBytes())},
           {"comm_bytes_by_kind", by_kind},
           {"predicted_step_time_s", end ? nlohmann::ordered_json(*end) : nlohmann::ordered_json(nullptr)},
-          {"programs", programs}};
+          {"programs", programs},
+          {"weights", weightsJson(rank)}};
 }
 
 }  // namespace
@@ -219,6 +263,7 @@ int runInspectPlan(const InspectPlanFlags& flags) {
               " (cost model: " + cluster->name + ")\n";
     output += tablesText(reports, program, timeline);
     output += searchText(plan.strategy());
+    if (flags.weights) output += weightsText(ranks);
   }
   Status written = writeOutput("", output);
   if (!written) return reportError(written);

@@ -55,6 +55,7 @@ struct InspectPlanFlags {
   std::string dot;       // write the Graphviz drawing here
   std::string timeline;  // write the predicted Chrome trace here
   std::string cluster = "cpu-local";  // the cluster times are predicted on (NAME or FILE.json)
+  bool weights = false;  // also list how each rank holds each weight (split over tp, or whole)
 };
 
 int runCompile(const CompileFlags& flags, const std::string& producer);

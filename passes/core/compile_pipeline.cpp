@@ -129,8 +129,8 @@ Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, b
     return Status::badInput(tp + " leaves whole on every tp rank " + std::to_string(report.splittable.size()) +
                             " weight(s) whose output features divide by " + std::to_string(mesh.tp()) + " (" +
                             list(report.splittable) +
-                            "): their layer reads them in a layout the split cannot follow (an embedding table, "
-                            "a grouped convolution); --allow-replicated accepts that");
+                            "): their layer reads them in a layout the split cannot follow (through a reshape, as "
+                            "Whisper's 1-D convolutions do); --allow-replicated accepts that");
   if (report.whole_bytes > report.split_bytes)
     return Status::badInput(tp + " splits " + std::to_string(report.split.size()) + " layer weight(s) but leaves " +
                             std::to_string(report.whole.size()) + " whole on every tp rank, most of the weights (" +

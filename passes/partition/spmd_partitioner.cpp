@@ -334,7 +334,73 @@ class DevicePartitioner {
     if (opDef(node.op).reshape_like) return partitionReshape(node);
     if (node.op == OpId::send) return partitionSend(node);
     if (isRowSplitGemmWithC(node)) return partitionRowSplitGemm(node);
+    if (isVocabParallelEmbedding(node)) return partitionVocabParallelEmbedding(node);
     return partitionByRule(node);
+  }
+
+  // An embedding lookup (gather along dim 0 of a weight with no layout yet) whose rows divide by tp.
+  bool isVocabParallelEmbedding(const Node& node) const {
+    if (node.op != OpId::gather || tp_ == kNoAxis || mesh_.tp() == 1 || !isPendingParam(node.operands[0]) ||
+        pending_views_.count(node.operands[0]) || isPendingParam(node.operands[1]))
+      return false;
+    const Value& table = global_.values[node.operands[0]];
+    if (table.type.rank() != 2 || !isFloat(table.type.dtype) || table.type.shape[0] % mesh_.tp() != 0 ||
+        whole_.count(table.name))
+      return false;
+    return normalizeAxis(OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("axis"), 2) == 0;
+  }
+
+  // Megatron's vocabulary-parallel embedding: each tp rank holds a block of the table's rows, looks
+  // up the ids that fall in it (the others read row 0 and are zeroed), and the result is a partial sum
+  // over tp (all-reduced where it is needed whole).
+  Status partitionVocabParallelEmbedding(const Node& node) {
+    const ValueId table = node.operands[0], ids = node.operands[1], y = node.results[0];
+    const int64_t rows = global_.values[table].type.shape[0] / mesh_.tp();
+    ValueSharding table_layout = replicatedLayout(table);
+    table_layout.dim_axis[0] = tp_;
+    CLEAVE_TRY(createParam(table, table_layout));
+    ValueId local_table = local_of_[table];
+    const ValueSharding& ids_layout = sharding_of_[ids];
+    if (carries_gradient_[table] && dp_ != kNoAxis && !ids_layout.replicatedOver(dp_)) {
+      CLEAVE_ASSIGN_OR_RETURN(local_table, gradientSync(table, local_table, dp_));
+    }
+    const std::string& name = global_.values[y].name;
+    const DType index_type = global_.values[ids].type.dtype;
+    auto constant = [&](int64_t value, const std::string& suffix) -> Expected<ValueId> {
+      auto data = std::make_shared<TensorData>(TensorData{TensorType{index_type, {}}, {}});
+      data->bytes.resize(static_cast<size_t>(dtypeSize(index_type)));
+      if (index_type == DType::kI64) {
+        *data->as<int64_t>() = value;
+      } else {
+        *data->as<int32_t>() = static_cast<int32_t>(value);
+      }
+      return emit(OpId::constant, {}, AttrMap{{"value", std::shared_ptr<const TensorData>(data)}}, name + suffix);
+    };
+    const std::string index_name(dtypeName(index_type));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId start, constant(indexOn(tp_) * rows, ".first_row"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId zero, constant(0, ".zero"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId count, constant(rows, ".rows"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId shifted, emit(OpId::sub, {local_of_[ids], start}, {}, name + ".row"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId above, emit(OpId::greater_equal, {shifted, zero}, {}, name + ".above"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId below, emit(OpId::less, {shifted, count}, {}, name + ".below"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId above_n, emit(OpId::cast, {above}, {{"to", index_name}}, name + ".above_n"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId below_n, emit(OpId::cast, {below}, {{"to", index_name}}, name + ".below_n"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId here, emit(OpId::mul, {above_n, below_n}, {}, name + ".here"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId index, emit(OpId::mul, {shifted, here}, {}, name + ".index"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId looked_up, emit(OpId::gather, {local_table, index}, node.attrs, name + ".rows"));
+    const std::string float_name(dtypeName(global_.values[y].type.dtype));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId here_f, emit(OpId::cast, {here}, {{"to", float_name}}, name + ".here_f"));
+    const int64_t id_rank = static_cast<int64_t>(rankOf(ids));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId mask, emit(OpId::unsqueeze, {here_f}, {{"axes", std::vector<int64_t>{id_rank}}},
+                                                name + ".mask"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId local, emit(OpId::mul, {looked_up, mask}, {}, name + ".local"));
+    ValueSharding out = replicatedLayout(y);
+    for (size_t d = 0; d < ids_layout.dim_axis.size() && d < out.dim_axis.size(); ++d) out.dim_axis[d] = ids_layout.dim_axis[d];
+    out.partial[tp_] = ValueSharding::Partial::kSum;
+    if (localType(global_.values[y].type, out) != local_.values[local].type)
+      return Status::internal(where(node) + "the vocabulary-parallel lookup is " + local_.values[local].type.str());
+    bind(y, local, std::move(out));
+    return Status::ok();
   }
 
   // A gemm adding c whose a arrives split over tp along k (GPT-2's Conv1D after a column split):

@@ -48,8 +48,8 @@ PY
 }
 
 # 1. Every strategy on LLaMA (rotary, RMSNorm, SwiGLU), Qwen2 (grouped-query attention: 4 query
-#    heads, 2 key/value heads), GPT-2 (Conv1D as gemm, a tied embedding and LM head that pipeline
-#    stages share), the train()-mode ResNet (conv channels split, BatchNorm statistics per channel
+#    heads, 2 key/value heads), GPT-2 (Conv1D as gemm, a vocabulary-parallel embedding tied to the
+#    LM head, which pipeline stages share), the train()-mode ResNet (conv channels split, BatchNorm statistics per channel
 #    block), exported by the legacy exporter and by torch.export's, and a LLaMA exported at a fixed
 #    batch of 8 (whose microbatches the export never saw).
 cases=(
@@ -61,8 +61,8 @@ cases=(
   "modern/llama_dynamo18|--dp 2 --tp 2 --pp 2 --microbatches 2"
   "modern/qwen2_legacy17|--tp 2" "modern/qwen2_legacy17|--pp 3 --microbatches 4" "modern/qwen2_dynamo18|--dp 2 --tp 2"
   "modern/gpt2_legacy17|--pp 2 --microbatches 2" "modern/gpt2_dynamo18|--pp 3 --microbatches 4 --schedule gpipe"
-  "modern/gpt2_legacy17|--tp 2 --allow-replicated"
-  "modern/gpt2_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2 --allow-replicated"
+  "modern/gpt2_legacy17|--tp 2" "modern/gpt2_dynamo18|--dp 2 --tp 2"
+  "modern/gpt2_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
   "modern/resnet_bn_train_legacy17|--tp 2" "modern/resnet_bn_train_legacy17|--dp 2 --tp 2"
   "shaped/llama_fixed8_legacy17|--pp 2 --microbatches 4 --schedule gpipe"
   "shaped/llama_fixed8_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
@@ -83,26 +83,33 @@ for entry in "modern/llama_legacy17|--tp 2 --pp 2 --microbatches 2|4" "modern/gp
   CLEAVE_MPI_RANKS=$ranks train "$fixture" "mpi$((n++))" $flags || failures+=("$fixture $flags (mpirun)")
 done
 
-# 3. Tensor parallelism splits the weights: each tp rank of LLaMA holds about 1/T of its layer
-#    weights (the token embedding stays whole), and tp collectives appear.
-echo "llama --tp 2: parameter bytes per rank"
-batch=$(cat "$fixtures/modern/llama_legacy17/train/batch.txt")
-for tp in 1 2; do
-  "$cleave" compile "$fixtures/modern/llama_legacy17/model.onnx" --batch "$batch" --train --tp "$tp" -o "$tmp/tp$tp.cplan" >/dev/null
-  "$cleave" inspect "$tmp/tp$tp.cplan" --json >"$tmp/tp$tp.json"
-done
-$python - "$tmp/tp1.json" "$tmp/tp2.json" <<'PY' || failures+=("llama --tp 2 parameter bytes")
+# 3. Tensor parallelism splits the weights: each tp rank of LLaMA and GPT-2 holds about 1/T of
+#    them (the norms' scales stay whole), and tp collectives appear; inspect --weights lists them.
+for model in llama_legacy17 gpt2_legacy17; do
+  echo "$model --tp 2: parameter bytes per rank"
+  batch=$(cat "$fixtures/modern/$model/train/batch.txt")
+  for tp in 1 2; do
+    "$cleave" compile "$fixtures/modern/$model/model.onnx" --batch "$batch" --train --tp "$tp" -o "$tmp/tp$tp.cplan" >/dev/null
+    "$cleave" inspect "$tmp/tp$tp.cplan" --json >"$tmp/tp$tp.json"
+  done
+  $python - "$tmp/tp1.json" "$tmp/tp2.json" <<'PY' || failures+=("$model --tp 2 parameter bytes")
 import json, sys
 whole, split = (json.load(open(path)) for path in sys.argv[1:])
 full = whole["ranks"][0]["param_bytes"]
 for rank in split["ranks"]:
     share = rank["param_bytes"] / full
-    print(f"    rank {rank['rank']}: {rank['param_bytes']} of {full} bytes ({share:.2f}), {rank['comm_bytes']} bytes communicated")
-    assert share < 0.6 and rank["comm_bytes"] > 0, share
+    split_weights = sum(1 for w in rank["weights"] if w["split_dims"])
+    print(f"    rank {rank['rank']}: {rank['param_bytes']} of {full} bytes ({share:.2f}), {split_weights} of "
+          f"{len(rank['weights'])} weights split, {rank['comm_bytes']} bytes communicated")
+    assert share < 0.56 and rank["comm_bytes"] > 0, share
 PY
+  "$cleave" inspect "$tmp/tp2.cplan" --weights | grep -q "embed_tokens.weight \[96,32\]: split dim 0 over tp, holds \[48,32\]\|wte.weight \[96,32\]: split dim 0 over tp, holds \[48,32\]" ||
+    failures+=("$model inspect --weights: the embedding is not listed as split")
+done
 
-# 4. No silent replication: GPT-2's embedding, tied to its LM head, stays whole under --tp, and
-#    LLaMA's 32-wide layers do not divide 3 ways; both are errors (exit 1) naming the weights.
+# 4. No silent replication, each an error (exit 1) naming the weights: LLaMA's 32-wide layers do
+#    not divide 3 ways, and nothing divides 7 ways; Whisper's 1-D convolutions read their weights
+#    through a reshape, which the split cannot follow.
 expect_error() {  # LABEL PATTERN COMPILE_ARGS...
   local label=$1 pattern=$2 status=0
   shift 2
@@ -113,10 +120,14 @@ expect_error() {  # LABEL PATTERN COMPILE_ARGS...
   fi
   echo "  $label: $(head -c 300 "$tmp/error.log")"
 }
-expect_error "gpt2 --tp 2" "leaves whole on every tp rank 1 weight.*wte.*--allow-replicated" \
-  "$fixtures/modern/gpt2_legacy17/model.onnx" --batch 4 --train --tp 2 || failures+=("gpt2 --tp 2 error")
 expect_error "llama --tp 3" "leaves 14 whole on every tp rank, most of the weights" \
   "$fixtures/modern/llama_legacy17/model.onnx" --batch 3 --train --tp 3 || failures+=("llama --tp 3 error")
+expect_error "llama --tp 7" "splits no weight" \
+  "$fixtures/modern/llama_legacy17/model.onnx" --batch 7 --train --tp 7 || failures+=("llama --tp 7 error")
+expect_error "whisper --tp 2" "leaves whole on every tp rank 2 weight(s).*conv1.weight.*--allow-replicated" \
+  "$fixtures/modern/whisper_legacy17/model.onnx" --batch 2 --tp 2 || failures+=("whisper --tp 2 error")
+"$cleave" compile "$fixtures/modern/whisper_legacy17/model.onnx" --batch 2 --tp 2 --allow-replicated \
+  -o "$tmp/whisper.cplan" >/dev/null || failures+=("whisper --tp 2 --allow-replicated")
 
 # 5. Another shape than the export's: fixed batch 8 run at batch 3 (legacy LLaMA, GPT-2, BERT and a
 #    ResNet), a symbolic batch and length run at a shorter length; each output matches PyTorch's.

@@ -913,7 +913,9 @@ TEST(ShardingRules, Conv2dAndPools) {
   ShardingRule depthwise = ruleOf("conv2d", {f32({8, 4, 9, 9}), f32({4, 1, 3, 3})}, attrs({{"groups", int64_t{4}}}));
   EXPECT_NE(depthwise.operand_dims[0][1], depthwise.operand_dims[1][1]);
   EXPECT_EQ(depthwise.factor_kinds[depthwise.operand_dims[0][1]], FactorKind::kNeedReplication);
-  EXPECT_EQ(depthwise.factor_kinds[depthwise.operand_dims[1][0]], FactorKind::kPassThrough);
+  // A grouped convolution keeps its output channels whole too (a block of them would need its own
+  // groups' input channels and a smaller `groups`).
+  EXPECT_EQ(depthwise.factor_kinds[depthwise.operand_dims[1][0]], FactorKind::kNeedReplication);
 
   EXPECT_EQ(ruleOf("max_pool2d", {f32({8, 3, 32, 32})}, attrs({{"kernel", ints({2, 2})}})).str(),
             "([i,j,k,l])->([i,j,m,n]) {k=need_replication,l=need_replication,m=need_replication,n=need_replication}");

@@ -109,7 +109,7 @@ const std::vector<RuleCase>& ruleCases() {
        "([i,k,l,m],[j,k,n,o],[j])->([i,j,p,q]) {k=reduction,l=need_replication,m=need_replication,n=need_replication,o=need_replication,p=need_replication,q=need_replication} sizes=[1,4,3,8,8,3,3,8,8]"},
       {"conv2d", {f32({2, 4, 9, 9}), f32({6, 2, 3, 3})},
        attrs({{"strides", ints({2, 1})}, {"pads", ints({1, 0, 1, 2})}, {"dilations", ints({1, 2})}, {"groups", int64_t{2}}}),
-        "([i,k,m,n],[j,l,o,p])->([i,j,q,r]) {k=need_replication,l=need_replication,m=need_replication,n=need_replication,o=need_replication,p=need_replication,q=need_replication,r=need_replication} sizes=[2,6,4,2,9,9,3,3,5,7]"},
+        "([i,k,m,n],[j,l,o,p])->([i,j,q,r]) {j=need_replication,k=need_replication,l=need_replication,m=need_replication,n=need_replication,o=need_replication,p=need_replication,q=need_replication,r=need_replication} sizes=[2,6,4,2,9,9,3,3,5,7]"},
       {"max_pool2d", {f32({2, 3, 9, 9})}, attrs({{"kernel", ints({3, 2})}, {"strides", ints({2, 2})}}),
        "([i,j,k,l])->([i,j,m,n]) {k=need_replication,l=need_replication,m=need_replication,n=need_replication} sizes=[2,3,9,9,4,4]"},
       {"avg_pool2d", {f32({2, 3, 9, 9})}, attrs({{"kernel", ints({3, 3})}, {"count_include_pad", int64_t{1}}}),
