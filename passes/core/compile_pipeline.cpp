@@ -2,6 +2,7 @@
 #include "passes/core/compile_pipeline.h"
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -40,11 +41,27 @@ int64_t valueLimit(const Graph& graph, ValueId value, const std::vector<std::vec
   return 0;
 }
 
-void setValueLimits(const Graph& graph, planpb::Program& program) {
+// The value limits of `graph`'s integer inputs, by name.
+std::map<std::string, int64_t> valueLimits(const Graph& graph) {
+  std::map<std::string, int64_t> limits;
   std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  for (ValueId v : graph.inputs)
+    if (isInteger(graph.values[v].type.dtype)) limits[graph.values[v].name] = valueLimit(graph, v, users);
+  return limits;
+}
+
+// Sets the limit of each integer input of `program` (whose graph is `graph`): read off `graph`, else
+// off the whole model's `model_limits` (a device's graph may look ids up in its block of a
+// vocabulary-parallel table, through arithmetic that tells no limit).
+void setValueLimits(const Graph& graph, const std::map<std::string, int64_t>& model_limits, planpb::Program& program) {
+  std::map<std::string, int64_t> limits = valueLimits(graph);
   for (auto& input : *program.mutable_inputs()) {
-    ValueId v = graph.findValue(input.name());
-    if (v != kNoValue && isInteger(graph.values[v].type.dtype)) input.set_value_limit(valueLimit(graph, v, users));
+    auto local = limits.find(input.name());
+    if (local == limits.end()) continue;
+    int64_t limit = local->second;
+    if (limit == 0)
+      if (auto whole = model_limits.find(input.name()); whole != model_limits.end()) limit = whole->second;
+    input.set_value_limit(limit);
   }
 }
 
@@ -139,6 +156,32 @@ Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, b
   return Status::ok();
 }
 
+// The parameters pipeline stages share whose stages would lay them out differently over tp (a tied
+// embedding split by rows on one stage and read whole on another): each stage keeps those whole, so
+// every copy has one shape for the gradient sum. Layouts are compared at tp index 1, where a block's
+// offset tells which dim is split.
+Expected<std::set<std::string>> sharedParametersKeptWhole(const Graph& forward, const StageAssignment& stages,
+                                                          const DeviceMesh& mesh) {
+  std::set<std::string> whole;
+  if (mesh.pp() == 1 || mesh.tp() == 1) return whole;
+  std::map<std::string, std::string> layout_of;  // parameter -> its block on the first stage sharing it
+  for (int s = 0; s < mesh.pp(); ++s) {
+    CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(forward, stages, s));
+    if (stage.boundary.shared.empty()) continue;
+    const MeshCoord coord = mesh.coord(0).with(kTensorAxis, 1).with(kPipelineAxis, s);
+    CLEAVE_ASSIGN_OR_RETURN(Graph part, partitionForDevice(stage.graph, mesh, coord));
+    for (const SharedParameter& shared : stage.boundary.shared) {
+      const ValueId v = part.findValue(shared.name);
+      const Param* param = v == kNoValue ? nullptr : part.findParam(v);
+      if (!param) continue;
+      const std::string block = part.values[v].type.str() + " at " + shapeStr(param->shard_offset);
+      auto [it, first] = layout_of.emplace(shared.name, block);
+      if (!first && it->second != block) whole.insert(shared.name);
+    }
+  }
+  return whole;
+}
+
 // Builds the programs of every device. Per device (stage s, dp index d, tp index t):
 //  1. the forward graph (with the loss when training) at microbatch rows, its nodes balanced over stages;
 //  2. stage s's part, with sends and receives to the other stages;
@@ -167,14 +210,11 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
 
   if (mesh.tp() > 1) CLEAVE_TRY(checkTensorParallelSplits(forward, mesh, options.allow_replicated));
 
+  CLEAVE_ASSIGN_OR_RETURN(const std::set<std::string> kept_whole, sharedParametersKeptWhole(forward, stages, mesh));
   auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage()));
     if (boundary) *boundary = stage.boundary;
-    // A parameter stages share is whole on each, so every copy has the same shape (its users on
-    // a stage may still split it, taking their blocks of it).
-    std::set<std::string> shared;
-    for (const SharedParameter& parameter : stage.boundary.shared) shared.insert(parameter.name);
-    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, nullptr, shared));
+    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, nullptr, kept_whole));
     // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
     // pass reads: it runs for every pipeline, even with one microbatch.
     if (options.microbatches == 1 && mesh.pp() == 1) return partitioned;
@@ -307,12 +347,13 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
 
   // 3. Lower to a plan and record what the runtime needs to feed and read it.
   CLEAVE_ASSIGN_OR_RETURN(planpb::Plan plan, lowerToPlan(lowering));
+  const std::map<std::string, int64_t> model_limits = valueLimits(graph);
   for (auto& rank : *plan.mutable_ranks()) {
     const std::vector<ProgramGraph>& programs =
         lowering.ranks.empty() ? lowering.programs : lowering.ranks[rank.rank()].programs;
     for (auto& program : *rank.mutable_programs())
       for (const auto& entry : programs)
-        if (entry.name == program.name()) setValueLimits(*entry.graph, program);
+        if (entry.name == program.name()) setValueLimits(*entry.graph, model_limits, program);
   }
   if (options.train) describeTraining(options, logits_name, plan);
   CLEAVE_TRY(checkMemoryLimit(plan, options.memory_limit_bytes).withContext(options.model_file + ": "));
