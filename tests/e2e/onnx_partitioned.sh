@@ -156,6 +156,30 @@ done
 expect_error "llama_fixed8_dynamo18 --batch 3" "node 'node_GatherND_32'.*fixed batch of 8" \
   "$fixtures/shaped/llama_fixed8_dynamo18/model.onnx" --batch 3 || failures+=("llama_fixed8_dynamo18 error")
 
+# 6. Checkpoints hold whole tensors, merged from the tp blocks: GPT-2 trained 4 steps under --tp 2
+#    resumes under --pp 2 (its tied embedding on both stages) and follows PyTorch's steps 5 to 8.
+echo "gpt2: 4 steps --tp 2, then 4 more resumed under --pp 2:"
+gpt2=$fixtures/modern/gpt2_legacy17
+common=(--batch 4 --train --optimizer "$(cat "$gpt2/train/optimizer.txt")")
+if "$cleave" compile "$gpt2/model.onnx" "${common[@]}" --tp 2 -o "$tmp/first.cplan" >/dev/null &&
+   "$cleave" compile "$gpt2/model.onnx" "${common[@]}" --pp 2 --microbatches 2 -o "$tmp/second.cplan" >/dev/null &&
+   "$cleave" run "$tmp/first.cplan" --data "npy:$gpt2/train" --steps 4 --checkpoint-dir "$tmp/resumed" \
+     --metrics "$tmp/resumed.jsonl" --progress never >/dev/null &&
+   "$cleave" run "$tmp/second.cplan" --data "npy:$gpt2/train" --steps 8 --checkpoint-dir "$tmp/resumed" --resume \
+     --metrics "$tmp/resumed.jsonl" --progress never >/dev/null; then
+  $python - "$tmp/resumed.jsonl" "$gpt2/train/losses.json" <<'PY' || failures+=("gpt2 resumed under another plan")
+import json, sys
+actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+expected = json.load(open(sys.argv[2]))
+assert len(actual) == 8, actual
+worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
+print(f"    max relative difference to PyTorch {worst:.2e}")
+assert worst <= 2e-3, worst
+PY
+else
+  failures+=("gpt2 resumed under another plan (run)")
+fi
+
 if [[ ${#failures[@]} -gt 0 ]]; then
   echo "FAIL: ${failures[*]}" >&2
   exit 1
