@@ -76,11 +76,11 @@ class Unroller {
       target_.outputs.push_back(combined);
     }
     for (const StateUpdate& update : source_.updates) {
-      if (per_microbatch_[update.new_value])
+      if (per_microbatch_[update.new_value] && num_microbatches_ > 1)
         return Status::badInput("microbatching: the state update of '%" + source_.values[update.target].name +
                                 "' is computed per microbatch ('%" + source_.values[update.new_value].name +
-                                "'), so microbatches cannot share it");
-      target_.updates.push_back({shared_[update.target], shared_[update.new_value]});
+                                "'), so microbatches cannot share it (train with one microbatch)");
+      target_.updates.push_back({shared_[update.target], mapped(update.new_value, 0)});
     }
     return std::move(target_);
   }

@@ -29,14 +29,14 @@ train() {
     return 1
   fi
   local run=(run "$tmp/$label.cplan" --data "npy:$dir/train" --steps 8 --metrics "$tmp/$label.jsonl"
-             --checkpoint-dir "$tmp/$label.ckpt" --progress never)
+             --checkpoint-dir "$tmp/$label.run/ckpt" --progress never)
   if [[ -n ${CLEAVE_MPI_RANKS:-} ]]; then
     mpirun --allow-run-as-root --oversubscribe -np "$CLEAVE_MPI_RANKS" "$cleave" "${run[@]}" --backend mpi --threads 1 \
       >"$tmp/$label.log" 2>&1 || { sed 's/^/    /' "$tmp/$label.log"; return 1; }
   else
     "$cleave" "${run[@]}" >"$tmp/$label.log" 2>&1 || { sed 's/^/    /' "$tmp/$label.log"; return 1; }
   fi
-  $python - "$tmp/$label.jsonl" "$dir/train/losses.json" <<'PY'
+  $python - "$tmp/$label.jsonl" "$dir/train/losses.json" <<'PY' || return 1
 import json, sys
 actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
 expected = json.load(open(sys.argv[2]))
@@ -44,6 +44,19 @@ assert len(actual) == len(expected) == 8, (len(actual), len(expected))
 worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
 print(f"    max relative difference to PyTorch {worst:.2e}")
 assert worst <= 2e-3, worst
+PY
+  [[ -d $dir/train/running ]] || return 0
+  # BatchNorm's running statistics after the 8 steps (merged from the ranks' channel blocks), as PyTorch's.
+  $python - "$source_dir/tests/e2e" "$tmp/$label.run" "$dir/train/running" <<'PY'
+import os, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from compare_runs import tensors  # the last checkpoint of a run, by name
+actual = tensors(sys.argv[2])
+files = sorted(os.listdir(sys.argv[3]))
+worst = max(float(np.abs(actual[f[:-4]].ravel() - np.load(os.path.join(sys.argv[3], f)).ravel()).max()) for f in files)
+print(f"    running statistics: {len(files)} tensors, max abs difference {worst:.2e}")
+assert worst <= 1e-5, worst
 PY
 }
 
@@ -63,7 +76,9 @@ cases=(
   "modern/gpt2_legacy17|--pp 2 --microbatches 2" "modern/gpt2_dynamo18|--pp 3 --microbatches 4 --schedule gpipe"
   "modern/gpt2_legacy17|--tp 2" "modern/gpt2_dynamo18|--dp 2 --tp 2"
   "modern/gpt2_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
+  "modern/qwen2_legacy17|--tp 4" "modern/gpt2_legacy17|--tp 4 --pp 2 --microbatches 2"
   "modern/resnet_bn_train_legacy17|--tp 2" "modern/resnet_bn_train_legacy17|--dp 2 --tp 2"
+  "modern/resnet_bn_train_legacy17|--pp 2" "modern/resnet_bn_train_legacy17|--dp 2 --tp 2 --pp 2"
   "shaped/llama_fixed8_legacy17|--pp 2 --microbatches 4 --schedule gpipe"
   "shaped/llama_fixed8_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
 )
@@ -73,6 +88,33 @@ for entry in "${cases[@]}"; do
   echo "$fixture $flags:"
   # shellcheck disable=SC2086
   train "$fixture" "case$((n++))" $flags || failures+=("$fixture $flags")
+done
+
+# 1b. Inference of the encoders (BERT, T5, ViT) and the torchvision ConvNeXt under tensor and
+#     pipeline parallelism: the output matches PyTorch's within 1e-4 of its scale.
+infer() {  # FIXTURE LABEL FLAGS...
+  local dir=$fixtures/$1 label=$2
+  shift 2
+  "$cleave" compile "$dir/model.onnx" --batch 2 "$@" -o "$tmp/$label.cplan" >"$tmp/$label.log" 2>&1 &&
+    "$cleave" run "$tmp/$label.cplan" --inputs "$dir/inputs" --outputs "$tmp/$label.out" >"$tmp/$label.log" 2>&1 ||
+    { sed 's/^/    /' "$tmp/$label.log"; return 1; }
+  $python - "$tmp/$label.out/output.npy" "$dir/expected/output.npy" <<'PY'
+import sys
+import numpy as np
+actual, expected = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert actual.shape == expected.shape, (actual.shape, expected.shape)
+error = float(np.abs(actual.astype(np.float64) - expected).max()) / max(float(np.abs(expected).max()), 1e-3)
+print(f"    relative error {error:.2e}")
+assert error <= 1e-4, error
+PY
+}
+inference_cases=("modern/bert_legacy17|--tp 2" "modern/bert_dynamo18|--dp 2 --tp 2" "modern/bert_legacy17|--pp 2 --microbatches 2"
+                 "modern/t5_legacy17|--tp 2 --pp 2" "modern/vit_dynamo18|--tp 2" "modern/convnext_legacy17|--pp 2 --microbatches 2")
+for entry in "${inference_cases[@]}"; do
+  IFS='|' read -r fixture flags <<<"$entry"
+  echo "$fixture $flags (inference):"
+  # shellcheck disable=SC2086
+  infer "$fixture" "infer$((n++))" $flags || failures+=("$fixture $flags (inference)")
 done
 
 # 2. The same plans under mpirun, one process per rank.
