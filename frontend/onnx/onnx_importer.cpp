@@ -221,12 +221,17 @@ Status checkOutputsDefined(const onnx::GraphProto& graph, const std::string& pat
 // are left alone): dim 0 of every input of rank >= 1 takes the batch; dim 1 takes the length where it
 // is symbolic or the input holds token ids (rank 2, integer). When a dim the export fixed changes,
 // the shapes the file records for values and outputs no longer hold and are dropped (shape inference
-// recomputes them). Returns the batch the export fixed when the batch differs from it, else 0.
-int64_t setInputDims(onnx::ModelProto& model, const OnnxImportOptions& options) {
+// recomputes them). Returns the batch and length the export fixed where they differ from options'
+// (0 where they do not).
+struct ExportDims {
+  int64_t batch = 0;
+  int64_t seq_len = 0;
+};
+ExportDims setInputDims(onnx::ModelProto& model, const OnnxImportOptions& options) {
   std::set<std::string> initializers;
   for (const auto& initializer : model.graph().initializer()) initializers.insert(initializer.name());
   bool changed_fixed = false;
-  int64_t export_batch = 0;
+  ExportDims fixed;
   for (auto& input : *model.mutable_graph()->mutable_input()) {
     if (initializers.count(input.name()) || !input.type().has_tensor_type() || !input.type().tensor_type().has_shape())
       continue;
@@ -239,20 +244,41 @@ int64_t setInputDims(onnx::ModelProto& model, const OnnxImportOptions& options) 
     };
     if (options.batch > 0 && shape->dim_size() >= 1) {
       if (shape->dim(0).has_dim_value() && shape->dim(0).dim_value() != options.batch)
-        export_batch = shape->dim(0).dim_value();
+        fixed.batch = shape->dim(0).dim_value();
       setDim(0, options.batch);
     }
     const bool token_ids = shape->dim_size() == 2 && (tensor_type->elem_type() == onnx::TensorProto::INT64 ||
                                                       tensor_type->elem_type() == onnx::TensorProto::INT32);
-    if (options.seq_len > 0 && shape->dim_size() >= 2 && (!shape->dim(1).has_dim_value() || token_ids))
+    if (options.seq_len > 0 && shape->dim_size() >= 2 && (!shape->dim(1).has_dim_value() || token_ids)) {
+      if (shape->dim(1).has_dim_value() && shape->dim(1).dim_value() != options.seq_len)
+        fixed.seq_len = shape->dim(1).dim_value();
       setDim(1, options.seq_len);
+    }
   }
   if (changed_fixed) {
     model.mutable_graph()->clear_value_info();
     for (auto& output : *model.mutable_graph()->mutable_output())
       if (output.type().has_tensor_type()) output.mutable_type()->mutable_tensor_type()->clear_shape();
   }
-  return export_batch;
+  return fixed;
+}
+
+// The note an import error gets when the model runs at a batch or length its export fixed.
+std::string fixedDimsNote(const ExportDims& fixed, const OnnxImportOptions& options) {
+  std::string at, exported, compile;
+  if (fixed.batch > 0) {
+    at = "batch " + std::to_string(options.batch);
+    exported = "a fixed batch of " + std::to_string(fixed.batch);
+    compile = "--batch " + std::to_string(fixed.batch);
+  }
+  if (fixed.seq_len > 0) {
+    at += (at.empty() ? "" : ", ") + std::string("sequence length ") + std::to_string(options.seq_len);
+    exported += (exported.empty() ? "" : " and ") + std::string("a fixed length of ") + std::to_string(fixed.seq_len);
+    compile += (compile.empty() ? "" : " ") + std::string("--seq-len ") + std::to_string(fixed.seq_len);
+  }
+  return " (at " + at + "; the model was exported at " + exported +
+         " and this node's constants hold it: export it with symbolic dims (dynamic_axes, dynamic_shapes), or "
+         "compile it at " + compile + ")";
 }
 
 // After importing a fixed-batch export at another batch: every output of rank >= 1 must have the
@@ -325,7 +351,7 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
                             ", and older ones through libonnx's version converter)");
 
   CLEAVE_TRY(checkOutputsDefined(model.graph(), path));
-  const int64_t export_batch = setInputDims(model, options);
+  const ExportDims fixed = setInputDims(model, options);
 
   // 3. libonnx's checker, its version converter for opsets below kMinOnnxOpset, and its shape
   //    inference (in a child process: libonnx crashes on some malformed models), for the opsets and
@@ -348,16 +374,13 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
 
   // 5. Convert.
   OnnxImportContext ctx(path, options, opset);
-  ctx.setExportBatch(export_batch);
+  ctx.setExportBatch(fixed.batch);
   auto imported = importGraph(ctx, model.graph());
-  if (!imported && export_batch > 0)
-    return Status::badInput(imported.status().message() + " (at batch " + std::to_string(options.batch) +
-                            "; the model was exported at a fixed batch of " + std::to_string(export_batch) +
-                            " and this node's constants hold it: export it with a symbolic batch, or compile it at " +
-                            std::to_string(export_batch) + ")");
+  if (!imported && (fixed.batch > 0 || fixed.seq_len > 0))
+    return Status::badInput(imported.status().message() + fixedDimsNote(fixed, options));
   CLEAVE_TRY(imported.status());
   Graph graph = std::move(*imported);
-  if (export_batch > 0) CLEAVE_TRY(checkOutputsFollowBatch(graph, path, options.batch));
+  if (fixed.batch > 0) CLEAVE_TRY(checkOutputsFollowBatch(graph, path, options.batch));
   return graph;
 }
 

@@ -11,6 +11,16 @@ import numpy as np
 DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
+def running_statistics_difference(run_dir, expected_dir):
+    """The largest absolute difference between the tensors of a run's last checkpoint and the
+    expected ones (expected_dir/<name>.npy, as PyTorch's BatchNorm running statistics), and their count."""
+    actual = tensors(run_dir)
+    files = sorted(os.listdir(expected_dir))
+    worst = max(float(np.abs(actual[f[:-4]].ravel() - np.load(os.path.join(expected_dir, f)).ravel()).max())
+                for f in files)
+    return worst, len(files)
+
+
 def losses(run_dir):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         return [json.loads(line)["loss"] for line in f if line.strip()]

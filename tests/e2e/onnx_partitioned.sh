@@ -48,14 +48,11 @@ PY
   [[ -d $dir/train/running ]] || return 0
   # BatchNorm's running statistics after the 8 steps (merged from the ranks' channel blocks), as PyTorch's.
   $python - "$source_dir/tests/e2e" "$tmp/$label.run" "$dir/train/running" <<'PY'
-import os, sys
-import numpy as np
+import sys
 sys.path.insert(0, sys.argv[1])
-from compare_runs import tensors  # the last checkpoint of a run, by name
-actual = tensors(sys.argv[2])
-files = sorted(os.listdir(sys.argv[3]))
-worst = max(float(np.abs(actual[f[:-4]].ravel() - np.load(os.path.join(sys.argv[3], f)).ravel()).max()) for f in files)
-print(f"    running statistics: {len(files)} tensors, max abs difference {worst:.2e}")
+from compare_runs import running_statistics_difference
+worst, count = running_statistics_difference(sys.argv[2], sys.argv[3])
+print(f"    running statistics: {count} tensors, max abs difference {worst:.2e}")
 assert worst <= 1e-5, worst
 PY
 }
@@ -172,8 +169,9 @@ expect_error "whisper --tp 2" "leaves whole on every tp rank 2 weight(s).*conv1.
   -o "$tmp/whisper.cplan" >/dev/null || failures+=("whisper --tp 2 --allow-replicated")
 
 # 5. Another shape than the export's: fixed batch 8 run at batch 3 (legacy LLaMA, GPT-2, BERT and a
-#    ResNet), a symbolic batch and length run at a shorter length; each output matches PyTorch's.
-#    torch.export's fixed-batch LLaMA writes its batch into a constant index: an error naming the node.
+#    ResNet), a symbolic batch and length, or a length fixed at 16, run at a shorter length; each
+#    output matches PyTorch's. torch.export writes the batch and length it traced into constant
+#    indices: an error naming the node and the fixed dim.
 for dir in "$fixtures"/shaped/*/; do
   name=$(basename "$dir")
   [[ $name == llama_fixed8_dynamo18 ]] && continue
@@ -195,7 +193,9 @@ PY
     failures+=("$name")
   fi
 done
-expect_error "llama_fixed8_dynamo18 --batch 3" "node 'node_GatherND_32'.*fixed batch of 8" \
+expect_error "gpt2_dynamo18 --seq-len 8" "node .node_GatherND_40.*fixed length of 16.*compile it at --seq-len 16" \
+  "$fixtures/modern/gpt2_dynamo18/model.onnx" --batch 2 --seq-len 8 || failures+=("gpt2_dynamo18 --seq-len 8 error")
+expect_error "llama_fixed8_dynamo18 --batch 3" "node .node_GatherND_32.*fixed batch of 8.*compile it at --batch 8" \
   "$fixtures/shaped/llama_fixed8_dynamo18/model.onnx" --batch 3 || failures+=("llama_fixed8_dynamo18 error")
 
 # 6. Checkpoints hold whole tensors, merged from the tp blocks: GPT-2 trained 4 steps under --tp 2
