@@ -45,8 +45,9 @@ worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
 print(f"    max relative difference to PyTorch {worst:.2e}")
 assert worst <= 2e-3, worst
 PY
-  [[ -d $dir/train/running ]] || return 0
-  # BatchNorm's running statistics after the 8 steps (merged from the ranks' channel blocks), as PyTorch's.
+  # BatchNorm's running statistics after the 8 steps (merged from the ranks' channel blocks), as
+  # PyTorch's; an MPI run's checkpoint is one shard per rank, which compare_runs.py does not merge.
+  [[ -d $dir/train/running && -z ${CLEAVE_MPI_RANKS:-} ]] || return 0
   $python - "$source_dir/tests/e2e" "$tmp/$label.run" "$dir/train/running" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -59,9 +60,10 @@ PY
 
 # 1. Every strategy on LLaMA (rotary, RMSNorm, SwiGLU), Qwen2 (grouped-query attention: 4 query
 #    heads, 2 key/value heads), GPT-2 (Conv1D as gemm, a vocabulary-parallel embedding tied to the
-#    LM head, which pipeline stages share), the train()-mode ResNet (conv channels split, BatchNorm statistics per channel
-#    block), exported by the legacy exporter and by torch.export's, and a LLaMA exported at a fixed
-#    batch of 8 (whose microbatches the export never saw).
+#    LM head, which pipeline stages share), BERT with its masked-LM head, the train()-mode ResNet
+#    (conv channels split, BatchNorm statistics per channel block), exported by the legacy exporter
+#    and by torch.export's, a LLaMA exported at a fixed batch of 8 (whose microbatches the export
+#    never saw) and one with a symbolic length.
 cases=(
   "modern/llama_legacy17|--dp 2" "modern/llama_legacy17|--tp 2" "modern/llama_legacy17|--tp 4"
   "modern/llama_legacy17|--pp 2 --microbatches 2" "modern/llama_legacy17|--pp 3 --microbatches 4 --schedule gpipe"
@@ -76,6 +78,9 @@ cases=(
   "modern/qwen2_legacy17|--tp 4" "modern/gpt2_legacy17|--tp 4 --pp 2 --microbatches 2"
   "modern/resnet_bn_train_legacy17|--tp 2" "modern/resnet_bn_train_legacy17|--dp 2 --tp 2"
   "modern/resnet_bn_train_legacy17|--pp 2" "modern/resnet_bn_train_legacy17|--dp 2 --tp 2 --pp 2"
+  "modern/bert_mlm_legacy17|--tp 2" "modern/bert_mlm_dynamo18|--pp 2 --microbatches 2 --schedule gpipe"
+  "modern/bert_mlm_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/llama_legacy17|--pp 2 --microbatches 4"
+  "shaped/llama_dynseq_legacy17|--seq-len 16 --tp 2 --pp 2 --microbatches 2"
   "shaped/llama_fixed8_legacy17|--pp 2 --microbatches 4 --schedule gpipe"
   "shaped/llama_fixed8_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
 )
@@ -115,7 +120,10 @@ for entry in "${inference_cases[@]}"; do
 done
 
 # 2. The same plans under mpirun, one process per rank.
-for entry in "modern/llama_legacy17|--tp 2 --pp 2 --microbatches 2|4" "modern/gpt2_legacy17|--dp 2 --pp 2 --microbatches 2|4"; do
+mpi_cases=("modern/llama_legacy17|--tp 2 --pp 2 --microbatches 2|4" "modern/gpt2_legacy17|--dp 2 --pp 2 --microbatches 2|4"
+           "modern/qwen2_dynamo18|--dp 2 --tp 2|4" "modern/bert_mlm_legacy17|--pp 3 --microbatches 4 --schedule gpipe|3"
+           "modern/resnet_bn_train_legacy17|--tp 2|2")
+for entry in "${mpi_cases[@]}"; do
   IFS='|' read -r fixture flags ranks <<<"$entry"
   echo "$fixture $flags (mpirun -np $ranks):"
   # shellcheck disable=SC2086
