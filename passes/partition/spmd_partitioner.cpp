@@ -115,6 +115,8 @@ class DevicePartitioner {
     return std::move(local_);
   }
 
+ private:
+  // The weights of weight ops, split or whole (spmd_partitioner.h).
   void reportWeights(TensorParallelReport& report) const {
     std::set<ValueId> seen;
     for (const Node& node : global_.nodes) {
@@ -154,7 +156,6 @@ class DevicePartitioner {
     return false;
   }
 
- private:
   size_t rankOf(ValueId v) const { return global_.values[v].type.shape.size(); }
   ValueSharding replicatedLayout(ValueId v) const { return ValueSharding::replicated(rankOf(v), mesh_.numAxes()); }
   const std::string& axisName(int8_t axis) const { return mesh_.axes()[axis].name; }

@@ -38,10 +38,13 @@ struct ValueSharding {
 // of `mesh`, in one pass over the nodes in program order (the mesh may have any axes; values are
 // split over its axes named dp and tp, kDataAxis and kTensorAxis, and stay whole over the others):
 //  - data inputs are split over dp along dim 0 (the batch must divide by dp);
-//  - with tp > 1, a weight op (matmul or conv2d) meeting a parameter that has no layout yet and
-//    an input not split over tp splits the weight's output-feature dim over tp (Megatron's column
-//    split); a weight op whose input arrives split on its reduction dim takes the weight split the
-//    same way (the row split), giving a partial sum;
+//  - with tp > 1, a weight op (matmul, gemm or conv2d) meeting a parameter that has no layout yet
+//    (directly, or through a transpose, which waits for its user) and an input not split over tp
+//    splits the weight's output-feature dim over tp (Megatron's column split); a weight op whose
+//    input arrives split on its reduction dim takes the weight split the same way (the row split),
+//    giving a partial sum (a gemm adding c adds it after the all-reduce); an embedding lookup
+//    (gather on dim 0 of such a parameter) splits the table's rows, looks up the ids in this
+//    device's block and gives a partial sum (vocabulary parallelism);
 //  - every other layout follows from the ops' sharding rules (ir/op_table.h): split factors pass
 //    through, a split reduction factor makes a partial sum, and operands that do not fit the
 //    chosen factors are resharded (all_gather, shard_slice, all_reduce for partial sums);
@@ -49,7 +52,9 @@ struct ValueSharding {
 //    marks it, so its gradient is summed over the axis (the data-parallel gradient all-reduce, and
 //    Megatron's "f");
 //  - outputs are whole, except dim 0 of batch outputs, which stays split over dp.
-// Parameters of the result hold their block of the whole tensor (Param::full_shape/shard_offset).
+// Parameters of the result hold their block of the whole tensor (Param::full_shape/shard_offset;
+// stored data is cut to the block). A parameter only a state update writes takes its new value's
+// layout (the channel block of BatchNorm's running statistics).
 // Errors: a batch not divisible by dp (kBadInput), a node that cannot be split (kInternal, naming it).
 // `whole` names parameters to keep whole on every device (a parameter pipeline stages share, which
 // every stage must lay out alike); where `report` is given it receives what tensor parallelism did
