@@ -116,12 +116,6 @@ std::string tablesText(const std::vector<RankReport>& reports, const std::string
   return text.str();
 }
 
-std::string shapeText(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 // Layer by layer, how each rank holds the model's weights: "split dim 1 over tp" with the block's
 // shape, or "whole"; ranks holding the same weights alike (the dp replicas) are listed once.
 std::string weightsText(const std::vector<const planpb::RankPlan*>& ranks) {
@@ -135,12 +129,12 @@ std::string weightsText(const std::vector<const planpb::RankPlan*>& ranks) {
       if (!w.split_dims.empty()) {
         how = "split dim";
         for (size_t i = 0; i < w.split_dims.size(); ++i) how += (i ? "," : " ") + std::to_string(w.split_dims[i]);
-        how += " over tp, holds " + shapeText(w.shape);
+        how += " over tp, holds " + shapeStr(w.shape);
         ++split;
       } else {
         ++whole;
       }
-      body << "  " << w.name << " " << shapeText(w.full_shape) << ": " << how << "\n";
+      body << "  " << w.name << " " << shapeStr(w.full_shape) << ": " << how << "\n";
     }
     if (std::find(seen.begin(), seen.end(), body.str()) != seen.end()) continue;
     seen.push_back(body.str());

@@ -13,7 +13,6 @@
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
 #include "passes/partition/microbatching.h"
-#include "passes/core/pass_manager.h"
 #include "passes/partition/pipeline_backward.h"
 #include "passes/lowering/pipeline_schedule.h"
 #include "passes/partition/pipeline_stages.h"

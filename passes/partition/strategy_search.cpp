@@ -11,7 +11,6 @@
 #include "passes/training/autodiff.h"
 #include "ir/device_mesh.h"
 #include "passes/lowering/lower_to_plan.h"
-#include "passes/core/pass_manager.h"
 #include "passes/partition/spmd_partitioner.h"
 
 namespace cleave {
