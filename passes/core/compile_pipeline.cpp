@@ -50,8 +50,8 @@ std::map<std::string, int64_t> valueLimits(const Graph& graph) {
 }
 
 // Sets the limit of each integer input of `program` (whose graph is `graph`): read off `graph`, else
-// off the whole model's `model_limits` (a device's graph may look ids up in its block of a
-// vocabulary-parallel table, through arithmetic that tells no limit).
+// off the whole model's `model_limits` (a device's graph may read ids or labels only through a
+// vocabulary-parallel lookup or loss, arithmetic that tells no limit).
 void setValueLimits(const Graph& graph, const std::map<std::string, int64_t>& model_limits, planpb::Program& program) {
   std::map<std::string, int64_t> limits = valueLimits(graph);
   for (auto& input : *program.mutable_inputs()) {
@@ -346,7 +346,15 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
 
   // 3. Lower to a plan and record what the runtime needs to feed and read it.
   CLEAVE_ASSIGN_OR_RETURN(planpb::Plan plan, lowerToPlan(lowering));
-  const std::map<std::string, int64_t> model_limits = valueLimits(graph);
+  // The whole model's limits (with its loss, which reads the labels), for inputs a device's graph
+  // reads only through a vocabulary-parallel lookup.
+  std::map<std::string, int64_t> model_limits;
+  if (options.train) {
+    CLEAVE_ASSIGN_OR_RETURN(Graph with_loss, buildLossGraph(graph, options.training));
+    model_limits = valueLimits(with_loss);
+  } else {
+    model_limits = valueLimits(graph);
+  }
   for (auto& rank : *plan.mutable_ranks()) {
     const std::vector<ProgramGraph>& programs =
         lowering.ranks.empty() ? lowering.programs : lowering.ranks[rank.rank()].programs;

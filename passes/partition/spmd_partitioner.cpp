@@ -336,6 +336,7 @@ class DevicePartitioner {
     if (node.op == OpId::send) return partitionSend(node);
     if (isRowSplitGemmWithC(node)) return partitionRowSplitGemm(node);
     if (isVocabParallelEmbedding(node)) return partitionVocabParallelEmbedding(node);
+    if (isVocabParallelCrossEntropy(node)) return partitionVocabParallelCrossEntropy(node);
     return partitionByRule(node);
   }
 
@@ -349,6 +350,41 @@ class DevicePartitioner {
         whole_.count(table.name))
       return false;
     return normalizeAxis(OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("axis"), 2) == 0;
+  }
+
+  // A scalar constant of `dtype` in the local graph.
+  Expected<ValueId> scalarConstant(DType dtype, double value, const std::string& name) {
+    auto data = std::make_shared<TensorData>(TensorData{TensorType{dtype, {}}, {}});
+    data->bytes.resize(static_cast<size_t>(dtypeSize(dtype)));
+    switch (dtype) {
+      case DType::kI64: *data->as<int64_t>() = static_cast<int64_t>(value); break;
+      case DType::kI32: *data->as<int32_t>() = static_cast<int32_t>(value); break;
+      case DType::kF64: *data->as<double>() = value; break;
+      case DType::kF32: *data->as<float>() = static_cast<float>(value); break;
+      default: return Status::internal("partitioning: no scalar constant of " + std::string(dtypeName(dtype)));
+    }
+    return emit(OpId::constant, {}, AttrMap{{"value", std::shared_ptr<const TensorData>(data)}}, name);
+  }
+
+  // Where this tp rank holds rows [tp index x rows, + rows) of a table split over tp: each id's row in
+  // the block (0 for ids outside it), and 1 where the id is inside, else 0 (in the ids' dtype).
+  struct LocalRows {
+    ValueId index, here;
+  };
+  Expected<LocalRows> localRows(ValueId ids, int64_t rows, const std::string& name) {
+    const DType dtype = local_.values[ids].type.dtype;
+    const std::string dtype_name(dtypeName(dtype));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId start, scalarConstant(dtype, static_cast<double>(indexOn(tp_) * rows), name + ".first_row"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId zero, scalarConstant(dtype, 0, name + ".zero"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId count, scalarConstant(dtype, static_cast<double>(rows), name + ".rows"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId shifted, emit(OpId::sub, {ids, start}, {}, name + ".row"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId above, emit(OpId::greater_equal, {shifted, zero}, {}, name + ".above"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId below, emit(OpId::less, {shifted, count}, {}, name + ".below"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId above_n, emit(OpId::cast, {above}, {{"to", dtype_name}}, name + ".above_n"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId below_n, emit(OpId::cast, {below}, {{"to", dtype_name}}, name + ".below_n"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId here, emit(OpId::mul, {above_n, below_n}, {}, name + ".here"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId index, emit(OpId::mul, {shifted, here}, {}, name + ".index"));
+    return LocalRows{index, here};
   }
 
   // Megatron's vocabulary-parallel embedding: each tp rank holds a block of the table's rows, looks
@@ -366,31 +402,11 @@ class DevicePartitioner {
       CLEAVE_ASSIGN_OR_RETURN(local_table, gradientSync(table, local_table, dp_));
     }
     const std::string& name = global_.values[y].name;
-    const DType index_type = global_.values[ids].type.dtype;
-    auto constant = [&](int64_t value, const std::string& suffix) -> Expected<ValueId> {
-      auto data = std::make_shared<TensorData>(TensorData{TensorType{index_type, {}}, {}});
-      data->bytes.resize(static_cast<size_t>(dtypeSize(index_type)));
-      if (index_type == DType::kI64) {
-        *data->as<int64_t>() = value;
-      } else {
-        *data->as<int32_t>() = static_cast<int32_t>(value);
-      }
-      return emit(OpId::constant, {}, AttrMap{{"value", std::shared_ptr<const TensorData>(data)}}, name + suffix);
-    };
-    const std::string index_name(dtypeName(index_type));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId start, constant(indexOn(tp_) * rows, ".first_row"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId zero, constant(0, ".zero"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId count, constant(rows, ".rows"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId shifted, emit(OpId::sub, {local_of_[ids], start}, {}, name + ".row"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId above, emit(OpId::greater_equal, {shifted, zero}, {}, name + ".above"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId below, emit(OpId::less, {shifted, count}, {}, name + ".below"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId above_n, emit(OpId::cast, {above}, {{"to", index_name}}, name + ".above_n"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId below_n, emit(OpId::cast, {below}, {{"to", index_name}}, name + ".below_n"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId here, emit(OpId::mul, {above_n, below_n}, {}, name + ".here"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId index, emit(OpId::mul, {shifted, here}, {}, name + ".index"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId looked_up, emit(OpId::gather, {local_table, index}, node.attrs, name + ".rows"));
+    CLEAVE_ASSIGN_OR_RETURN(LocalRows local_rows, localRows(local_of_[ids], rows, name));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId looked_up,
+                            emit(OpId::gather, {local_table, local_rows.index}, node.attrs, name + ".rows"));
     const std::string float_name(dtypeName(global_.values[y].type.dtype));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId here_f, emit(OpId::cast, {here}, {{"to", float_name}}, name + ".here_f"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId here_f, emit(OpId::cast, {local_rows.here}, {{"to", float_name}}, name + ".here_f"));
     const int64_t id_rank = static_cast<int64_t>(rankOf(ids));
     CLEAVE_ASSIGN_OR_RETURN(ValueId mask, emit(OpId::unsqueeze, {here_f}, {{"axes", std::vector<int64_t>{id_rank}}},
                                                 name + ".mask"));
@@ -401,6 +417,89 @@ class DevicePartitioner {
     if (localType(global_.values[y].type, out) != local_.values[local].type)
       return Status::internal(where(node) + "the vocabulary-parallel lookup is " + local_.values[local].type.str());
     bind(y, local, std::move(out));
+    return Status::ok();
+  }
+
+  // A softmax cross-entropy whose logits arrive split over tp along the classes (a column-split
+  // LM head), with the labels laid out as the logits' leading dims.
+  bool isVocabParallelCrossEntropy(const Node& node) const {
+    if (node.op != OpId::softmax_cross_entropy || tp_ == kNoAxis || mesh_.tp() == 1) return false;
+    const ValueSharding& logits = sharding_of_[node.operands[0]];
+    const ValueSharding& labels = sharding_of_[node.operands[1]];
+    if (logits.dim_axis.empty() || logits.dim_axis.back() != tp_ || logits.isPartial() || labels.isPartial()) return false;
+    for (size_t d = 0; d + 1 < logits.dim_axis.size(); ++d)
+      if (d >= labels.dim_axis.size() || logits.dim_axis[d] != labels.dim_axis[d]) return false;
+    return true;
+  }
+
+  // Megatron's vocabulary-parallel cross-entropy: no rank gathers the logits. Each rank takes its
+  // classes' share of the row maximum, of the sum of exponentials and of the label's logit, and three
+  // all-reduces over tp combine them; the mean over the positions whose label is not ignore_index
+  // is then the same on every tp rank (and a partial mean over dp, as the op's own rule gives).
+  Status partitionVocabParallelCrossEntropy(const Node& node) {
+    const ValueId logits_g = node.operands[0], labels_g = node.operands[1], loss_g = node.results[0];
+    const ValueId logits = local_of_[logits_g], labels = local_of_[labels_g];
+    const TensorType type = local_.values[logits].type;  // a copy: emitting nodes grows local_.values
+    const int64_t rank = type.rank(), classes = type.shape.back();
+    const std::string& name = global_.values[loss_g].name;
+    const std::string float_name(dtypeName(type.dtype));
+    const AttrMap last_dim{{"axes", std::vector<int64_t>{rank - 1}}};
+    auto reduce = [&](ValueId v, const std::string& op, const std::string& suffix) {
+      AttrMap attrs = groupAttrs(tp_);
+      attrs.emplace("reduce", op);
+      return emit(OpId::all_reduce, {v}, std::move(attrs), name + suffix);
+    };
+    // 1. The row maximum over every rank's classes, kept out of the gradient (it passes through
+    //    integers): any shift leaves the loss as it is, and this one keeps exp finite.
+    AttrMap keep = last_dim;
+    keep.emplace("keepdims", int64_t{1});
+    CLEAVE_ASSIGN_OR_RETURN(ValueId max_local, emit(OpId::reduce_max, {logits}, keep, name + ".max_local"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId max_int, emit(OpId::cast, {max_local}, {{"to", std::string("i32")}}, name + ".max_int"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId shift_local, emit(OpId::cast, {max_int}, {{"to", float_name}}, name + ".shift_local"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId shift, reduce(shift_local, "max", ".shift"));
+    // 2. log(sum of exp) over every rank's classes.
+    CLEAVE_ASSIGN_OR_RETURN(ValueId shifted, emit(OpId::sub, {logits, shift}, {}, name + ".shifted"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId exps, emit(OpId::exp, {shifted}, {}, name + ".exp"));
+    AttrMap drop = last_dim;
+    drop.emplace("keepdims", int64_t{0});
+    CLEAVE_ASSIGN_OR_RETURN(ValueId sum_local, emit(OpId::reduce_sum, {exps}, drop, name + ".sum_local"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId sum, reduce(sum_local, "sum", ".sum"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId log_sum, emit(OpId::log, {sum}, {}, name + ".log_sum"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId shift_row, emit(OpId::squeeze, {shift}, last_dim, name + ".shift_row"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId log_sum_exp, emit(OpId::add, {log_sum, shift_row}, {}, name + ".logsumexp"));
+    // 3. The label's logit, from the rank whose classes hold it.
+    CLEAVE_ASSIGN_OR_RETURN(LocalRows label, localRows(labels, classes, name + ".label"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId index, emit(OpId::unsqueeze, {label.index}, last_dim, name + ".label_index"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId picked, emit(OpId::gather_elements, {logits, index}, {{"axis", rank - 1}},
+                                                  name + ".picked"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId picked_row, emit(OpId::squeeze, {picked}, last_dim, name + ".picked_row"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId here, emit(OpId::cast, {label.here}, {{"to", float_name}}, name + ".label_here"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId label_local, emit(OpId::mul, {picked_row, here}, {}, name + ".label_local"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId label_logit, reduce(label_local, "sum", ".label_logit"));
+    // 4. The mean of logsumexp - label logit over the positions whose label is not ignore_index.
+    const int64_t ignore_index = OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("ignore_index");
+    const DType label_type = local_.values[labels].type.dtype;
+    CLEAVE_ASSIGN_OR_RETURN(ValueId ignored_label, scalarConstant(label_type, static_cast<double>(ignore_index), name + ".ignore_index"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId ignored, emit(OpId::equal, {labels, ignored_label}, {}, name + ".ignored"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId ignored_f, emit(OpId::cast, {ignored}, {{"to", float_name}}, name + ".ignored_f"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId one, scalarConstant(type.dtype, 1, name + ".one"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId counted, emit(OpId::sub, {one, ignored_f}, {}, name + ".counted"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId per_position, emit(OpId::sub, {log_sum_exp, label_logit}, {}, name + ".per_position"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId kept, emit(OpId::mul, {per_position, counted}, {}, name + ".kept"));
+    const AttrMap all{{"keepdims", int64_t{0}}};
+    CLEAVE_ASSIGN_OR_RETURN(ValueId total, emit(OpId::reduce_sum, {kept}, all, name + ".total"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId count, emit(OpId::reduce_sum, {counted}, all, name + ".count"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId mean, emit(OpId::div, {total, count}, {}, name + ".local"));
+    const DType loss_type = global_.values[loss_g].type.dtype;
+    if (type.dtype != loss_type) {
+      CLEAVE_ASSIGN_OR_RETURN(mean, emit(OpId::cast, {mean}, {{"to", std::string(dtypeName(loss_type))}}, name + ".cast"));
+    }
+    ValueSharding out = replicatedLayout(loss_g);
+    for (size_t d = 0; d + 1 < sharding_of_[logits_g].dim_axis.size(); ++d) {
+      const int8_t axis = sharding_of_[logits_g].dim_axis[d];
+      if (axis != kNoAxis) out.partial[axis] = ValueSharding::Partial::kMean;
+    }
+    bind(loss_g, mean, std::move(out));
     return Status::ok();
   }
 

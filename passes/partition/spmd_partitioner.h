@@ -44,7 +44,8 @@ struct ValueSharding {
 //    input arrives split on its reduction dim takes the weight split the same way (the row split),
 //    giving a partial sum (a gemm adding c adds it after the all-reduce); an embedding lookup
 //    (gather on dim 0 of such a parameter) splits the table's rows, looks up the ids in this
-//    device's block and gives a partial sum (vocabulary parallelism);
+//    device's block and gives a partial sum (vocabulary parallelism), and a softmax cross-entropy of
+//    logits split along the classes combines each device's share by all-reduces over tp;
 //  - every other layout follows from the ops' sharding rules (ir/op_table.h): split factors pass
 //    through, a split reduction factor makes a partial sum, and operands that do not fit the
 //    chosen factors are resharded (all_gather, shard_slice, all_reduce for partial sums);
