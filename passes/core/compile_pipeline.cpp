@@ -145,8 +145,8 @@ Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, b
     return Status::badInput(tp + " leaves whole on every tp rank " + std::to_string(report.splittable.size()) +
                             " weight(s) whose output features divide by " + std::to_string(mesh.tp()) + " (" +
                             list(report.splittable) +
-                            "): their layer reads them in a layout the split cannot follow (through a reshape, as "
-                            "Whisper's 1-D convolutions do); --allow-replicated accepts that");
+                            "): another op reads them whole first, or their layer reads them in a layout the split "
+                            "cannot follow; --allow-replicated accepts that");
   if (report.whole_bytes > report.split_bytes)
     return Status::badInput(tp + " splits " + std::to_string(report.split.size()) + " layer weight(s) but leaves " +
                             std::to_string(report.whole.size()) + " whole on every tp rank, most of the weights (" +

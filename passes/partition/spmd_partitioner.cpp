@@ -83,8 +83,9 @@ class DevicePartitioner {
     for (size_t i = 0; i < global_.nodes.size(); ++i) {
       const Node& node = global_.nodes[i];
       // A transpose of a weight not laid out yet (torch.export writes nn.Linear as matmul(x,
-      // transpose(W))) waits for its user, which chooses the layout through it.
-      if (node.op == OpId::transpose && isPendingParam(node.operands[0])) {
+      // transpose(W))), or a view adding or dropping unit dims (a 1-D convolution's weight
+      // unsqueezed for conv2d), waits for its user, which chooses the layout through it.
+      if (isWeightView(node) && isPendingParam(node.operands[0])) {
         pending_views_.emplace(node.results[0], static_cast<int32_t>(i));
         continue;
       }
@@ -217,21 +218,53 @@ class DevicePartitioner {
     sharding_of_[global] = std::move(s);
   }
 
+  // A transpose, or a reshape-like view whose dims of size above 1 are its operand's, in order.
+  bool isWeightView(const Node& node) const {
+    if (node.op == OpId::transpose) return true;
+    return opDef(node.op).reshape_like && node.operands.size() == 1 &&
+           !viewSourceDims(global_.values[node.operands[0]].type.shape, global_.values[node.results[0]].type.shape).empty();
+  }
+
+  // For a view that only adds or drops unit dims: per view dim, the operand dim it is (-1 for a
+  // unit dim); empty when the view moves elements between dims.
+  static std::vector<int> viewSourceDims(const Shape& source, const Shape& view) {
+    std::vector<int> map(view.size(), -1);
+    size_t j = 0;
+    for (size_t d = 0; d < view.size(); ++d) {
+      if (view[d] == 1) continue;
+      while (j < source.size() && source[j] == 1) ++j;
+      if (j == source.size() || source[j] != view[d]) return {};
+      map[d] = static_cast<int>(j++);
+    }
+    while (j < source.size() && source[j] == 1) ++j;
+    return j == source.size() ? map : std::vector<int>{};
+  }
+
   // Creates parameter `v` in the local graph with layout `s` (its block of the whole tensor); for a
-  // pending transpose of a parameter, the parameter in the transposed layout, then the transpose.
+  // pending view of a parameter, the parameter in the matching layout, then the view.
   Status createParam(ValueId v, ValueSharding s) {
     if (auto view = pending_views_.find(v); view != pending_views_.end()) {
       const Node& node = global_.nodes[view->second];
-      std::vector<int64_t> perm = OpContext{opDef(node.op), {}, {}, node.attrs}.getInts("perm");
-      ValueId source = node.operands[0];
-      if (perm.empty())  // no perm: the dims reversed
-        for (int64_t d = static_cast<int64_t>(rankOf(source)); d-- > 0;) perm.push_back(d);
+      const ValueId source = node.operands[0];
       ValueSharding source_layout = replicatedLayout(source);
-      for (size_t d = 0; d < perm.size() && d < s.dim_axis.size(); ++d) source_layout.dim_axis[perm[d]] = s.dim_axis[d];
+      AttrMap attrs = node.attrs;
+      if (node.op == OpId::transpose) {
+        std::vector<int64_t> perm = OpContext{opDef(node.op), {}, {}, node.attrs}.getInts("perm");
+        if (perm.empty())  // no perm: the dims reversed
+          for (int64_t d = static_cast<int64_t>(rankOf(source)); d-- > 0;) perm.push_back(d);
+        for (size_t d = 0; d < perm.size() && d < s.dim_axis.size(); ++d) source_layout.dim_axis[perm[d]] = s.dim_axis[d];
+      } else {
+        const std::vector<int> dims = viewSourceDims(global_.values[source].type.shape, global_.values[v].type.shape);
+        for (size_t d = 0; d < dims.size(); ++d)
+          if (dims[d] >= 0) source_layout.dim_axis[dims[d]] = s.dim_axis[d];
+        const OpDef& def = opDef(node.op);
+        if (!def.result_shape_attr.empty())
+          attrs[std::string(def.result_shape_attr)] = localType(global_.values[v].type, s).shape;
+      }
       if (isPendingParam(source)) CLEAVE_TRY(createParam(source, source_layout));
       CLEAVE_ASSIGN_OR_RETURN(ValueId local_source, reshard(source, source_layout));
       CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
-                              local_.addNode(node.op, {local_source}, node.attrs, node.loc, {global_.values[v].name}));
+                              local_.addNode(node.op, {local_source}, std::move(attrs), node.loc, {global_.values[v].name}));
       pending_views_.erase(view);
       bind(v, results[0], std::move(s));
       return Status::ok();
@@ -769,7 +802,7 @@ class DevicePartitioner {
   std::vector<bool> batch_dependent_;         // global value depends on an input or a recv
   std::map<std::pair<ValueId, std::string>, ValueId> reshard_cache_;
   std::map<std::pair<ValueId, int8_t>, ValueId> sync_cache_;
-  std::map<ValueId, int32_t> pending_views_;  // transpose result -> its node, while its parameter has no layout
+  std::map<ValueId, int32_t> pending_views_;  // view of a parameter -> its node, while the parameter has no layout
 };
 
 }  // namespace
