@@ -16,7 +16,7 @@ namespace cleave {
 using ModelBuilder = std::function<Expected<Graph>(int64_t batch)>;
 
 // `model` with dim 0 of every input set to `batch` (0 keeps the model's): built by `builder` when
-// there is one, else re-inferred by the infer-shapes pass (a text-IR model, whose reshapes use 0
+// there is one (unless `model`'s inputs have that batch already), else re-inferred by the infer-shapes pass (a text-IR model, whose reshapes use 0
 // and -1 for the batch). Errors name the node whose shape rule fails at that batch.
 Expected<Graph> modelAtBatch(const Graph& model, const ModelBuilder& builder, int64_t batch);
 
