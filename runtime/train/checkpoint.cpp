@@ -1,5 +1,8 @@
-// Checkpoints: every persistent tensor of a plan saved whole by name, atomically, and loaded back to resume.
+// Checkpoints: every persistent tensor of a plan saved as blocks of its whole shape, one file per
+// rank plus a manifest, atomically; loaded back under any plan of the model (resharded).
 #include "runtime/train/checkpoint.h"
+
+#include <zlib.h>
 
 #include <algorithm>
 #include <charconv>
@@ -10,395 +13,515 @@
 #include <optional>
 #include <set>
 
+#include "ir/plan.h"
 #include "ir/plan.pb.h"
+#include "runtime/exec/tensor_blocks.h"
 #include "runtime/io/file_io.h"
 #include "runtime/io/safetensors.h"
-#include "runtime/exec/tensor_blocks.h"
 
 namespace cleave::runtime {
 namespace {
 
-constexpr const char* kFormat = "cleave-checkpoint-1";
+constexpr const char* kFormat = "cleave-checkpoint-2";
+constexpr const char* kShardFormat = "cleave-checkpoint-shard-2";
+constexpr const char* kSingleFileFormat = "cleave-checkpoint-1";  // older cleaves: one file of whole tensors
 constexpr const char* kLatestFile = "latest";
+constexpr const char* kManifestFile = "manifest.json";
 constexpr const char* kPrefix = "checkpoint-";
-constexpr const char* kSuffix = ".safetensors";
+constexpr const char* kSingleFileSuffix = ".safetensors";
 
 std::string pathIn(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
-// The step of a file named checkpoint-<step>.safetensors; nullopt for any other name.
-std::optional<int64_t> checkpointStep(const std::string& file_name) {
-  std::string prefix = kPrefix, suffix = kSuffix;
-  if (file_name.size() <= prefix.size() + suffix.size() || file_name.compare(0, prefix.size(), prefix) != 0 ||
-      file_name.compare(file_name.size() - suffix.size(), suffix.size(), suffix) != 0)
+std::string shardFileName(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
+
+// The step of a name "checkpoint-<step><suffix>"; nullopt for any other name.
+std::optional<int64_t> stepOfName(const std::string& name, const std::string& suffix) {
+  std::string prefix = kPrefix;
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
     return std::nullopt;
-  std::string digits = file_name.substr(prefix.size(), file_name.size() - prefix.size() - suffix.size());
+  std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   int64_t step = 0;
   auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
   if (error != std::errc() || end != digits.data() + digits.size() || step < 0) return std::nullopt;
   return step;
 }
 
-Expected<int64_t> metadataInt(const std::map<std::string, std::string>& metadata, const std::string& key,
-                              const std::string& path) {
-  auto it = metadata.find(key);
-  int64_t value = 0;
-  if (it != metadata.end()) {
-    auto [end, error] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
-    if (error == std::errc() && end == it->second.data() + it->second.size()) return value;
-  }
-  return Status::badInput("'" + path + "' is not a cleave checkpoint: metadata '" + key + "' is missing or not a number");
+std::string crcText(const void* data, int64_t bytes) {
+  uLong crc = crc32_z(0L, static_cast<const Bytef*>(data), static_cast<z_size_t>(bytes));
+  char text[9];
+  std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc));
+  return text;
 }
 
-// Deletes checkpoint files older than the newest `keep`, never the one just written.
-void pruneOldCheckpoints(const std::string& dir, const std::string& current, int keep) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    std::string name = entry.path().filename().string();
-    if (auto step = checkpointStep(name)) found.emplace_back(*step, name);
-  }
-  std::sort(found.begin(), found.end(), std::greater<>());
-  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < found.size(); ++i)
-    if (found[i].second != current) std::filesystem::remove(pathIn(dir, found[i].second), ec);
-}
+// ---- the plan's layout ----
 
-// One whole persistent tensor of the plan and the ranks' parts of it.
-struct WholeTensor {
+// One block of a persistent tensor that a rank holds.
+struct Block {
   std::string name;
-  TensorType type;  // the whole tensor
+  TensorType whole;  // the whole tensor
+  Shape offset;      // where the block starts in it
+  Shape shape;       // the block's shape
   bool optimizer_state = false;
-  struct Part {
-    RankExecutor* executor = nullptr;
-    TensorView view;    // the rank's block (the whole tensor when it is not split)
-    Shape offset;       // where the block starts in the whole tensor
-    bool first = true;  // false for a replica of a block an earlier part has
-  };
-  std::vector<Part> parts;  // every rank's, in rank order
 };
 
-// Steps: collect every rank's persistent tensors by name (in order of first appearance, rank by
-// rank), check ranks agree on each whole tensor, mark replicated blocks, check the distinct blocks
-// cover the whole tensor.
-Expected<std::vector<WholeTensor>> wholeTensors(const RankGroup& group) {
-  // 1. Parts by name.
-  std::vector<WholeTensor> tensors;
-  std::map<std::string, size_t> index_of;
-  for (int rank = 0; rank < group.size(); ++rank) {
-    RankExecutor& executor = group.executor(rank);
-    for (const ParameterTensor& param : executor.parameters()) {
-      bool split = !param.full_shape.empty();
-      TensorType whole{param.view.type.dtype, split ? param.full_shape : param.view.type.shape};
-      Shape offset = split ? param.shard_offset : Shape(whole.shape.size(), 0);
-      auto [it, inserted] = index_of.try_emplace(param.name, tensors.size());
-      if (inserted) tensors.emplace_back();
-      WholeTensor& tensor = tensors[it->second];
-      if (inserted) {
-        tensor.name = param.name;
-        tensor.type = whole;
-        tensor.optimizer_state = param.optimizer_state;
-      } else if (tensor.type != whole || tensor.optimizer_state != param.optimizer_state) {
-        return Status::internal("persistent tensor '" + param.name + "' is " + tensor.type.str() + " on rank " +
-                                std::to_string(tensor.parts[0].executor->rank()) + " but " + whole.str() +
-                                " on rank " + std::to_string(rank));
-      }
-      // 2. A block an earlier rank has is a replica: the same offset must mean the same block.
-      bool first = true;
-      for (const auto& part : tensor.parts) {
-        if (part.offset != offset) continue;
-        if (part.view.type.shape != param.view.type.shape)
-          return Status::internal("persistent tensor '" + param.name + "': the blocks at " + shapeStr(offset) +
-                                  " of rank " + std::to_string(part.executor->rank()) + " and rank " +
-                                  std::to_string(rank) + " differ in shape");
-        first = false;
-      }
-      tensor.parts.push_back(WholeTensor::Part{&executor, param.view, offset, first});
+Block blockOf(const std::string& name, const TensorType& held, const Shape& full_shape, const Shape& shard_offset,
+              bool optimizer_state) {
+  bool split = !full_shape.empty();
+  return Block{name, TensorType{held.dtype, split ? full_shape : held.shape},
+               split ? shard_offset : Shape(held.shape.size(), 0), held.shape, optimizer_state};
+}
+
+// Every rank's blocks, by rank: from the executors of a group in one process, from the plan for a
+// group that spans processes (the other ranks' blocks decide which rank saves a replica).
+Expected<std::map<int, std::vector<Block>>> blocksByRank(const RankGroup& group) {
+  std::map<int, std::vector<Block>> ranks;
+  if (!group.spansProcesses()) {
+    for (int index = 0; index < group.size(); ++index) {
+      RankExecutor& executor = group.executor(index);
+      auto& blocks = ranks[executor.rank()];
+      for (const ParameterTensor& param : executor.parameters())
+        blocks.push_back(blockOf(param.name, param.view.type, param.full_shape, param.shard_offset,
+                                 param.optimizer_state));
+    }
+    return ranks;
+  }
+  for (const planpb::RankPlan& rank_plan : group.processPlan()->ranks()) {
+    std::map<int32_t, const planpb::Buffer*> buffers;
+    for (const planpb::Buffer& buffer : rank_plan.buffers()) buffers[buffer.id()] = &buffer;
+    auto& blocks = ranks[rank_plan.rank()];
+    for (const planpb::Parameter& param : rank_plan.parameters()) {
+      auto buffer = buffers.find(param.buffer());
+      if (buffer == buffers.end())
+        return Status::internal("rank " + std::to_string(rank_plan.rank()) + ": parameter '" + param.name() +
+                                "' has no buffer");
+      CLEAVE_ASSIGN_OR_RETURN(TensorType held, fromProto(buffer->second->type()));
+      blocks.push_back(blockOf(param.name(), held, Shape(param.full_shape().begin(), param.full_shape().end()),
+                               Shape(param.shard_offset().begin(), param.shard_offset().end()),
+                               buffer->second->kind() == planpb::BUFFER_OPTIMIZER_STATE));
     }
   }
-  // 3. The distinct blocks must add up to the whole tensor.
-  for (const WholeTensor& tensor : tensors) {
+  return ranks;
+}
+
+// A whole persistent tensor of the plan and the distinct blocks that make it up, each with the
+// lowest rank that holds it (the one that saves it).
+struct PlanTensor {
+  TensorType whole;
+  bool optimizer_state = false;
+  std::vector<std::pair<int, Block>> saved_by;  // (rank, block)
+};
+
+// Steps: group blocks by tensor, check the ranks agree on each whole tensor, keep the first rank of
+// each distinct block, and check the distinct blocks cover the whole tensor.
+Expected<std::map<std::string, PlanTensor>> planTensors(const std::map<int, std::vector<Block>>& ranks) {
+  std::map<std::string, PlanTensor> tensors;
+  for (const auto& [rank, blocks] : ranks) {
+    for (const Block& block : blocks) {
+      auto [it, inserted] = tensors.try_emplace(block.name);
+      PlanTensor& tensor = it->second;
+      if (inserted) {
+        tensor.whole = block.whole;
+        tensor.optimizer_state = block.optimizer_state;
+      } else if (tensor.whole != block.whole || tensor.optimizer_state != block.optimizer_state) {
+        return Status::internal("persistent tensor '" + block.name + "' is " + tensor.whole.str() + " on rank " +
+                                std::to_string(tensor.saved_by[0].first) + " but " + block.whole.str() + " on rank " +
+                                std::to_string(rank));
+      }
+      bool replica = false;
+      for (const auto& [owner, saved] : tensor.saved_by) {
+        if (saved.offset != block.offset) continue;
+        if (saved.shape != block.shape)
+          return Status::internal("persistent tensor '" + block.name + "': the blocks at " + shapeStr(block.offset) +
+                                  " of rank " + std::to_string(owner) + " and rank " + std::to_string(rank) +
+                                  " differ in shape");
+        replica = true;
+      }
+      if (!replica) tensor.saved_by.emplace_back(rank, block);
+    }
+  }
+  for (const auto& [name, tensor] : tensors) {
     int64_t covered = 0;
-    for (const auto& part : tensor.parts)
-      if (part.first) covered += part.view.type.numel();
-    if (covered != tensor.type.numel())
-      return Status::internal("persistent tensor '" + tensor.name + "' (" + tensor.type.str() +
-                              "): the ranks' blocks hold " + std::to_string(covered) + " of its " +
-                              std::to_string(tensor.type.numel()) + " elements");
+    for (const auto& [rank, block] : tensor.saved_by) covered += TensorType{tensor.whole.dtype, block.shape}.numel();
+    if (covered != tensor.whole.numel())
+      return Status::internal("persistent tensor '" + name + "' (" + tensor.whole.str() + "): the ranks' blocks hold " +
+                              std::to_string(covered) + " of its " + std::to_string(tensor.whole.numel()) +
+                              " elements");
   }
   return tensors;
 }
 
-// The tensors in name order: the order of a checkpoint file and its fingerprint, whatever the plan.
-std::vector<const WholeTensor*> inNameOrder(const std::vector<WholeTensor>& tensors) {
-  std::vector<const WholeTensor*> sorted;
-  for (const WholeTensor& tensor : tensors) sorted.push_back(&tensor);
-  std::sort(sorted.begin(), sorted.end(), [](const WholeTensor* a, const WholeTensor* b) { return a->name < b->name; });
-  return sorted;
-}
-
-std::string fingerprintOf(const std::vector<WholeTensor>& tensors) {
-  // FNV-1a over "name dtype[shape] kind" of each whole persistent tensor, in name order.
-  uint64_t hash = 0xcbf29ce484222325ull;
-  auto mix = [&hash](const std::string& text) {
-    for (unsigned char c : text) {
-      hash ^= c;
-      hash *= 0x100000001b3ull;
-    }
-  };
-  for (const WholeTensor* tensor : inNameOrder(tensors))
-    mix(tensor->name + " " + tensor->type.str() + (tensor->optimizer_state ? " state" : " weight") + "\n");
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
-
-// The bytes of a part's block, through a host copy when its device needs one.
-Expected<const void*> hostBytes(const WholeTensor::Part& part, std::vector<std::vector<uint8_t>>& host_copies) {
-  Device& device = part.executor->device();
-  if (device.hostAccessible()) return static_cast<const void*>(part.view.data);
-  host_copies.emplace_back(static_cast<size_t>(part.view.type.bytes()));
-  CLEAVE_TRY(device.copyToHost(host_copies.back().data(), part.view.data, part.view.type.bytes()));
+// The bytes of a block on `executor`'s device, through a host copy when the device needs one.
+Expected<const void*> hostBytes(RankExecutor& executor, const TensorView& view,
+                                std::vector<std::vector<uint8_t>>& host_copies) {
+  Device& device = executor.device();
+  if (device.hostAccessible()) return static_cast<const void*>(view.data);
+  host_copies.emplace_back(static_cast<size_t>(view.type.bytes()));
+  CLEAVE_TRY(device.copyToHost(host_copies.back().data(), view.data, view.type.bytes()));
   return static_cast<const void*>(host_copies.back().data());
 }
 
-// ---- sharded checkpoints (groups that span processes) ----
+// ---- saving ----
 
-constexpr const char* kShardFormat = "cleave-checkpoint-shard-1";
-constexpr const char* kManifestFormat = "cleave-sharded-checkpoint-1";
-constexpr const char* kManifestFile = "manifest.json";
-
-std::string shardFileName(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
-
-// A hash of one rank's persistent tensors as that rank holds them (name, dtype, block shape, whole
-// shape, offset, kind), in name order: a shard loads only into the rank that wrote it, of the same plan.
-std::string shardFingerprint(const RankExecutor& executor) {
-  std::vector<const ParameterTensor*> sorted;
-  for (const ParameterTensor& param : executor.parameters()) sorted.push_back(&param);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const ParameterTensor* a, const ParameterTensor* b) { return a->name < b->name; });
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (const ParameterTensor* param : sorted) {
-    std::string line = param->name + " " + param->view.type.str() + " of " + shapeStr(param->full_shape) + " at " +
-                       shapeStr(param->shard_offset) + (param->optimizer_state ? " state" : " weight") + "\n";
-    for (unsigned char c : line) {
-      hash ^= c;
-      hash *= 0x100000001b3ull;
-    }
-  }
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
-
-// The step of a folder named checkpoint-<step>; nullopt for any other name.
-std::optional<int64_t> shardedCheckpointStep(const std::string& name) {
-  return checkpointStep(name + kSuffix);
-}
-
-// Deletes sharded checkpoint folders older than the newest `keep`, never the one just written.
-void pruneOldShardedCheckpoints(const std::string& dir, const std::string& current, int keep) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    std::string name = entry.path().filename().string();
-    if (entry.is_directory(ec))
-      if (auto step = shardedCheckpointStep(name)) found.emplace_back(*step, name);
-  }
-  std::sort(found.begin(), found.end(), std::greater<>());
-  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < found.size(); ++i)
-    if (found[i].second != current) std::filesystem::remove_all(pathIn(dir, found[i].second), ec);
-}
-
-// Steps: write this rank's shard, wait until every rank has written its own, then (rank 0) the
-// manifest, `latest`, and pruning.
-Expected<std::string> saveShardedCheckpoint(const std::string& dir, const RankGroup& group, const CheckpointState& state,
-                                            int keep) {
-  // 1. This rank's blocks, as it holds them.
-  const std::string folder = shardedCheckpointPath(dir, state.step);
-  CLEAVE_TRY(ensureDirectory(folder));
-  RankExecutor& executor = group.executor(0);
-  const int ranks = group.processPlan()->ranks_size();
+// Writes the shard of `executor`'s rank: the blocks it is the first to hold. Nothing when it has none.
+Status writeShard(const std::string& folder, RankExecutor& executor, const std::map<std::string, PlanTensor>& tensors,
+                  const CheckpointState& state) {
   std::vector<std::vector<uint8_t>> host_copies;
   std::vector<SafetensorsEntry> entries;
+  nlohmann::json blocks = nlohmann::json::object();
   for (const ParameterTensor& param : executor.parameters()) {
-    WholeTensor::Part part{&executor, param.view, param.shard_offset, true};
-    CLEAVE_ASSIGN_OR_RETURN(const void* data, hostBytes(part, host_copies));
+    const PlanTensor& tensor = tensors.at(param.name);
+    Block mine = blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state);
+    bool saves = false;
+    for (const auto& [rank, block] : tensor.saved_by) saves |= rank == executor.rank() && block.offset == mine.offset;
+    if (!saves) continue;
+    CLEAVE_ASSIGN_OR_RETURN(const void* data, hostBytes(executor, param.view, host_copies));
     entries.push_back(SafetensorsEntry{param.name, param.view.type, data});
+    blocks[param.name] = {{"offset", mine.offset}, {"crc32", crcText(data, param.view.type.bytes())}};
   }
+  if (entries.empty()) return Status::ok();
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  std::map<std::string, std::string> metadata = {
-      {"format", kShardFormat},         {"rank", std::to_string(executor.rank())},
-      {"ranks", std::to_string(ranks)}, {"step", std::to_string(state.step)},
-      {"fingerprint", shardFingerprint(executor)},
-  };
-  CLEAVE_TRY(writeSafetensors(pathIn(folder, shardFileName(executor.rank())), entries, metadata));
+  std::map<std::string, std::string> metadata = {{"format", kShardFormat},
+                                                 {"rank", std::to_string(executor.rank())},
+                                                 {"step", std::to_string(state.step)},
+                                                 {"blocks", blocks.dump()}};
+  return writeSafetensors(pathIn(folder, shardFileName(executor.rank())), entries, metadata);
+}
 
-  // 2. Every shard is on disk once every rank has passed the barrier.
-  std::vector<int> everyone(static_cast<size_t>(ranks));
-  for (int rank = 0; rank < ranks; ++rank) everyone[static_cast<size_t>(rank)] = rank;
-  CLEAVE_TRY(group.processCommunicator().barrier(everyone).withContext("checkpoint of step " +
-                                                                         std::to_string(state.step) + ": "));
-  if (executor.rank() != 0) return folder;
-
-  // 3. The manifest, then `latest` naming it, then old checkpoints go.
-  nlohmann::json manifest = {{"format", kManifestFormat},
+nlohmann::json manifestOf(const std::map<std::string, PlanTensor>& tensors, const CheckpointState& state) {
+  nlohmann::json manifest = {{"format", kFormat},
                              {"step", state.step},
                              {"epoch", state.position.epoch},
                              {"batch", state.position.batch},
                              {"seed", std::to_string(state.seed)},
-                             {"ranks", ranks},
-                             {"shards", nlohmann::json::array()}};
-  for (int rank = 0; rank < ranks; ++rank) manifest["shards"].push_back(shardFileName(rank));
-  CLEAVE_TRY(writeFileAtomically(pathIn(folder, kManifestFile),
-                                 [&](FileWriter& out) { return out.write(manifest.dump(2) + "\n"); }));
-  std::string folder_name = std::filesystem::path(folder).filename().string();
-  CLEAVE_TRY(writeFileAtomically(pathIn(dir, kLatestFile), [&](FileWriter& out) {
-    return out.write(folder_name + "/" + kManifestFile + "\n");
-  }));
-  pruneOldShardedCheckpoints(dir, folder_name, keep);
-  return folder;
+                             {"tensors", nlohmann::json::object()}};
+  for (const auto& [name, tensor] : tensors) {
+    nlohmann::json blocks = nlohmann::json::array();
+    for (const auto& [rank, block] : tensor.saved_by)
+      blocks.push_back({{"file", shardFileName(rank)}, {"offset", block.offset}, {"shape", block.shape}});
+    manifest["tensors"][name] = {{"dtype", std::string(dtypeName(tensor.whole.dtype))},
+                                 {"shape", tensor.whole.shape},
+                                 {"kind", tensor.optimizer_state ? "optimizer_state" : "weight"},
+                                 {"blocks", blocks}};
+  }
+  return manifest;
 }
 
-// Steps: read `latest` and the manifest it names, check it fits this plan, read this rank's shard,
-// check it against this rank's tensors, and only then copy them in.
-Expected<CheckpointState> loadShardedCheckpoint(const std::string& dir, const RankGroup& group) {
-  // 1. The manifest.
-  std::string latest_path = pathIn(dir, kLatestFile);
-  CLEAVE_ASSIGN_OR_RETURN(std::string latest, readWholeFile(latest_path));
-  while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ' || latest.back() == '\r')) latest.pop_back();
-  const std::string suffix = std::string("/") + kManifestFile;
-  if (latest.size() <= suffix.size() || latest.compare(latest.size() - suffix.size(), suffix.size(), suffix) != 0 ||
-      !shardedCheckpointStep(latest.substr(0, latest.size() - suffix.size())))
-    return Status::badInput("'" + latest_path + "' names '" + latest +
-                            "', not a multi-process checkpoint (checkpoint-<step>/" + kManifestFile +
-                            "); a multi-process run resumes only the sharded checkpoints of multi-process runs");
-  std::string manifest_path = pathIn(dir, latest);
-  CLEAVE_ASSIGN_OR_RETURN(std::string manifest_text, readWholeFile(manifest_path));
-  nlohmann::json manifest = nlohmann::json::parse(manifest_text, nullptr, /*allow_exceptions=*/false);
+// The manifest as text a person can read: one line per state entry and per tensor.
+std::string manifestText(const nlohmann::json& manifest) {
+  std::string text = "{\n";
+  for (const auto& [key, value] : manifest.items()) {
+    if (key == "tensors") continue;
+    text += "  " + nlohmann::json(key).dump() + ": " + value.dump() + ",\n";
+  }
+  text += "  \"tensors\": {";
+  bool first = true;
+  for (const auto& [name, tensor] : manifest["tensors"].items()) {
+    text += std::string(first ? "" : ",") + "\n    " + nlohmann::json(name).dump() + ": " + tensor.dump();
+    first = false;
+  }
+  return text + "\n  }\n}\n";
+}
+
+bool isTemporaryFile(const std::string& name) { return name.rfind(".tmp-", 0) == 0; }
+
+// Steps: find the checkpoints in `dir` (complete: a folder with its manifest, or an older single
+// file); keep the newest `keep` complete ones and the current; delete the other complete ones,
+// folders without a manifest (crashed saves) other than the current, and every temporary file a
+// crashed write left in `dir` or a checkpoint folder. Runs when no write is in progress.
+void prune(const std::string& dir, const std::string& current, int keep) {
+  struct Found {
+    int64_t step;
+    std::string name;
+    bool complete;
+  };
+  std::vector<Found> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (isTemporaryFile(name)) {
+      std::filesystem::remove(entry.path(), ec);
+    } else if (entry.is_directory(ec)) {
+      if (auto step = stepOfName(name, "")) {
+        found.push_back({*step, name, std::filesystem::exists(entry.path() / kManifestFile, ec)});
+        for (const auto& inner : std::filesystem::directory_iterator(entry.path(), ec))
+          if (isTemporaryFile(inner.path().filename().string())) std::filesystem::remove(inner.path(), ec);
+      }
+    } else if (auto step = stepOfName(name, kSingleFileSuffix)) {
+      found.push_back({*step, name, true});
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.step > b.step; });
+  int kept = 0;
+  for (const Found& checkpoint : found) {
+    if (checkpoint.name == current) continue;
+    if (checkpoint.complete && ++kept < std::max(keep, 1)) continue;
+    std::filesystem::remove_all(pathIn(dir, checkpoint.name), ec);
+  }
+}
+
+// ---- loading ----
+
+// A block of a saved tensor: where it lies in the whole tensor and which file holds it.
+struct SavedBlock {
+  std::string file;  // path
+  Shape offset;
+  Shape shape;
+};
+
+// A tensor of a checkpoint, as its manifest describes it.
+struct SavedTensor {
+  TensorType whole;
+  bool optimizer_state = false;
+  bool kind_known = true;  // false in older single-file checkpoints, which did not record kinds
+  std::vector<SavedBlock> blocks;
+};
+
+// A checkpoint's description: state and tensors, not yet their data.
+struct SavedCheckpoint {
+  std::string path;  // the manifest (or the single file)
+  CheckpointState state;
+  std::map<std::string, SavedTensor> tensors;
+};
+
+Status notACheckpoint(const std::string& path, const std::string& why) {
+  return Status::badInput("'" + path + "' is not a cleave checkpoint manifest: " + why);
+}
+
+Expected<Shape> jsonShape(const nlohmann::json& value, const std::string& path, const std::string& what) {
+  Shape shape;
+  if (!value.is_array()) return notACheckpoint(path, what + " is not a list of sizes");
+  for (const auto& dim : value) {
+    if (!dim.is_number_integer() || dim.get<int64_t>() < 0) return notACheckpoint(path, what + " is not a list of sizes");
+    shape.push_back(dim.get<int64_t>());
+  }
+  return shape;
+}
+
+Expected<int64_t> parseInteger(const std::string& text, const std::string& path, const std::string& key) {
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size())
+    return Status::badInput("'" + path + "' is not a cleave checkpoint: '" + key + "' is not a number");
+  return value;
+}
+
+// Steps: parse the manifest, its state, then each tensor and its blocks.
+Expected<SavedCheckpoint> readManifest(const std::string& path) {
+  CLEAVE_ASSIGN_OR_RETURN(std::string text, readWholeFile(path));
+  nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!manifest.is_object()) return notACheckpoint(path, "not a JSON object");
+  std::string format = manifest.value("format", "");
+  if (format == "cleave-sharded-checkpoint-1")
+    return Status::badInput("'" + path + "' is a multi-process checkpoint of an older cleave, whose shards do not "
+                            "record where their blocks lie; resume it with that cleave and save it again");
+  if (format != kFormat) return notACheckpoint(path, "format is not " + std::string(kFormat));
+  SavedCheckpoint checkpoint;
+  checkpoint.path = path;
   auto integer = [&](const char* key) -> Expected<int64_t> {
-    if (!manifest.is_object() || !manifest.contains(key) || !manifest[key].is_number_integer())
-      return Status::badInput("'" + manifest_path + "' is not a cleave checkpoint manifest: '" + key +
-                              "' is missing or not an integer");
+    if (!manifest.contains(key) || !manifest[key].is_number_integer())
+      return notACheckpoint(path, std::string("'") + key + "' is missing or not an integer");
     return manifest[key].get<int64_t>();
   };
-  if (!manifest.is_object() || manifest.value("format", "") != kManifestFormat)
-    return Status::badInput("'" + manifest_path + "' is not a cleave checkpoint manifest (format is not " +
-                            kManifestFormat + ")");
-  CheckpointState state;
-  CLEAVE_ASSIGN_OR_RETURN(state.step, integer("step"));
-  CLEAVE_ASSIGN_OR_RETURN(state.position.epoch, integer("epoch"));
-  CLEAVE_ASSIGN_OR_RETURN(state.position.batch, integer("batch"));
-  CLEAVE_ASSIGN_OR_RETURN(int64_t ranks, integer("ranks"));
-  std::string seed = manifest.value("seed", "");
-  auto [seed_end, seed_error] = std::from_chars(seed.data(), seed.data() + seed.size(), state.seed);
-  if (seed_error != std::errc() || seed_end != seed.data() + seed.size())
-    return Status::badInput("'" + manifest_path + "' is not a cleave checkpoint manifest: 'seed' is not a number");
-  const int plan_ranks = group.processPlan()->ranks_size();
-  if (ranks != plan_ranks)
-    return Status::badInput("checkpoint '" + manifest_path + "' was saved by " + std::to_string(ranks) +
-                            " ranks; this plan has " + std::to_string(plan_ranks));
-
-  // 2. This rank's shard must hold exactly this rank's tensors.
-  RankExecutor& executor = group.executor(0);
-  std::string shard_path = pathIn(std::filesystem::path(manifest_path).parent_path().string(),
-                                  shardFileName(executor.rank()));
-  CLEAVE_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(shard_path));
-  auto format = file.metadata.find("format");
-  if (format == file.metadata.end() || format->second != kShardFormat)
-    return Status::badInput("'" + shard_path + "' is not a cleave checkpoint shard (metadata 'format' is not " +
-                            kShardFormat + ")");
-  CLEAVE_ASSIGN_OR_RETURN(int64_t shard_step, metadataInt(file.metadata, "step", shard_path));
-  if (shard_step != state.step)
-    return Status::badInput("'" + shard_path + "' holds step " + std::to_string(shard_step) + ", its manifest step " +
-                            std::to_string(state.step));
-  auto fingerprint = file.metadata.find("fingerprint");
-  std::string want = shardFingerprint(executor);
-  if (fingerprint == file.metadata.end() || fingerprint->second != want)
-    return Status::badInput("checkpoint shard '" + shard_path + "' was saved from a different plan (fingerprint " +
-                            (fingerprint == file.metadata.end() ? std::string("missing") : fingerprint->second) +
-                            ", rank " + std::to_string(executor.rank()) + "'s is " + want + ")");
-  for (const ParameterTensor& param : executor.parameters()) {
-    const SafetensorsTensor* saved = file.find(param.name);
-    if (!saved || saved->type != param.view.type)
-      return Status::badInput("checkpoint shard '" + shard_path + "' has no tensor '" + param.name + "' of type " +
-                              param.view.type.str());
+  CLEAVE_ASSIGN_OR_RETURN(checkpoint.state.step, integer("step"));
+  CLEAVE_ASSIGN_OR_RETURN(checkpoint.state.position.epoch, integer("epoch"));
+  CLEAVE_ASSIGN_OR_RETURN(checkpoint.state.position.batch, integer("batch"));
+  if (!manifest.contains("seed") || !manifest["seed"].is_string()) return notACheckpoint(path, "'seed' is missing");
+  CLEAVE_ASSIGN_OR_RETURN(int64_t seed, parseInteger(manifest["seed"].get<std::string>(), path, "seed"));
+  checkpoint.state.seed = static_cast<uint64_t>(seed);
+  if (!manifest.contains("tensors") || !manifest["tensors"].is_object())
+    return notACheckpoint(path, "'tensors' is missing");
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  for (const auto& [name, entry] : manifest["tensors"].items()) {
+    const std::string what = "tensor '" + name + "'";
+    if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() || !entry.contains("blocks") ||
+        !entry["blocks"].is_array() || !entry.contains("shape"))
+      return notACheckpoint(path, what + " lacks dtype, shape or blocks");
+    auto dtype = parseDType(entry["dtype"].get<std::string>());
+    if (!dtype) return notACheckpoint(path, what + " has an unknown dtype");
+    SavedTensor tensor;
+    CLEAVE_ASSIGN_OR_RETURN(Shape shape, jsonShape(entry["shape"], path, what + "'s shape"));
+    tensor.whole = TensorType{*dtype, shape};
+    tensor.optimizer_state = entry.value("kind", "") == "optimizer_state";
+    int64_t covered = 0;
+    for (const auto& block_entry : entry["blocks"]) {
+      if (!block_entry.is_object() || !block_entry.contains("file") || !block_entry["file"].is_string() ||
+          !block_entry.contains("offset") || !block_entry.contains("shape"))
+        return notACheckpoint(path, what + ": a block lacks file, offset or shape");
+      SavedBlock block;
+      std::string file = block_entry["file"].get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
+        return notACheckpoint(path, what + ": block file '" + file + "' is not a file of the checkpoint's folder");
+      block.file = pathIn(folder, file);
+      CLEAVE_ASSIGN_OR_RETURN(block.offset, jsonShape(block_entry["offset"], path, what + "'s block offset"));
+      CLEAVE_ASSIGN_OR_RETURN(block.shape, jsonShape(block_entry["shape"], path, what + "'s block shape"));
+      if (block.offset.size() != shape.size() || !boxInside(shape, block.offset, block.shape))
+        return notACheckpoint(path, what + ": a block of " + shapeStr(block.shape) + " at " + shapeStr(block.offset) +
+                                        " does not lie inside " + tensor.whole.str());
+      covered += TensorType{*dtype, block.shape}.numel();
+      tensor.blocks.push_back(std::move(block));
+    }
+    if (covered != tensor.whole.numel())
+      return notACheckpoint(path, what + ": its blocks hold " + std::to_string(covered) + " of its " +
+                                      std::to_string(tensor.whole.numel()) + " elements");
+    checkpoint.tensors.emplace(name, std::move(tensor));
   }
-  if (file.tensors.size() != executor.parameters().size())
-    return Status::badInput("checkpoint shard '" + shard_path + "' holds " + std::to_string(file.tensors.size()) +
-                            " tensors; rank " + std::to_string(executor.rank()) + " has " +
-                            std::to_string(executor.parameters().size()));
+  return checkpoint;
+}
 
-  // 3. Copy in.
-  for (const ParameterTensor& param : executor.parameters())
-    CLEAVE_TRY(executor.device().copyFromHost(param.view.data, file.find(param.name)->data.data(),
-                                              param.view.type.bytes()));
-  return state;
+// An older single-file checkpoint: its whole tensors, each a block of itself.
+Expected<SavedCheckpoint> readSingleFileCheckpoint(const std::string& path, const SafetensorsFile& file) {
+  auto format = file.metadata.find("format");
+  if (format == file.metadata.end() || format->second != kSingleFileFormat)
+    return Status::badInput("'" + path + "' is not a cleave checkpoint (metadata 'format' is not " + kSingleFileFormat +
+                            ")");
+  auto metadata = [&](const char* key) -> Expected<int64_t> {
+    auto it = file.metadata.find(key);
+    if (it == file.metadata.end())
+      return Status::badInput("'" + path + "' is not a cleave checkpoint: metadata '" + key + "' is missing");
+    return parseInteger(it->second, path, key);
+  };
+  SavedCheckpoint checkpoint;
+  checkpoint.path = path;
+  CLEAVE_ASSIGN_OR_RETURN(checkpoint.state.step, metadata("step"));
+  CLEAVE_ASSIGN_OR_RETURN(checkpoint.state.position.epoch, metadata("epoch"));
+  CLEAVE_ASSIGN_OR_RETURN(checkpoint.state.position.batch, metadata("batch"));
+  CLEAVE_ASSIGN_OR_RETURN(int64_t seed, metadata("seed"));
+  checkpoint.state.seed = static_cast<uint64_t>(seed);
+  for (const auto& tensor : file.tensors) {
+    SavedTensor saved;
+    saved.whole = tensor.type;
+    saved.kind_known = false;
+    saved.blocks.push_back(SavedBlock{path, Shape(tensor.type.shape.size(), 0), tensor.type.shape});
+    checkpoint.tensors.emplace(tensor.name, std::move(saved));
+  }
+  return checkpoint;
+}
+
+// The files of a checkpoint, read on first use; each block's CRC-32 checked once.
+class ShardReader {
+ public:
+  // The bytes of `name`'s block in `block.file`, after checking the shard's header agrees with the
+  // manifest (format, step, offset, type) and the bytes with their CRC-32.
+  Expected<const SafetensorsTensor*> block(const std::string& name, const SavedTensor& tensor, const SavedBlock& block,
+                                           int64_t step) {
+    auto it = files_.find(block.file);
+    if (it == files_.end()) {
+      CLEAVE_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(block.file));
+      it = files_.emplace(block.file, std::move(file)).first;
+    }
+    const SafetensorsFile& file = it->second;
+    const SafetensorsTensor* saved = file.find(name);
+    const TensorType expected{tensor.whole.dtype, block.shape};
+    if (!saved || saved->type != expected)
+      return Status::badInput("checkpoint file '" + block.file + "' has no tensor '" + name + "' of type " +
+                              expected.str() + " (its manifest says it has)");
+    if (!tensor.kind_known || !checked_.insert(block.file + "\n" + name).second) return saved;
+    auto format = file.metadata.find("format");
+    auto saved_step = file.metadata.find("step");
+    auto blocks_text = file.metadata.find("blocks");
+    if (format == file.metadata.end() || format->second != kShardFormat || saved_step == file.metadata.end() ||
+        blocks_text == file.metadata.end())
+      return Status::badInput("'" + block.file + "' is not a cleave checkpoint shard (its metadata lacks format " +
+                              kShardFormat + ", step or blocks)");
+    if (saved_step->second != std::to_string(step))
+      return Status::badInput("'" + block.file + "' holds step " + saved_step->second + ", its manifest step " +
+                              std::to_string(step) + " (a file of another checkpoint)");
+    nlohmann::json blocks = nlohmann::json::parse(blocks_text->second, nullptr, /*allow_exceptions=*/false);
+    if (!blocks.is_object() || !blocks.contains(name) || !blocks[name].is_object() ||
+        !blocks[name].contains("crc32") || !blocks[name]["crc32"].is_string() || !blocks[name].contains("offset"))
+      return Status::badInput("'" + block.file + "': tensor '" + name + "' has no offset or checksum in the metadata");
+    if (blocks[name]["offset"] != nlohmann::json(block.offset))
+      return Status::badInput("'" + block.file + "': tensor '" + name + "' is the block at " +
+                              blocks[name]["offset"].dump() + ", its manifest says at " + shapeStr(block.offset));
+    std::string want = blocks[name]["crc32"].get<std::string>();
+    std::string got = crcText(saved->data.data(), static_cast<int64_t>(saved->data.size()));
+    if (got != want)
+      return Status::badInput("checkpoint file '" + block.file + "': tensor '" + name +
+                              "' is corrupt (CRC-32 " + got + ", saved as " + want + ")");
+    return saved;
+  }
+
+ private:
+  std::map<std::string, SafetensorsFile> files_;
+  std::set<std::string> checked_;
+};
+
+// Fills `target` (the block of `shape` at `offset` of tensor `name`) from the saved blocks that
+// overlap it; kBadInput when they leave part of it uncovered.
+Status assembleBlock(const std::string& name, const SavedTensor& tensor, const Shape& offset, const Shape& shape,
+                     uint8_t* target, ShardReader& reader, const SavedCheckpoint& checkpoint) {
+  const int64_t element_bytes = dtypeSize(tensor.whole.dtype);
+  int64_t covered = 0;
+  for (const SavedBlock& saved : tensor.blocks) {
+    // The overlap of the saved block and the wanted one, in whole-tensor coordinates.
+    Shape start(shape.size()), extent(shape.size());
+    bool empty = false;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      int64_t begin = std::max(offset[d], saved.offset[d]);
+      int64_t end = std::min(offset[d] + shape[d], saved.offset[d] + saved.shape[d]);
+      empty |= end <= begin;
+      start[d] = begin;
+      extent[d] = std::max<int64_t>(end - begin, 0);
+    }
+    if (empty && !shape.empty()) continue;
+    CLEAVE_ASSIGN_OR_RETURN(const SafetensorsTensor* bytes, reader.block(name, tensor, saved, checkpoint.state.step));
+    Shape from(shape.size()), to(shape.size());
+    for (size_t d = 0; d < shape.size(); ++d) {
+      from[d] = start[d] - saved.offset[d];
+      to[d] = start[d] - offset[d];
+    }
+    copyBox(bytes->data.data(), saved.shape, from, target, shape, to, extent, element_bytes);
+    covered += TensorType{tensor.whole.dtype, extent}.numel();
+  }
+  if (covered != TensorType{tensor.whole.dtype, shape}.numel())
+    return Status::badInput("checkpoint '" + checkpoint.path + "': the saved blocks of tensor '" + name +
+                            "' do not cover its block of " + shapeStr(shape) + " at " + shapeStr(offset));
+  return Status::ok();
+}
+
+// The checkpoint `latest` names, described (a manifest, or an older single file, read whole).
+Expected<SavedCheckpoint> readLatest(const std::string& dir, std::optional<SafetensorsFile>& single_file) {
+  CLEAVE_ASSIGN_OR_RETURN(std::string path, latestCheckpointPath(dir));
+  if (std::filesystem::path(path).extension() == kSingleFileSuffix) {
+    CLEAVE_ASSIGN_OR_RETURN(single_file, readSafetensors(path));
+    return readSingleFileCheckpoint(path, *single_file);
+  }
+  return readManifest(pathIn(path, kManifestFile));
+}
+
+// Steps: every tensor the plan needs must be saved with its type; every saved weight must be in the
+// plan; saved optimizer state must be too, unless the plan has none.
+Status checkAgainstPlan(const SavedCheckpoint& checkpoint, const std::map<std::string, PlanTensor>& plan) {
+  const std::string& path = checkpoint.path;
+  bool plan_has_state = false;
+  for (const auto& [name, tensor] : plan) {
+    plan_has_state |= tensor.optimizer_state;
+    auto saved = checkpoint.tensors.find(name);
+    if (saved == checkpoint.tensors.end())
+      return Status::badInput("checkpoint '" + path + "' has no tensor '" + name + "' that the plan needs (" +
+                              tensor.whole.str() + ")" +
+                              (tensor.optimizer_state ? ": it was saved with another optimizer, or by an inference plan"
+                                                      : "; it was saved from another model"));
+    if (saved->second.whole != tensor.whole)
+      return Status::badInput("checkpoint '" + path + "': tensor '" + name + "' is " + saved->second.whole.str() +
+                              ", the plan has " + tensor.whole.str());
+  }
+  for (const auto& [name, saved] : checkpoint.tensors) {
+    if (plan.count(name) || (saved.optimizer_state && !plan_has_state)) continue;
+    return Status::badInput("checkpoint '" + path + "' has " + (saved.optimizer_state ? "optimizer state" : "tensor") +
+                            " '" + name + "' that the plan does not" +
+                            (saved.optimizer_state ? " (the plan's optimizer differs)" : "; it was saved from another model"));
+  }
+  return Status::ok();
 }
 
 }  // namespace
 
-std::string shardedCheckpointPath(const std::string& dir, int64_t step) {
-  return pathIn(dir, kPrefix + std::to_string(step));
-}
-
-Expected<std::string> planFingerprint(const RankGroup& group) {
-  CLEAVE_ASSIGN_OR_RETURN(std::vector<WholeTensor> tensors, wholeTensors(group));
-  return fingerprintOf(tensors);
-}
-
-// Steps: assemble the whole tensors (through host copies when needed), write the checkpoint, point
-// `latest` at it, prune old ones.
-Expected<std::string> saveCheckpoint(const std::string& dir, const RankGroup& group, const CheckpointState& state,
-                                     int keep) {
-  CLEAVE_TRY(ensureDirectory(dir));
-  if (group.spansProcesses()) return saveShardedCheckpoint(dir, group, state, keep);
-  // 1. The whole tensors, by name: a tensor one block holds whole is written from that block.
-  CLEAVE_ASSIGN_OR_RETURN(std::vector<WholeTensor> tensors, wholeTensors(group));
-  std::vector<std::vector<uint8_t>> host_copies;
-  std::vector<SafetensorsEntry> entries;
-  for (const WholeTensor* whole_tensor : inNameOrder(tensors)) {
-    const WholeTensor& tensor = *whole_tensor;
-    const WholeTensor::Part& first = tensor.parts[0];
-    if (first.view.type.shape == tensor.type.shape) {
-      CLEAVE_ASSIGN_OR_RETURN(const void* data, hostBytes(first, host_copies));
-      entries.push_back(SafetensorsEntry{tensor.name, tensor.type, data});
-      continue;
-    }
-    std::vector<uint8_t> whole(static_cast<size_t>(tensor.type.bytes()));
-    for (const auto& part : tensor.parts) {
-      if (!part.first) continue;
-      CLEAVE_ASSIGN_OR_RETURN(const void* block, hostBytes(part, host_copies));
-      copyBox(block, part.view.type.shape, Shape(part.offset.size(), 0), whole.data(), tensor.type.shape, part.offset,
-              part.view.type.shape, dtypeSize(tensor.type.dtype));
-    }
-    host_copies.push_back(std::move(whole));
-    entries.push_back(SafetensorsEntry{tensor.name, tensor.type, host_copies.back().data()});
-  }
-  std::map<std::string, std::string> metadata = {
-      {"format", kFormat},
-      {"step", std::to_string(state.step)},
-      {"epoch", std::to_string(state.position.epoch)},
-      {"batch", std::to_string(state.position.batch)},
-      {"seed", std::to_string(state.seed)},
-      {"fingerprint", fingerprintOf(tensors)},
-  };
-
-  // 2. The checkpoint file, then `latest` naming it: a crash between the two leaves `latest` at the
-  //    previous complete checkpoint.
-  std::string path = checkpointPath(dir, state.step);
-  std::string file_name = std::filesystem::path(path).filename().string();
-  CLEAVE_TRY(writeSafetensors(path, entries, metadata));
-  CLEAVE_TRY(writeFileAtomically(pathIn(dir, kLatestFile),
-                                 [&](FileWriter& out) { return out.write(file_name + "\n"); }));
-
-  // 3. Old checkpoints.
-  pruneOldCheckpoints(dir, file_name, keep);
-  return path;
-}
-
 std::string checkpointPath(const std::string& dir, int64_t step) {
-  return pathIn(dir, kPrefix + std::to_string(step) + kSuffix);
+  return pathIn(dir, kPrefix + std::to_string(step));
 }
 
 bool hasCheckpoint(const std::string& dir) {
@@ -406,77 +529,98 @@ bool hasCheckpoint(const std::string& dir) {
   return std::filesystem::exists(pathIn(dir, kLatestFile), ec);
 }
 
-// Steps: read `latest`, read the file it names, check format and every tensor against the plan,
-// then the fingerprint, and only then copy each rank's blocks in (a failed load changes nothing).
-Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankGroup& group) {
-  if (group.spansProcesses()) return loadShardedCheckpoint(dir, group);
-  // 1. The file `latest` names.
+Expected<std::string> latestCheckpointPath(const std::string& dir) {
   std::string latest_path = pathIn(dir, kLatestFile);
+  std::error_code ec;
+  if (!std::filesystem::exists(latest_path, ec))
+    return Status::badInput("no checkpoint to resume from in '" + dir + "' (it has no file 'latest')");
   CLEAVE_ASSIGN_OR_RETURN(std::string latest, readWholeFile(latest_path));
   while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ' || latest.back() == '\r')) latest.pop_back();
-  if (latest.find(std::string("/") + kManifestFile) != std::string::npos)
-    return Status::badInput("'" + latest_path + "' names '" + latest +
-                            "', a multi-process checkpoint (a shard per rank); resume it with mpirun and "
-                            "--backend mpi, on the plan that saved it");
-  if (!checkpointStep(latest))
-    return Status::badInput("'" + latest_path + "' does not name a checkpoint file (it holds '" + latest + "')");
-  std::string path = pathIn(dir, latest);
-  CLEAVE_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(path));
-
-  // 2. Format and state.
-  auto format = file.metadata.find("format");
-  if (format == file.metadata.end() || format->second != kFormat)
-    return Status::badInput("'" + path + "' is not a cleave checkpoint (metadata 'format' is not " + kFormat + ")");
-  CheckpointState state;
-  CLEAVE_ASSIGN_OR_RETURN(state.step, metadataInt(file.metadata, "step", path));
-  CLEAVE_ASSIGN_OR_RETURN(state.position.epoch, metadataInt(file.metadata, "epoch", path));
-  CLEAVE_ASSIGN_OR_RETURN(state.position.batch, metadataInt(file.metadata, "batch", path));
-  CLEAVE_ASSIGN_OR_RETURN(int64_t seed, metadataInt(file.metadata, "seed", path));
-  state.seed = static_cast<uint64_t>(seed);
-
-  // 3. Every whole persistent tensor must be there with its type; nothing else may be.
-  CLEAVE_ASSIGN_OR_RETURN(std::vector<WholeTensor> tensors, wholeTensors(group));
-  std::set<std::string> expected_names;
-  for (const WholeTensor& tensor : tensors) {
-    expected_names.insert(tensor.name);
-    const SafetensorsTensor* saved = file.find(tensor.name);
-    if (!saved)
-      return Status::badInput("checkpoint '" + path + "' has no tensor '" + tensor.name + "' that the plan needs (" +
-                              tensor.type.str() + "); it was saved from a different plan");
-    if (saved->type != tensor.type)
-      return Status::badInput("checkpoint '" + path + "': tensor '" + tensor.name + "' is " + saved->type.str() +
-                              ", the plan has " + tensor.type.str());
-  }
-  for (const auto& tensor : file.tensors)
-    if (!expected_names.count(tensor.name))
-      return Status::badInput("checkpoint '" + path + "' has tensor '" + tensor.name +
-                              "' that the plan does not; it was saved from a different plan");
-  auto fingerprint = file.metadata.find("fingerprint");
-  std::string want = fingerprintOf(tensors);
-  if (fingerprint == file.metadata.end() || fingerprint->second != want)
-    return Status::badInput("checkpoint '" + path + "' was saved from a different plan (fingerprint " +
-                            (fingerprint == file.metadata.end() ? std::string("missing") : fingerprint->second) +
-                            ", this plan's is " + want + ")");
-
-  // 4. Copy in: each rank's block of each whole tensor.
-  for (const WholeTensor& tensor : tensors) {
-    const SafetensorsTensor* saved = file.find(tensor.name);
-    for (const auto& part : tensor.parts) {
-      Device& device = part.executor->device();
-      if (part.view.type.shape == tensor.type.shape) {
-        CLEAVE_TRY(device.copyFromHost(part.view.data, saved->data.data(), part.view.type.bytes()));
-        continue;
-      }
-      std::vector<uint8_t> block(static_cast<size_t>(part.view.type.bytes()));
-      copyBox(saved->data.data(), tensor.type.shape, part.offset, block.data(), part.view.type.shape,
-              Shape(part.offset.size(), 0), part.view.type.shape, dtypeSize(tensor.type.dtype));
-      CLEAVE_TRY(device.copyFromHost(part.view.data, block.data(), part.view.type.bytes()));
-    }
-  }
-  return state;
+  const std::string manifest_suffix = std::string("/") + kManifestFile;
+  if (latest.size() > manifest_suffix.size() &&
+      latest.compare(latest.size() - manifest_suffix.size(), manifest_suffix.size(), manifest_suffix) == 0 &&
+      stepOfName(latest.substr(0, latest.size() - manifest_suffix.size()), ""))
+    return pathIn(dir, latest.substr(0, latest.size() - manifest_suffix.size()));
+  if (stepOfName(latest, kSingleFileSuffix)) return pathIn(dir, latest);
+  return Status::badInput("'" + latest_path + "' does not name a checkpoint (it holds '" + latest + "')");
 }
 
-Expected<std::string> planFingerprint(RankExecutor& executor) { return planFingerprint(*RankGroup::wrap(executor)); }
+// Steps: the plan's tensors and which rank saves each block; this process's shards; a barrier
+// (every shard is on disk); then, in the process of rank 0, the manifest, `latest` and pruning.
+Expected<std::string> saveCheckpoint(const std::string& dir, const RankGroup& group, const CheckpointState& state,
+                                     int keep) {
+  CLEAVE_TRY(ensureDirectory(dir));
+  CLEAVE_ASSIGN_OR_RETURN(auto ranks, blocksByRank(group));
+  CLEAVE_ASSIGN_OR_RETURN(auto tensors, planTensors(ranks));
+  const std::string folder = checkpointPath(dir, state.step);
+  CLEAVE_TRY(ensureDirectory(folder));
+  for (int index = 0; index < group.size(); ++index)
+    CLEAVE_TRY(writeShard(folder, group.executor(index), tensors, state));
+  if (group.spansProcesses()) {
+    std::vector<int> everyone;
+    for (const auto& [rank, blocks] : ranks) everyone.push_back(rank);
+    CLEAVE_TRY(group.processCommunicator().barrier(everyone).withContext("checkpoint of step " +
+                                                                           std::to_string(state.step) + ": "));
+    if (group.executor(0).rank() != 0) return folder;
+  }
+  CLEAVE_TRY(writeFileAtomically(pathIn(folder, kManifestFile),
+                                 [&](FileWriter& out) { return out.write(manifestText(manifestOf(tensors, state))); }));
+  std::string folder_name = std::filesystem::path(folder).filename().string();
+  CLEAVE_TRY(writeFileAtomically(pathIn(dir, kLatestFile), [&](FileWriter& out) {
+    return out.write(folder_name + "/" + kManifestFile + "\n");
+  }));
+  prune(dir, folder_name, keep);
+  return folder;
+}
+
+// Steps: describe the checkpoint, check it against the plan, assemble every local rank's blocks on
+// the host, and only then copy them in (a failed load changes nothing).
+Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankGroup& group) {
+  std::optional<SafetensorsFile> single_file;
+  CLEAVE_ASSIGN_OR_RETURN(SavedCheckpoint checkpoint, readLatest(dir, single_file));
+  CLEAVE_ASSIGN_OR_RETURN(auto ranks, blocksByRank(group));
+  CLEAVE_ASSIGN_OR_RETURN(auto plan, planTensors(ranks));
+  CLEAVE_TRY(checkAgainstPlan(checkpoint, plan));
+  ShardReader reader;
+  struct Pending {
+    RankExecutor* executor;
+    void* target;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Pending> pending;
+  for (int index = 0; index < group.size(); ++index) {
+    RankExecutor& executor = group.executor(index);
+    for (const ParameterTensor& param : executor.parameters()) {
+      Block block = blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state);
+      Pending load{&executor, param.view.data, std::vector<uint8_t>(static_cast<size_t>(param.view.type.bytes()))};
+      CLEAVE_TRY(assembleBlock(param.name, checkpoint.tensors.at(param.name), block.offset, block.shape,
+                               load.bytes.data(), reader, checkpoint));
+      pending.push_back(std::move(load));
+    }
+  }
+  for (const Pending& load : pending)
+    CLEAVE_TRY(load.executor->device().copyFromHost(load.target, load.bytes.data(),
+                                                    static_cast<int64_t>(load.bytes.size())));
+  return checkpoint.state;
+}
+
+Expected<Checkpoint> readLatestCheckpoint(const std::string& dir, bool weights_only) {
+  std::optional<SafetensorsFile> single_file;
+  CLEAVE_ASSIGN_OR_RETURN(SavedCheckpoint saved, readLatest(dir, single_file));
+  Checkpoint checkpoint;
+  checkpoint.path = saved.path;
+  checkpoint.state = saved.state;
+  ShardReader reader;
+  for (const auto& [name, tensor] : saved.tensors) {
+    if (weights_only && tensor.optimizer_state) continue;
+    CheckpointTensor whole{name, tensor.whole, tensor.optimizer_state,
+                           std::vector<uint8_t>(static_cast<size_t>(tensor.whole.bytes()))};
+    CLEAVE_TRY(assembleBlock(name, tensor, Shape(tensor.whole.shape.size(), 0), tensor.whole.shape, whole.data.data(),
+                             reader, saved));
+    checkpoint.tensors.push_back(std::move(whole));
+  }
+  return checkpoint;
+}
 
 Expected<std::string> saveCheckpoint(const std::string& dir, RankExecutor& executor, const CheckpointState& state,
                                      int keep) {

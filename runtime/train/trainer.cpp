@@ -145,10 +145,9 @@ Expected<TrainSetup> setUp(RankGroup& group, const planpb::Plan& plan, const Tra
 
   // 2. Weights: from the latest checkpoint when resuming, else from the initializers.
   setup.start.seed = options.seed;
-  if (options.resume && hasCheckpoint(options.checkpoint_dir)) {
+  if (options.resume) {
+    CLEAVE_ASSIGN_OR_RETURN(report.resumed_from, latestCheckpointPath(options.checkpoint_dir));
     CLEAVE_ASSIGN_OR_RETURN(setup.start, loadLatestCheckpoint(options.checkpoint_dir, group));
-    report.resumed_from = group.spansProcesses() ? shardedCheckpointPath(options.checkpoint_dir, setup.start.step)
-                                                 : checkpointPath(options.checkpoint_dir, setup.start.step);
   } else {
     CLEAVE_TRY(group.initializeParameters());
   }

@@ -32,7 +32,7 @@ struct TrainOptions {
   std::string metrics_path;            // JSON lines, one per step; empty: none
   std::string checkpoint_dir;          // empty: no checkpoints
   int64_t checkpoint_every = 0;        // steps between checkpoints; 0: at each epoch's end and at the end
-  bool resume = false;                 // continue from checkpoint_dir/latest when it exists
+  bool resume = false;                 // continue from checkpoint_dir/latest (an error when there is none)
   uint64_t seed = 0;                   // data order and synthetic data (a resume uses the checkpoint's)
   int threads = 0;                     // 0: keep the executor's setting
   ProgressMode progress = ProgressMode::kAuto;

@@ -425,7 +425,7 @@ TEST(TrainerTest, LearnsAndRecordsMetricsEvaluationsAndCheckpoints) {
   EXPECT_FALSE(std::filesystem::exists(checkpointPath(options.checkpoint_dir, 8)));
   std::ifstream latest(options.checkpoint_dir + "/latest");
   std::getline(latest, line);
-  EXPECT_EQ(line, "checkpoint-24.safetensors");
+  EXPECT_EQ(line, "checkpoint-24/manifest.json");
 }
 
 TEST(TrainerTest, ResumingGivesBitwiseTheSameParametersAsRunningStraight) {
@@ -498,14 +498,14 @@ TEST(CheckpointTest, RefusesACheckpointOfAnotherPlan) {
   auto refused = loadLatestCheckpoint(dir.path(), *other);
   ASSERT_FALSE(refused.hasValue());
   EXPECT_EQ(refused.status().kind(), ErrorKind::kBadInput);
-  EXPECT_NE(refused.status().message().find("has no tensor 'w'"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("has no tensor 'b' that the plan needs"), std::string::npos) << refused.status().message();
 
   // Same names, another shape; nothing is loaded.
   auto eleven = makeExecutor(classifierPlan(4, 0.1, "zeros", 11), *device);
   ASSERT_NE(eleven, nullptr);
   auto wrong_shape = loadLatestCheckpoint(dir.path(), *eleven);
   ASSERT_FALSE(wrong_shape.hasValue());
-  EXPECT_NE(wrong_shape.status().message().find("tensor 'fc.weight' is f32[784,10], the plan has f32[784,11]"),
+  EXPECT_NE(wrong_shape.status().message().find("tensor 'fc.bias' is f32[10], the plan has f32[11]"),
             std::string::npos)
       << wrong_shape.status().message();
   const auto* untouched = static_cast<const float*>(eleven->parameter("fc.weight")->data);
