@@ -247,22 +247,35 @@ expect 1 "idx-cut/train-images-idx3-ubyte\.gz" "$cleave" run fashion.cplan --dat
 expect 1 "idx-corrupt/train-images-idx3-ubyte\.gz" "$cleave" run fashion.cplan --data fashion-mnist:idx-corrupt --steps 1
 expect 1 "idx-size/train-images-idx3-ubyte\.gz.*27" "$cleave" run fashion.cplan --data fashion-mnist:idx-size --steps 1
 
-# 7. Checkpoints: truncated, corrupt, naming a missing file, or from another model.
+# 7. Checkpoints: truncated, corrupt, damaged in one byte (its CRC-32), naming a missing file, from
+#    another model, or none at all.
 "$cleave" run train.cplan --data npy:data --steps 2 --checkpoint-dir ckpt --progress never >/dev/null
-checkpoint=ckpt/$(cat ckpt/latest)
+shard=checkpoint-2/rank-0.safetensors
+size=$(wc -c <"ckpt/$shard")
 cp -r ckpt ckpt-cut
-size=$(wc -c <"$checkpoint")
-head -c $((size / 2)) "$checkpoint" >"ckpt-cut/$(cat ckpt/latest)"
-expect 1 "ckpt-cut/checkpoint-2\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-cut --resume
+head -c $((size / 2)) "ckpt/$shard" >"ckpt-cut/$shard"
+expect 1 "ckpt-cut/checkpoint-2/rank-0\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-cut --resume
 cp -r ckpt ckpt-garbage
-head -c "$size" /dev/urandom >"ckpt-garbage/$(cat ckpt/latest)"
-expect 1 "ckpt-garbage/checkpoint-2\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-garbage --resume
+head -c "$size" /dev/urandom >"ckpt-garbage/$shard"
+expect 1 "ckpt-garbage/checkpoint-2/rank-0\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-garbage --resume
+cp -r ckpt ckpt-flipped
+$python - "ckpt-flipped/$shard" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+data[-5] ^= 0x40  # one bit of the last tensor's data
+open(sys.argv[1], "wb").write(data)
+PY
+expect 1 "ckpt-flipped/checkpoint-2/rank-0\.safetensors': tensor '.*' is corrupt \(CRC-32" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-flipped --resume
 cp -r ckpt ckpt-missing
-rm "ckpt-missing/$(cat ckpt/latest)"
-expect 1 "ckpt-missing/checkpoint-2\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-missing --resume
+rm "ckpt-missing/$shard"
+expect 1 "ckpt-missing/checkpoint-2/rank-0\.safetensors" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-missing --resume
+cp -r ckpt ckpt-no-manifest
+rm ckpt-no-manifest/checkpoint-2/manifest.json
+expect 1 "ckpt-no-manifest/checkpoint-2/manifest\.json" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir ckpt-no-manifest --resume
 "$cleave" gen mlp --input 8 --hidden 32 --classes 4 --batch 8 -o other.cir
 "$cleave" compile other.cir --train -o other.cplan >/dev/null
-expect 1 "ckpt" "$cleave" run other.cplan --data npy:data --steps 3 --checkpoint-dir ckpt --resume
+expect 1 "ckpt/checkpoint-2/manifest\.json" "$cleave" run other.cplan --data npy:data --steps 3 --checkpoint-dir ckpt --resume
+expect 1 "no checkpoint to resume from in 'empty-ckpt'" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir empty-ckpt --resume
 
 [[ $failed -eq 0 ]] && echo "bad_input.sh: all $checks checks passed"
 exit $failed

@@ -5,10 +5,11 @@ tensors of their last checkpoints (safetensors), within a relative tolerance. Op
 are pure rounding noise (attention's key bias, whose true gradient is 0), which any change in
 summation order changes completely.
 Usage: compare_runs.py REF_DIR RUN_DIR TOLERANCE LABEL  (each DIR has metrics.jsonl and ckpt/)"""
-import json, os, struct, sys
+import json, os, sys
 import numpy as np
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkpoint_files import read_checkpoint  # noqa: E402
 
 
 def running_statistics_difference(run_dir, expected_dir):
@@ -27,21 +28,7 @@ def losses(run_dir):
 
 
 def tensors(run_dir):
-    ckpt = os.path.join(run_dir, "ckpt")
-    with open(os.path.join(ckpt, "latest")) as f:
-        path = os.path.join(ckpt, f.read().strip())
-    with open(path, "rb") as f:
-        blob = f.read()
-    (size,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + size])
-    data = blob[8 + size:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        out[name] = np.frombuffer(data[begin:end], dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
+    return read_checkpoint(os.path.join(run_dir, "ckpt"))
 
 
 def main():

@@ -25,7 +25,7 @@ cd "$tmp"
 "$cleave" compile big.cir --train --optimizer sgd:lr=0.01,momentum=0.9 -o big.cplan >/dev/null
 train=(run big.cplan --data synthetic --seed 5 --threads 1 --progress never)
 "$cleave" "${train[@]}" --steps 2 --checkpoint-every 1 --checkpoint-dir chain >/dev/null
-latest_step() { sed -E 's/^checkpoint-([0-9]+)\.safetensors$/\1/' chain/latest; }
+latest_step() { sed -E 's|^checkpoint-([0-9]+)/manifest\.json$|\1|' chain/latest; }
 # At least 8 kills, and on until 3 have landed inside a save (at most 30 kills).
 kills=0
 mid_save=0
@@ -45,15 +45,15 @@ while [[ ($mid_save -lt 3 || $kills -lt 8) && $kills -lt 30 ]]; do
     sleep "$($python -c "import random; print(random.uniform(0, 0.05))")"
   else
     for ((wait = 0; wait < 20000; wait++)); do
-      compgen -G "chain/.tmp-checkpoint-*-$pid-*" >/dev/null && break
+      compgen -G "chain/checkpoint-*/.tmp-rank-*-$pid-*" >/dev/null && break
     done
   fi
   kill -9 "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   # A temporary file of this run left behind means the kill landed while a file was being written.
-  compgen -G "chain/.tmp-*-$pid-*" >/dev/null && mid_save=$((mid_save + 1))
+  compgen -G "chain/checkpoint-*/.tmp-*-$pid-*" >/dev/null && mid_save=$((mid_save + 1))
   step=$(latest_step)
-  [[ -f chain/checkpoint-$step.safetensors ]] || fail "kill $kills: latest names checkpoint-$step.safetensors, which is missing"
+  [[ -f chain/checkpoint-$step/manifest.json ]] || fail "kill $kills: latest names checkpoint-$step, which has no manifest"
   # The checkpoint `latest` names must load: resume it for one more step.
   if ! "$cleave" "${train[@]}" --resume --steps $((step + 1)) --checkpoint-dir chain >resume.log 2>&1; then
     fail "kill $kills: resuming from step $step failed: $(cat resume.log)"
@@ -64,22 +64,15 @@ done
 # The chain of killed and resumed runs ends bitwise where a straight run of as many steps ends.
 final=$(latest_step)
 "$cleave" "${train[@]}" --steps "$final" --checkpoint-dir straight >/dev/null
-$python - "chain/checkpoint-$final.safetensors" "straight/checkpoint-$final.safetensors" <<'PY' || fail "killed and resumed runs do not end where a straight run ends (step $final)"
-import json, struct, sys
-def tensors(path):
-    data = open(path, "rb").read()
-    (length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + length])
-    body = data[8 + length:]
-    return {name: body[entry["data_offsets"][0]:entry["data_offsets"][1]]
-            for name, entry in header.items() if name != "__metadata__"}
-chain, straight = tensors(sys.argv[1]), tensors(sys.argv[2])
-if chain.keys() != straight.keys():
-    sys.exit(f"tensors differ: {sorted(chain)} vs {sorted(straight)}")
-different = [name for name in chain if chain[name] != straight[name]]
-if different:
-    sys.exit(f"tensors differ bitwise: {different}")
-PY
+cmp -s "chain/checkpoint-$final/rank-0.safetensors" "straight/checkpoint-$final/rank-0.safetensors" ||
+  fail "killed and resumed runs do not end where a straight run ends (step $final)"
+# Saves since the last kill pruned what the crashed saves left: no temporary file, no folder without
+# its manifest, and the two newest complete checkpoints.
+[[ -z $(find chain -name '.tmp-*') ]] || fail "crashed saves' temporary files are left: $(find chain -name '.tmp-*')"
+for folder in chain/checkpoint-*; do
+  [[ -f $folder/manifest.json ]] || fail "$folder (a crashed save) was not pruned"
+done
+[[ $(ls -d chain/checkpoint-* | wc -l) -eq 2 ]] || fail "pruning kept $(ls -d chain/checkpoint-* | tr '\n' ' ')"
 echo "checkpoints: $kills kills ($mid_save inside a save), every checkpoint resumed, step $final bitwise as a straight run"
 
 # 2. A rank that fails or hangs. expect_dead LABEL RANK_NAMED PATTERN COMMAND...: the command must

@@ -51,7 +51,7 @@ PY
   --progress never >/dev/null
 "$cleave" run "$tmp/resume.cplan" --data fashion-mnist --steps 40 --checkpoint-dir "$tmp/resumed" --resume \
   --progress never >/dev/null
-cmp "$tmp/straight/$(cat "$tmp/straight/latest")" "$tmp/resumed/$(cat "$tmp/resumed/latest")" ||
+cmp "$tmp/straight/checkpoint-40/rank-0.safetensors" "$tmp/resumed/checkpoint-40/rank-0.safetensors" ||
   fail "resumed weights differ from the straight run"
 
 # 3. Inference: .npy in, .npy out, matching the eval program's logits for the same weights.
