@@ -2,6 +2,7 @@
 #include "tools/plan_commands.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -21,6 +22,7 @@
 #include "passes/partition/strategy_choice.h"
 #include "passes/partition/strategy_search.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/stop_signals.h"
 #include "runtime/device/device.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/inference.h"
@@ -249,8 +251,19 @@ int runRun(const RunFlags& flags) {
     return reportError(Status::badInput(flags.plan + " is an inference plan; run it with --inputs DIR --outputs DIR"));
   runtime::TrainOptions options = trainOptionsFor(flags);
   runtime::TrainReport report;
+  runtime::catchStopSignals();
   Status trained = runtime::train(group, **plan, options, report);
   if (!trained) return reportError(trained);
+  if (report.stop_signal != 0) {
+    const char* name = report.stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    if (report.last_checkpoint.empty())
+      std::fprintf(stderr, "cleave: stopped by %s after step %lld; no --checkpoint-dir, so nothing was saved\n", name,
+                   static_cast<long long>(report.steps));
+    else
+      std::fprintf(stderr, "cleave: stopped by %s after step %lld; checkpoint: %s (continue with --resume)\n", name,
+                   static_cast<long long>(report.steps), report.last_checkpoint.c_str());
+    return 128 + report.stop_signal;
+  }
 
   // The memory of the rank with the largest arena (the only one of a single-device plan).
   const std::vector<int64_t>& arenas = report.rank_arena_bytes;

@@ -223,6 +223,7 @@ Expected<std::unique_ptr<DataSource>> NpySource::open(const std::string& dir, st
       return Status::badInput(where + ": missing '" + path + "' for input '" + input.name + "' (" +
                               input.view.type.str() + ")");
     CLEAVE_ASSIGN_OR_RETURN(NpyArray array, readNpy(path));
+    CLEAVE_TRY(checkNpyFinite(array, path));
     const TensorType& want = input.view.type;
     Shape want_row(want.shape.begin() + 1, want.shape.end());
     Shape got_row = array.type.shape.empty() ? Shape{} : Shape(array.type.shape.begin() + 1, array.type.shape.end());

@@ -1,10 +1,12 @@
 // .npy files (NumPy's array format, versions 1.0–3.0): reading and writing C-order arrays.
 #include "runtime/io/npy.h"
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string_view>
 
+#include "runtime/device/element_access.h"
 #include "runtime/io/file_io.h"
 
 namespace cleave::runtime {
@@ -230,6 +232,20 @@ Status writeNpy(const std::string& path, const TensorType& type, const void* dat
     CLEAVE_TRY(out.write(preamble + header));
     return out.write(data, type.bytes());
   });
+}
+
+Status checkNpyFinite(const NpyArray& array, const std::string& path) {
+  if (!isFloat(array.type.dtype)) return Status::ok();
+  const int64_t count = array.type.numel();
+  const int64_t per_row = array.type.shape.empty() || array.type.shape[0] == 0 ? 1 : count / array.type.shape[0];
+  for (int64_t i = 0; i < count; ++i) {
+    double value = loadElement(array.type.dtype, array.data.data(), i);
+    if (std::isfinite(value)) continue;
+    return Status::badInput("'" + path + "': row " + std::to_string(i / per_row) + " holds " +
+                            (std::isnan(value) ? "NaN" : value > 0 ? "+inf" : "-inf") + " (element " +
+                            std::to_string(i % per_row) + " of the row)");
+  }
+  return Status::ok();
 }
 
 }  // namespace cleave::runtime

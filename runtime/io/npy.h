@@ -24,6 +24,10 @@ Expected<NpyArray> readNpy(const std::string& path);
 // Checks an array read from `path` has exactly type `expected`; the error names the file and both types.
 Status checkNpyType(const NpyArray& array, const TensorType& expected, const std::string& path);
 
+// kBadInput naming `path`, the row (dim 0) and the element within it when a float array holds NaN
+// or an infinity: such data would only surface later as a NaN loss.
+Status checkNpyFinite(const NpyArray& array, const std::string& path);
+
 // Writes `data` (a tensor of `type`) to `path` atomically as a version 1.0 .npy file (2.0 when the
 // header needs it). bf16 has no NumPy dtype: kBadInput.
 Status writeNpy(const std::string& path, const TensorType& type, const void* data);

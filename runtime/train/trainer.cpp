@@ -19,6 +19,7 @@
 #include "runtime/exec/execution_trace.h"
 #include "runtime/io/file_io.h"
 #include "runtime/train/progress_bar.h"
+#include "runtime/train/stop_signals.h"
 
 namespace cleave::runtime {
 namespace {
@@ -279,6 +280,14 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
     // 4. Checkpoint: every N steps, or at each epoch's end; always after the last step.
     bool due = options.checkpoint_every > 0 ? step % options.checkpoint_every == 0 : epoch_done;
     if (!options.checkpoint_dir.empty() && (due || step == setup.total_steps)) CLEAVE_TRY(saveAt(step));
+
+    // 5. SIGTERM or SIGINT (caught in a run of one process): checkpoint unless this step just did, and stop.
+    if (!group.spansProcesses() && stopSignal() != 0 && step < setup.total_steps) {
+      report.stop_signal = stopSignal();
+      if (!options.checkpoint_dir.empty() && report.last_checkpoint != checkpointPath(options.checkpoint_dir, step))
+        CLEAVE_TRY(saveAt(step));
+      break;
+    }
   }
   progress.finish();
   if (!options.trace_path.empty()) {
@@ -287,7 +296,7 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
   }
 
   // 5. A final evaluation unless the last step's epoch end just had one.
-  if (setup.eval_source && !evaluated_last) CLEAVE_TRY(runEvaluation(report.steps, 0));
+  if (setup.eval_source && !evaluated_last && report.stop_signal == 0) CLEAVE_TRY(runEvaluation(report.steps, 0));
   report.samples_per_s = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
   return Status::ok();
 }

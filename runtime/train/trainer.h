@@ -61,13 +61,16 @@ struct TrainReport {
   std::vector<EvalRecord> evals;
   std::string last_checkpoint;  // path of the last checkpoint written; empty when none
   std::string resumed_from;     // path of the checkpoint resumed from; empty when none
+  int stop_signal = 0;          // SIGTERM or SIGINT when one stopped the run early (catchStopSignals)
 };
 
 // Trains: opens the sources, resumes from a checkpoint (or runs the parameter initializers), then
 // for each step fills the global batch, gives every rank its rows of the "train" program's inputs,
 // runs it on every rank and reads the loss from the lowest rank that outputs it; evaluates with
 // "eval" at each epoch's end and at the end when eval data is given; checkpoints as asked.
-// A NaN or infinite loss stops the run (kRuntime naming the step).
+// A NaN or infinite loss stops the run (kRuntime naming the step). In a run of one process, a
+// SIGTERM or SIGINT caught by catchStopSignals() ends it after the current step, with a checkpoint
+// when checkpoint_dir is set (report.stop_signal says which).
 Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& options, TrainReport& report);
 
 // The same on one executor (a single-device plan).
