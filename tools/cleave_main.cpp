@@ -276,6 +276,17 @@ void addRunCommand(CLI::App& app, RunFlags& flags) {
   steps->excludes(epochs);
 }
 
+void addExportCommand(CLI::App& app, cli::ExportFlags& flags) {
+  CLI::App* command = app.add_subcommand(
+      "export", "Write a training run's weights out: FILE.safetensors (the model's own names) or FILE.onnx");
+  command->add_option("PLAN", flags.plan, "A plan of the model (.cplan), training or inference")->required();
+  command->add_option("--checkpoint-dir", flags.checkpoint_dir, "The run's checkpoints: DIR/latest is exported")
+      ->required();
+  command->add_option("-o,--output", flags.output, "FILE.safetensors, or FILE.onnx (the ONNX model, trained)")
+      ->required();
+  command->add_option("--model", flags.model, "The model the plan was compiled from (default: the path in the plan)");
+}
+
 // "cleave gen gpt": the deepest subcommand the command line reached, for usage hints.
 std::string commandPath(const CLI::App& app) {
   std::string path = app.get_name();
@@ -312,6 +323,7 @@ int runCli(int argc, char** argv) {
   SimulateFlags simulate_flags;
   CalibrateFlags calibrate_flags;
   RunFlags run_flags;
+  cli::ExportFlags export_flags;
   GenFlags gen_flags;
   addImportCommand(app, import_flags);
   addCompileCommand(app, compile_flags);
@@ -319,6 +331,7 @@ int runCli(int argc, char** argv) {
   addSimulateCommand(app, simulate_flags);
   addCalibrateCommand(app, calibrate_flags);
   addRunCommand(app, run_flags);
+  addExportCommand(app, export_flags);
   addGenCommands(app, gen_flags);
 
   try {
@@ -336,6 +349,7 @@ int runCli(int argc, char** argv) {
   if (app.got_subcommand("simulate")) return cli::runSimulate(simulate_flags);
   if (app.got_subcommand("calibrate")) return cli::runCalibrate(calibrate_flags);
   if (app.got_subcommand("run")) return cli::runRun(run_flags);
+  if (app.got_subcommand("export")) return cli::runExport(export_flags);
   if (app.got_subcommand("inspect")) return runInspect(inspect_flags);
   CLI::App* gen = app.get_subcommand("gen");
   if (gen->get_subcommands().empty()) return missingSubcommand(*gen, "cleave gen");

@@ -58,7 +58,17 @@ struct InspectPlanFlags {
   bool weights = false;  // also list how each rank holds each weight (split over tp, or whole)
 };
 
+// Flags of `cleave export`.
+struct ExportFlags {
+  std::string plan;
+  std::string checkpoint_dir;
+  std::string output;  // FILE.safetensors or FILE.onnx
+  std::string model;   // the model the plan was compiled from (default: the path the plan records)
+};
+
 int runCompile(const CompileFlags& flags, const std::string& producer);
+// Defined in tools/export_command.cpp.
+int runExport(const ExportFlags& flags);
 int runRun(const RunFlags& flags);
 // The trainer's options for `cleave run`'s flags (both backends).
 runtime::TrainOptions trainOptionsFor(const RunFlags& flags);
