@@ -98,6 +98,18 @@ int runExport(const ExportFlags& flags) {
       auto own = own_names.find(tensor.name);
       entries.push_back({own == own_names.end() ? tensor.name : own->second, tensor.type, tensor.data.data()});
     }
+    // PyTorch's BatchNorm counts its training batches in a buffer ONNX does not keep; without it
+    // load_state_dict(strict=True) refuses the file. It gets the checkpoint's step.
+    std::set<std::string> names;
+    for (const auto& entry : entries) names.insert(entry.name);
+    const int64_t batches_tracked = checkpoint->state.step;
+    const std::string mean = ".running_mean";
+    for (const std::string& name : names) {
+      if (!endsWith(name, mean)) continue;
+      std::string module = name.substr(0, name.size() - mean.size());
+      if (names.count(module + ".running_var") && !names.count(module + ".num_batches_tracked"))
+        entries.push_back({module + ".num_batches_tracked", TensorType{DType::kI64, {}}, &batches_tracked});
+    }
     std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                    {"producer", "cleave"},
                                                    {"model", model},

@@ -103,3 +103,15 @@ else
     echo "setup: could not install onnx 1.23.2 from PyPI; its ONNX conformance test will skip"
   fi
 fi
+
+# 4. ONNX Runtime, which runs the ONNX models `cleave export` writes (tests/e2e/checkpoints.sh),
+#    in a venv of its own; skipped with a note when PyPI is unreachable (that check then skips).
+ort_venv=$cache/onnxruntime-1.32.0-venv
+if [[ -f $ort_venv/.complete ]]; then
+  echo "setup: ONNX Runtime 1.32.0 present in $ort_venv"
+elif { [[ -x $ort_venv/bin/python ]] || /usr/bin/python3 -m venv "$ort_venv"; } &&
+     "$ort_venv/bin/pip" install --quiet onnxruntime==1.32.0 numpy==2.4.6; then
+  touch "$ort_venv/.complete"
+else
+  echo "setup: could not install onnxruntime 1.32.0 from PyPI; the check of exported ONNX models will skip"
+fi
