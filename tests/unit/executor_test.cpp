@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/exec/inference.h"
 #include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
 #include "runtime/train/trainer.h"
 #include "tests/unit/temp_dir.h"
 
@@ -514,6 +517,109 @@ TEST(CheckpointTest, RefusesACheckpointOfAnotherPlan) {
   std::ofstream(dir.path() + "/latest") << "../../etc/passwd\n";
   EXPECT_NE(loadLatestCheckpoint(dir.path(), *same).status().message().find("does not name a checkpoint"),
             std::string::npos);
+}
+
+// The classifier plan without its optimizer state, as an inference plan of the model holds it.
+planpb::Plan withoutOptimizerState(planpb::Plan plan) {
+  planpb::RankPlan& rank = *plan.mutable_ranks(0);
+  std::set<int32_t> state;
+  for (const auto& buffer : rank.buffers())
+    if (buffer.kind() == planpb::BUFFER_OPTIMIZER_STATE) state.insert(buffer.id());
+  auto* params = rank.mutable_parameters();
+  params->erase(std::remove_if(params->begin(), params->end(),
+                               [&](const planpb::Parameter& param) { return state.count(param.buffer()) > 0; }),
+                params->end());
+  return plan;
+}
+
+TEST(CheckpointTest, AnInferencePlanIgnoresTheOptimizerStateAndATrainingPlanDoesNot) {
+  TempDir dir;
+  auto device = createCpuDevice();
+  planpb::Plan plan = classifierPlan(4, 0.1);
+  auto trained = makeExecutor(plan, *device);
+  ASSERT_TRUE(trained->initializeParameters().isOk());
+  ASSERT_TRUE(saveCheckpoint(dir.file("training"), *trained, CheckpointState{5, {0, 5}, 1}).hasValue());
+
+  auto inference = makeExecutor(withoutOptimizerState(plan), *device);
+  ASSERT_NE(inference, nullptr);
+  auto loaded = loadLatestCheckpoint(dir.file("training"), *inference);
+  ASSERT_TRUE(loaded.hasValue()) << loaded.status().message();
+  std::vector<std::vector<uint8_t>> weights = parameterBytes(*trained);
+  weights.resize(2);  // fc.weight, fc.bias
+  EXPECT_EQ(parameterBytes(*inference), weights);
+
+  // The other way round the training plan misses its momentum.
+  ASSERT_TRUE(saveCheckpoint(dir.file("inference"), *inference, CheckpointState{5, {0, 5}, 1}).hasValue());
+  auto refused = loadLatestCheckpoint(dir.file("inference"), *makeExecutor(plan, *device));
+  ASSERT_FALSE(refused.hasValue());
+  EXPECT_NE(refused.status().message().find("'fc.bias.momentum' that the plan needs (f32[10]): it was saved with "
+                                            "another optimizer"),
+            std::string::npos)
+      << refused.status().message();
+}
+
+TEST(CheckpointTest, AChangedByteFailsItsChecksum) {
+  TempDir dir;
+  auto device = createCpuDevice();
+  planpb::Plan plan = classifierPlan(4, 0.1);
+  auto executor = makeExecutor(plan, *device);
+  ASSERT_TRUE(executor->initializeParameters().isOk());
+  auto saved = saveCheckpoint(dir.path(), *executor, CheckpointState{2, {0, 2}, 1});
+  ASSERT_TRUE(saved.hasValue());
+  const std::string shard = *saved + "/rank-0.safetensors";
+  std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(-3, std::ios::end);
+  char byte = 0;
+  file.read(&byte, 1);
+  file.seekp(-3, std::ios::end);
+  byte ^= 0x10;
+  file.write(&byte, 1);
+  file.close();
+  auto loaded = loadLatestCheckpoint(dir.path(), *makeExecutor(plan, *device));
+  ASSERT_FALSE(loaded.hasValue());
+  EXPECT_EQ(loaded.status().kind(), ErrorKind::kBadInput);
+  EXPECT_NE(loaded.status().message().find("checkpoint file '" + shard + "': tensor '"), std::string::npos)
+      << loaded.status().message();
+  EXPECT_NE(loaded.status().message().find("is corrupt (CRC-32"), std::string::npos);
+}
+
+TEST(CheckpointTest, PruningKeepsTheNewestCompleteOnesAndRemovesCrashedSaves) {
+  TempDir dir;
+  auto device = createCpuDevice();
+  auto executor = makeExecutor(classifierPlan(4, 0.1), *device);
+  ASSERT_TRUE(executor->initializeParameters().isOk());
+  for (int64_t step : {3, 5}) ASSERT_TRUE(saveCheckpoint(dir.path(), *executor, CheckpointState{step, {}, 0}).hasValue());
+  // A crashed save of step 9 (no manifest, a temporary file) and a crashed write of `latest`.
+  std::filesystem::create_directories(dir.file("checkpoint-9"));
+  std::ofstream(dir.file("checkpoint-9/.tmp-rank-0.safetensors-1-0")) << "partial";
+  std::ofstream(dir.file(".tmp-latest-1-1")) << "checkpoint-9";
+  ASSERT_TRUE(saveCheckpoint(dir.path(), *executor, CheckpointState{7, {}, 0}).hasValue());
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) left.push_back(entry.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"checkpoint-5", "checkpoint-7", "latest"}));
+}
+
+TEST(CheckpointTest, LoadsTheSingleFileCheckpointsOfOlderCleaves) {
+  TempDir dir;
+  auto device = createCpuDevice();
+  planpb::Plan plan = classifierPlan(4, 0.1);
+  auto executor = makeExecutor(plan, *device);
+  ASSERT_TRUE(executor->initializeParameters().isOk());
+  std::vector<SafetensorsEntry> entries;
+  for (const ParameterTensor& param : executor->parameters())
+    entries.push_back(SafetensorsEntry{param.name, param.view.type, param.view.data});
+  ASSERT_TRUE(writeSafetensors(dir.file("checkpoint-4.safetensors"), entries,
+                               {{"format", "cleave-checkpoint-1"}, {"step", "4"}, {"epoch", "0"}, {"batch", "4"},
+                                {"seed", "3"}, {"fingerprint", "0"}})
+                  .isOk());
+  std::ofstream(dir.file("latest")) << "checkpoint-4.safetensors\n";
+  auto resumed = makeExecutor(plan, *device);
+  auto state = loadLatestCheckpoint(dir.path(), *resumed);
+  ASSERT_TRUE(state.hasValue()) << state.status().message();
+  EXPECT_EQ(state->step, 4);
+  EXPECT_EQ(state->seed, 3u);
+  EXPECT_EQ(parameterBytes(*resumed), parameterBytes(*executor));
 }
 
 TEST(TrainerTest, EvaluationCountsOnlyRealRowsOfThePaddedBatch) {
