@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 build=${CLEAVE_SANITIZE_BUILD:-build-sanitize}
 fuzz_seconds=${CLEAVE_FUZZ_SECONDS:-15}
-fuzzers=(text_ir onnx_import plan npy idx safetensors)
+fuzzers=(text_ir onnx_import plan npy idx safetensors checkpoint)
 # Reports stop the program (UBSan's too) with a stack trace; leaks at exit count as errors.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -29,6 +29,7 @@ constexpr const char* kLatestFile = "latest";
 constexpr const char* kManifestFile = "manifest.json";
 constexpr const char* kPrefix = "checkpoint-";
 constexpr const char* kSingleFileSuffix = ".safetensors";
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 42;  // 4 TiB: beyond any device's memory
 
 std::string pathIn(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
@@ -343,6 +344,10 @@ Expected<SavedCheckpoint> readManifest(const std::string& path) {
     if (!dtype) return notACheckpoint(path, what + " has an unknown dtype");
     SavedTensor tensor;
     CLEAVE_ASSIGN_OR_RETURN(Shape shape, jsonShape(entry["shape"], path, what + "'s shape"));
+    int64_t bytes = dtypeSize(*dtype);
+    for (int64_t dim : shape)
+      if (__builtin_mul_overflow(bytes, dim, &bytes) || bytes > kMaxTensorBytes)
+        return notACheckpoint(path, what + "'s shape " + shapeStr(shape) + " is larger than any tensor can be");
     tensor.whole = TensorType{*dtype, shape};
     tensor.optimizer_state = entry.value("kind", "") == "optimizer_state";
     int64_t covered = 0;

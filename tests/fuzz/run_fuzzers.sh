@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every libFuzzer target for a bounded time and fails on the first crash, naming its reproducer.
 # Usage: bash tests/fuzz/run_fuzzers.sh BUILD_DIR SECONDS_EACH [TARGET...]   (targets: text_ir
-# onnx_import plan npy idx safetensors; default all). Extra libFuzzer flags: CLEAVE_FUZZ_FLAGS.
+# onnx_import plan npy idx safetensors checkpoint; default all). Extra libFuzzer flags: CLEAVE_FUZZ_FLAGS.
 # Each target starts from its committed seeds (tests/fuzz/corpus/TARGET) plus the inputs earlier
 # runs found, kept in BUILD_DIR/fuzz/corpus/TARGET; a crash is saved in BUILD_DIR/fuzz/crashes and
 # replays with `BUILD_DIR/tests/fuzz/cleave_fuzz_TARGET FILE`.
@@ -12,7 +12,7 @@ seconds=$2
 shift 2
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(text_ir onnx_import plan npy idx safetensors)
+[[ ${#targets[@]} -gt 0 ]] || targets=(text_ir onnx_import plan npy idx safetensors checkpoint)
 mkdir -p "$build/fuzz/crashes" "$build/fuzz/logs"
 
 # Summary figures of one run from libFuzzer's final stats.
