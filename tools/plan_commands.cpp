@@ -237,7 +237,8 @@ int runRun(const RunFlags& flags) {
       return reportError(Status::usage("--trace records training steps; inference runs take no trace yet"));
     if (!group.hasProgram("infer"))
       return reportError(Status::badInput(flags.plan + " is a training plan; --inputs needs an inference plan "
-                                                       "(cleave compile without --train)"));
+                                                       "(cleave compile without --train), which runs from this "
+                                                       "plan's checkpoints with --checkpoint-dir"));
     Status ready = flags.checkpoint_dir.empty() ? group.initializeParameters()
                                                 : runtime::loadLatestCheckpoint(flags.checkpoint_dir, group).status();
     if (!ready) return reportError(ready);

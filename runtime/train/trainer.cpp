@@ -295,7 +295,7 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
     CLEAVE_TRY(trace.write(options.trace_path));
   }
 
-  // 5. A final evaluation unless the last step's epoch end just had one.
+  // 6. A final evaluation unless the last step's epoch end just had one (or a signal stopped the run).
   if (setup.eval_source && !evaluated_last && report.stop_signal == 0) CLEAVE_TRY(runEvaluation(report.steps, 0));
   report.samples_per_s = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
   return Status::ok();
