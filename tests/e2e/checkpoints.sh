@@ -2,7 +2,7 @@
 # Checkpoints across plans and out of cleave:
 # 1. Resharding: checkpoints saved under dp2xtp2, dp2xpp2 and tp2xpp2 (local backend and mpirun)
 #    resume under one device, dp4, tp4 and pp4 on the uninterrupted trajectory (1e-5 relative), for
-#    an MLP, a convnet and GPT-2 exported from PyTorch.
+#    an MLP, a convnet and GPT-2 exported from PyTorch; local checkpoints resume under mpirun too.
 # 2. Using the result: an inference plan runs from a training checkpoint; `cleave export` writes
 #    safetensors under PyTorch's state_dict names (what load_state_dict(strict=True) checks, from the
 #    fixtures' state_dict.json) and an ONNX model that ONNX Runtime runs with cleave's outputs (1e-5).
@@ -83,9 +83,19 @@ for model in mlp cnn gpt2; do
       done
     done
   done
+  # A local checkpoint resumed under mpirun, too.
+  for target in "--dp 4" "--pp 4"; do
+    resumed=$model-dp2tp2-local-to-$(layout_name "$target")-mpi
+    cp -r "$model-dp2tp2-local" "$resumed"
+    cp "$model-dp2tp2-local.jsonl" "$resumed.jsonl"
+    "${mpi[@]}" -np 4 "$cleave" run "$model-$(layout_name "$target").cplan" --backend mpi "${run[@]}" --steps 6 \
+      --metrics "$resumed.jsonl" --checkpoint-dir "$resumed" --resume >resume.log 2>&1 || fail "$resumed: $(tail -3 resume.log)"
+    close_losses "$resumed" "$model-straight.jsonl" "$resumed.jsonl" >>matrix.log || fail "$(tail -1 matrix.log)"
+    resumes=$((resumes + 1))
+  done
 done
 worst=$($python -c "import re,sys; print(max(float(m) for m in re.findall(r'difference (\S+)', open('matrix.log').read())))")
-echo "resharding: $resumes resumes (3 models x 3 layouts x local and mpirun x 4 layouts), worst relative loss difference $worst"
+echo "resharding: $resumes resumes (3 models: 3 layouts x local and mpirun into 4 layouts on the local backend, and local into dp4 and pp4 under mpirun), worst relative loss difference $worst"
 
 # 2. Using the result. GPT-2 trained 3 steps under tp2xpp2: an inference plan (one device, and tp2)
 #    runs from that checkpoint; the exported ONNX model gives the same outputs in ONNX Runtime.
