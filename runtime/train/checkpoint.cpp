@@ -538,7 +538,7 @@ Expected<std::string> latestCheckpointPath(const std::string& dir) {
   std::string latest_path = pathIn(dir, kLatestFile);
   std::error_code ec;
   if (!std::filesystem::exists(latest_path, ec))
-    return Status::badInput("no checkpoint to resume from in '" + dir + "' (it has no file 'latest')");
+    return Status::badInput("no checkpoint in '" + dir + "' (it has no file 'latest')");
   CLEAVE_ASSIGN_OR_RETURN(std::string latest, readWholeFile(latest_path));
   while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ' || latest.back() == '\r')) latest.pop_back();
   const std::string manifest_suffix = std::string("/") + kManifestFile;

@@ -147,7 +147,9 @@ Expected<TrainSetup> setUp(RankGroup& group, const planpb::Plan& plan, const Tra
   // 2. Weights: from the latest checkpoint when resuming, else from the initializers.
   setup.start.seed = options.seed;
   if (options.resume) {
-    CLEAVE_ASSIGN_OR_RETURN(report.resumed_from, latestCheckpointPath(options.checkpoint_dir));
+    auto latest = latestCheckpointPath(options.checkpoint_dir);
+    if (!latest) return latest.status().withContext("--resume: ");
+    report.resumed_from = *latest;
     CLEAVE_ASSIGN_OR_RETURN(setup.start, loadLatestCheckpoint(options.checkpoint_dir, group));
   } else {
     CLEAVE_TRY(group.initializeParameters());

@@ -275,7 +275,7 @@ expect 1 "ckpt-no-manifest/checkpoint-2/manifest\.json" "$cleave" run train.cpla
 "$cleave" gen mlp --input 8 --hidden 32 --classes 4 --batch 8 -o other.cir
 "$cleave" compile other.cir --train -o other.cplan >/dev/null
 expect 1 "ckpt/checkpoint-2/manifest\.json" "$cleave" run other.cplan --data npy:data --steps 3 --checkpoint-dir ckpt --resume
-expect 1 "no checkpoint to resume from in 'empty-ckpt'" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir empty-ckpt --resume
+expect 1 "--resume: no checkpoint in 'empty-ckpt'" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir empty-ckpt --resume
 
 [[ $failed -eq 0 ]] && echo "bad_input.sh: all $checks checks passed"
 exit $failed

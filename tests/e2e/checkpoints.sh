@@ -162,6 +162,20 @@ for fixture in mlp train_cnn modern/resnet_bn_train_legacy17; do
   "$cleave" export "$label.cplan" --checkpoint-dir "$label-ckpt" -o "$label.safetensors" >/dev/null
   check_names "$label" "$label.safetensors" "$dir/state_dict.json" "$label-ckpt" || fail "exported $label names"
 done
+# Export's errors: another extension or .onnx from a .cir model (exit 2), a checkpoint of another model (exit 1).
+export_error() {  # WANT_STATUS PATTERN ARGS...
+  local want=$1 pattern=$2 status=0
+  shift 2
+  "$cleave" export "$@" >/dev/null 2>export.err || status=$?
+  [[ $status -eq $want ]] && grep -q "^cleave: error: .*$pattern" export.err ||
+    fail "cleave export $*: exit $status (want $want): $(cat export.err)"
+}
+export_error 2 "export writes FILE.safetensors or FILE.onnx" gpt2-tp2pp2.cplan --checkpoint-dir gpt2-tp2pp2-local -o w.txt
+export_error 2 "was compiled from 'mlp.cir'" mlp-one.cplan --checkpoint-dir mlp-dp2tp2-local -o w.onnx
+export_error 1 "has weight 'model.lm_head.weight' that mlp-one.cplan does not" mlp-one.cplan \
+  --checkpoint-dir gpt2-tp2pp2-local -o w.safetensors
+export_error 1 "no checkpoint in 'nowhere'" mlp-one.cplan --checkpoint-dir nowhere -o w.safetensors
+
 torch_python=${CLEAVE_TORCH_PYTHON:-}
 if [[ -n $torch_python ]]; then  # a venv of tests/fixtures/requirements-modern.txt
   "$torch_python" - "$source_dir/tests/fixtures" <<'PY' || fail "PyTorch loading the exported weights"
