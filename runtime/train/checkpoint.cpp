@@ -287,6 +287,12 @@ struct SavedCheckpoint {
   std::map<std::string, SavedTensor> tensors;
 };
 
+// The string at `key` of a JSON object; empty when it is missing or not a string.
+std::string stringField(const nlohmann::json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 Status notACheckpoint(const std::string& path, const std::string& why) {
   return Status::badInput("'" + path + "' is not a cleave checkpoint manifest: " + why);
 }
@@ -314,7 +320,7 @@ Expected<SavedCheckpoint> readManifest(const std::string& path) {
   CLEAVE_ASSIGN_OR_RETURN(std::string text, readWholeFile(path));
   nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object()) return notACheckpoint(path, "not a JSON object");
-  std::string format = manifest.value("format", "");
+  std::string format = stringField(manifest, "format");
   if (format == "cleave-sharded-checkpoint-1")
     return Status::badInput("'" + path + "' is a multi-process checkpoint of an older cleave, whose shards do not "
                             "record where their blocks lie; resume it with that cleave and save it again");
@@ -349,7 +355,7 @@ Expected<SavedCheckpoint> readManifest(const std::string& path) {
       if (__builtin_mul_overflow(bytes, dim, &bytes) || bytes > kMaxTensorBytes)
         return notACheckpoint(path, what + "'s shape " + shapeStr(shape) + " is larger than any tensor can be");
     tensor.whole = TensorType{*dtype, shape};
-    tensor.optimizer_state = entry.value("kind", "") == "optimizer_state";
+    tensor.optimizer_state = stringField(entry, "kind") == "optimizer_state";
     int64_t covered = 0;
     for (const auto& block_entry : entry["blocks"]) {
       if (!block_entry.is_object() || !block_entry.contains("file") || !block_entry["file"].is_string() ||
