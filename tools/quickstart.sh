@@ -26,6 +26,10 @@ echo "== cleave run: one epoch of Fashion-MNIST on 2 local devices, then test ac
   --metrics "$out/fashion_cnn.metrics.jsonl" --checkpoint-dir "$out/fashion_cnn.checkpoints"
 
 echo
+echo "== cleave export: the trained weights as one safetensors file"
+"$cleave" export "$out/fashion_cnn.cplan" --checkpoint-dir "$out/fashion_cnn.checkpoints" -o "$out/fashion_cnn.safetensors"
+
+echo
 echo "== cleave gen gpt + inspect: a 4-layer GPT (hidden 256, 4 heads, seq 64, vocab 1024, batch 8)"
 "$cleave" gen gpt --layers 4 --hidden 256 --heads 4 --seq 64 --vocab 1024 --batch 8 -o "$out/gpt.cir"
 "$cleave" inspect "$out/gpt.cir"
