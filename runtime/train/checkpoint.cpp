@@ -276,7 +276,7 @@ struct SavedBlock {
 struct SavedTensor {
   TensorType whole;
   bool optimizer_state = false;
-  bool kind_known = true;  // false in older single-file checkpoints, which did not record kinds
+  bool single_file = false;  // from an older single-file checkpoint: no kinds, offsets or CRC-32s recorded
   std::vector<SavedBlock> blocks;
 };
 
@@ -404,7 +404,7 @@ Expected<SavedCheckpoint> readSingleFileCheckpoint(const std::string& path, cons
   for (const auto& tensor : file.tensors) {
     SavedTensor saved;
     saved.whole = tensor.type;
-    saved.kind_known = false;
+    saved.single_file = true;
     saved.blocks.push_back(SavedBlock{path, Shape(tensor.type.shape.size(), 0), tensor.type.shape});
     checkpoint.tensors.emplace(tensor.name, std::move(saved));
   }
@@ -429,7 +429,7 @@ class ShardReader {
     if (!saved || saved->type != expected)
       return Status::badInput("checkpoint file '" + block.file + "' has no tensor '" + name + "' of type " +
                               expected.str() + " (its manifest says it has)");
-    if (!tensor.kind_known || !checked_.insert(block.file + "\n" + name).second) return saved;
+    if (tensor.single_file || !checked_.insert(block.file + "\n" + name).second) return saved;
     auto format = file.metadata.find("format");
     auto saved_step = file.metadata.find("step");
     auto blocks_text = file.metadata.find("blocks");
