@@ -91,7 +91,8 @@ std::vector<WeightLayout> weightLayouts(const planpb::RankPlan& rank) {
   for (const auto& param : rank.parameters()) {
     const planpb::Buffer& buffer = rank.buffers(param.buffer());
     if (buffer.kind() != planpb::BUFFER_PARAM) continue;
-    WeightLayout layout{param.name(), {buffer.type().shape().begin(), buffer.type().shape().end()}, {}, {}};
+    WeightLayout layout{param.name(), parseDType(buffer.type().dtype()).value_or(DType::kF32),
+                        {buffer.type().shape().begin(), buffer.type().shape().end()}, {}, {}};
     layout.full_shape.assign(param.full_shape().begin(), param.full_shape().end());
     if (layout.full_shape.empty()) layout.full_shape = layout.shape;
     for (size_t d = 0; d < layout.shape.size() && d < layout.full_shape.size(); ++d)

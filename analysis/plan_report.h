@@ -44,6 +44,7 @@ RankReport reportRank(const planpb::RankPlan& rank, std::string_view program);
 // the tensor-parallel devices (the only axis that splits weights; empty: whole on this rank).
 struct WeightLayout {
   std::string name;
+  DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   std::vector<int64_t> full_shape;
   std::vector<int> split_dims;

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "analysis/plan_report.h"
 #include "frontend/onnx/onnx_weights.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
@@ -18,19 +19,11 @@ namespace cleave::cli {
 namespace {
 
 // The whole type of every weight (not optimizer state) of the plan, by name.
-Expected<std::map<std::string, TensorType>> planWeights(const planpb::Plan& plan) {
+std::map<std::string, TensorType> planWeights(const planpb::Plan& plan) {
   std::map<std::string, TensorType> weights;
-  for (const planpb::RankPlan& rank : plan.ranks()) {
-    std::map<int32_t, const planpb::Buffer*> buffers;
-    for (const planpb::Buffer& buffer : rank.buffers()) buffers[buffer.id()] = &buffer;
-    for (const planpb::Parameter& param : rank.parameters()) {
-      auto buffer = buffers.find(param.buffer());
-      if (buffer == buffers.end() || buffer->second->kind() != planpb::BUFFER_PARAM) continue;
-      CLEAVE_ASSIGN_OR_RETURN(TensorType type, fromProto(buffer->second->type()));
-      if (param.full_shape_size() > 0) type.shape.assign(param.full_shape().begin(), param.full_shape().end());
-      weights.emplace(param.name(), type);
-    }
-  }
+  for (const planpb::RankPlan& rank : plan.ranks())
+    for (const WeightLayout& layout : weightLayouts(rank))
+      weights.emplace(layout.name, TensorType{layout.dtype, layout.full_shape});
   return weights;
 }
 
@@ -48,20 +41,19 @@ int runExport(const ExportFlags& flags) {
   if (!checkpoint) return reportError(checkpoint.status());
 
   // 1. The checkpoint holds exactly the plan's weights.
-  auto weights = planWeights(**plan);
-  if (!weights) return reportError(weights.status());
+  const std::map<std::string, TensorType> weights = planWeights(**plan);
   std::set<std::string> saved;
   for (const auto& tensor : checkpoint->tensors) {
     saved.insert(tensor.name);
-    auto it = weights->find(tensor.name);
-    if (it == weights->end())
+    auto it = weights.find(tensor.name);
+    if (it == weights.end())
       return reportError(Status::badInput("checkpoint '" + checkpoint->path + "' has weight '" + tensor.name +
                                           "' that " + flags.plan + " does not; it was saved from another model"));
     if (it->second != tensor.type)
       return reportError(Status::badInput("checkpoint '" + checkpoint->path + "': weight '" + tensor.name + "' is " +
                                           tensor.type.str() + ", " + flags.plan + " has " + it->second.str()));
   }
-  for (const auto& [name, type] : *weights)
+  for (const auto& [name, type] : weights)
     if (!saved.count(name))
       return reportError(Status::badInput("checkpoint '" + checkpoint->path + "' has no weight '" + name + "' (" +
                                           type.str() + ") of " + flags.plan));

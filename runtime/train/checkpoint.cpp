@@ -75,6 +75,10 @@ Block blockOf(const std::string& name, const TensorType& held, const Shape& full
                split ? shard_offset : Shape(held.shape.size(), 0), held.shape, optimizer_state};
 }
 
+Block blockOf(const ParameterTensor& param) {
+  return blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state);
+}
+
 // Every rank's blocks, by rank: from the executors of a group in one process, from the plan for a
 // group that spans processes (the other ranks' blocks decide which rank saves a replica).
 Expected<std::map<int, std::vector<Block>>> blocksByRank(const RankGroup& group) {
@@ -83,9 +87,7 @@ Expected<std::map<int, std::vector<Block>>> blocksByRank(const RankGroup& group)
     for (int index = 0; index < group.size(); ++index) {
       RankExecutor& executor = group.executor(index);
       auto& blocks = ranks[executor.rank()];
-      for (const ParameterTensor& param : executor.parameters())
-        blocks.push_back(blockOf(param.name, param.view.type, param.full_shape, param.shard_offset,
-                                 param.optimizer_state));
+      for (const ParameterTensor& param : executor.parameters()) blocks.push_back(blockOf(param));
     }
     return ranks;
   }
@@ -174,7 +176,7 @@ Status writeShard(const std::string& folder, RankExecutor& executor, const std::
   nlohmann::json blocks = nlohmann::json::object();
   for (const ParameterTensor& param : executor.parameters()) {
     const PlanTensor& tensor = tensors.at(param.name);
-    Block mine = blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state);
+    Block mine = blockOf(param);
     bool saves = false;
     for (const auto& [rank, block] : tensor.saved_by) saves |= rank == executor.rank() && block.offset == mine.offset;
     if (!saves) continue;
@@ -414,6 +416,9 @@ Expected<SavedCheckpoint> readSingleFileCheckpoint(const std::string& path, cons
 // The files of a checkpoint, read on first use; each block's CRC-32 checked once.
 class ShardReader {
  public:
+  // Takes a file already read (an older single-file checkpoint, read to describe it).
+  void add(const std::string& path, SafetensorsFile file) { files_.emplace(path, std::move(file)); }
+
   // The bytes of `name`'s block in `block.file`, after checking the shard's header agrees with the
   // manifest (format, step, offset, type) and the bytes with their CRC-32.
   Expected<const SafetensorsTensor*> block(const std::string& name, const SavedTensor& tensor, const SavedBlock& block,
@@ -493,14 +498,15 @@ Status assembleBlock(const std::string& name, const SavedTensor& tensor, const S
   return Status::ok();
 }
 
-// The checkpoint `latest` names, described (a manifest, or an older single file, read whole).
-Expected<SavedCheckpoint> readLatest(const std::string& dir, std::optional<SafetensorsFile>& single_file) {
+// The checkpoint `latest` names, described: a manifest, or an older single file, which is read
+// whole and handed to `reader`.
+Expected<SavedCheckpoint> readLatest(const std::string& dir, ShardReader& reader) {
   CLEAVE_ASSIGN_OR_RETURN(std::string path, latestCheckpointPath(dir));
-  if (std::filesystem::path(path).extension() == kSingleFileSuffix) {
-    CLEAVE_ASSIGN_OR_RETURN(single_file, readSafetensors(path));
-    return readSingleFileCheckpoint(path, *single_file);
-  }
-  return readManifest(pathIn(path, kManifestFile));
+  if (std::filesystem::path(path).extension() != kSingleFileSuffix) return readManifest(pathIn(path, kManifestFile));
+  CLEAVE_ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensors(path));
+  CLEAVE_ASSIGN_OR_RETURN(SavedCheckpoint checkpoint, readSingleFileCheckpoint(path, file));
+  reader.add(path, std::move(file));
+  return checkpoint;
 }
 
 // Steps: every tensor the plan needs must be saved with its type; every saved weight must be in the
@@ -533,11 +539,6 @@ Status checkAgainstPlan(const SavedCheckpoint& checkpoint, const std::map<std::s
 
 std::string checkpointPath(const std::string& dir, int64_t step) {
   return pathIn(dir, kPrefix + std::to_string(step));
-}
-
-bool hasCheckpoint(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::exists(pathIn(dir, kLatestFile), ec);
 }
 
 Expected<std::string> latestCheckpointPath(const std::string& dir) {
@@ -587,12 +588,11 @@ Expected<std::string> saveCheckpoint(const std::string& dir, const RankGroup& gr
 // Steps: describe the checkpoint, check it against the plan, assemble every local rank's blocks on
 // the host, and only then copy them in (a failed load changes nothing).
 Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const RankGroup& group) {
-  std::optional<SafetensorsFile> single_file;
-  CLEAVE_ASSIGN_OR_RETURN(SavedCheckpoint checkpoint, readLatest(dir, single_file));
+  ShardReader reader;
+  CLEAVE_ASSIGN_OR_RETURN(SavedCheckpoint checkpoint, readLatest(dir, reader));
   CLEAVE_ASSIGN_OR_RETURN(auto ranks, blocksByRank(group));
   CLEAVE_ASSIGN_OR_RETURN(auto plan, planTensors(ranks));
   CLEAVE_TRY(checkAgainstPlan(checkpoint, plan));
-  ShardReader reader;
   struct Pending {
     RankExecutor* executor;
     void* target;
@@ -602,7 +602,7 @@ Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const Ran
   for (int index = 0; index < group.size(); ++index) {
     RankExecutor& executor = group.executor(index);
     for (const ParameterTensor& param : executor.parameters()) {
-      Block block = blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state);
+      Block block = blockOf(param);
       Pending load{&executor, param.view.data, std::vector<uint8_t>(static_cast<size_t>(param.view.type.bytes()))};
       CLEAVE_TRY(assembleBlock(param.name, checkpoint.tensors.at(param.name), block.offset, block.shape,
                                load.bytes.data(), reader, checkpoint));
@@ -616,12 +616,11 @@ Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const Ran
 }
 
 Expected<Checkpoint> readLatestCheckpoint(const std::string& dir, bool weights_only) {
-  std::optional<SafetensorsFile> single_file;
-  CLEAVE_ASSIGN_OR_RETURN(SavedCheckpoint saved, readLatest(dir, single_file));
+  ShardReader reader;
+  CLEAVE_ASSIGN_OR_RETURN(SavedCheckpoint saved, readLatest(dir, reader));
   Checkpoint checkpoint;
   checkpoint.path = saved.path;
   checkpoint.state = saved.state;
-  ShardReader reader;
   for (const auto& [name, tensor] : saved.tensors) {
     if (weights_only && tensor.optimizer_state) continue;
     CheckpointTensor whole{name, tensor.whole, tensor.optimizer_state,

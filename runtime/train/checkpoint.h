@@ -46,9 +46,6 @@ Expected<std::string> saveCheckpoint(const std::string& dir, const RankGroup& gr
 // The folder of the checkpoint of step `step` in `dir`: DIR/checkpoint-<step>.
 std::string checkpointPath(const std::string& dir, int64_t step);
 
-// True when DIR/latest exists (there is a checkpoint to resume from).
-bool hasCheckpoint(const std::string& dir);
-
 // The checkpoint DIR/latest names: its folder (or file, for an older single-file checkpoint).
 // kBadInput naming `latest` when it is missing or names no checkpoint.
 Expected<std::string> latestCheckpointPath(const std::string& dir);

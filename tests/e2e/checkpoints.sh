@@ -107,7 +107,6 @@ echo "resharding: $resumes resumes (3 models: 3 layouts x local and mpirun into 
 "$cleave" export gpt2-tp2pp2.cplan --checkpoint-dir gpt2-tp2pp2-local -o gpt2.safetensors >/dev/null
 $python - "$gpt2" <<'PY' || fail "inference from a training checkpoint"
 import sys, numpy as np
-from checkpoint_files import read_checkpoint
 one, tp2 = np.load("infer-one/output.npy"), np.load("infer-tp2/output.npy")
 untrained = np.load(sys.argv[1] + "/expected/output.npy")
 assert np.abs(one - tp2).max() <= 1e-5 * np.abs(one).max(), "tp2 inference differs from one device"

@@ -486,7 +486,7 @@ TEST(CheckpointTest, RefusesACheckpointOfAnotherPlan) {
   ASSERT_TRUE(executor->initializeParameters().isOk());
   auto saved = saveCheckpoint(dir.path(), *executor, CheckpointState{5, {1, 2}, 77});
   ASSERT_TRUE(saved.hasValue()) << saved.status().message();
-  EXPECT_TRUE(hasCheckpoint(dir.path()));
+  EXPECT_EQ(*latestCheckpointPath(dir.path()), *saved);
 
   auto same = makeExecutor(plan, *device);
   auto state = loadLatestCheckpoint(dir.path(), *same);
