@@ -201,6 +201,16 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
   compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}))->capture_default_str();
   compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01")->capture_default_str();
+  compile->add_option("--lr-schedule", flags.lr_schedule,
+                      "Learning rate per step, as torch.optim.lr_scheduler: constant|linear|cosine|step[:warmup=N,"
+                      "warmup_start=F,total=T,final=F,step_size=N,gamma=G] (default constant)");
+  compile->add_option("--clip-grad-norm", flags.clip_grad_norm,
+                      "Clip the gradients to this global norm (torch.nn.utils.clip_grad_norm_), over every rank's shards")
+      ->check(CLI::PositiveNumber);
+  compile->add_option("--grad-accum", flags.grad_accum,
+                      "Accumulate the gradients of K microbatches run one after another in each step (the activation "
+                      "memory of one); with --pp, the pipeline's microbatches")
+      ->check(CLI::PositiveNumber);
   compile->add_option("--memory-limit", flags.memory_limit,
                       "Device memory per rank: bytes, or with a unit (80GB, 16GiB); a plan whose arena exceeds it "
                       "is rejected")

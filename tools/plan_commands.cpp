@@ -135,6 +135,14 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.tp = flags.tp;
   options.pp = flags.pp;
   options.microbatches = flags.microbatches;
+  if (flags.grad_accum > 0) {
+    if (flags.microbatches != 1 && flags.microbatches != flags.grad_accum)
+      return reportError(Status::usage("--grad-accum " + std::to_string(flags.grad_accum) + " and --microbatches " +
+                                       std::to_string(flags.microbatches) +
+                                       " disagree: both count the microbatches of a step; give one"));
+    if (automatic) return reportError(Status::usage("--strategy auto chooses the microbatches; --grad-accum cannot be given with it"));
+    options.microbatches = flags.grad_accum;
+  }
   options.schedule = flags.schedule;
   options.train = flags.train;
   options.memory_limit_bytes = flags.memory_limit;
@@ -146,6 +154,14 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
     if (!optimizer) return reportError(optimizer.status());
     options.training.loss = *loss;
     options.training.optimizer = *optimizer;
+    if (!flags.lr_schedule.empty()) {
+      auto schedule = parseLrSchedule(flags.lr_schedule);
+      if (!schedule) return reportError(schedule.status());
+      options.training.optimizer.schedule = *schedule;
+    }
+    options.training.clip_grad_norm = flags.clip_grad_norm;
+  } else if (!flags.lr_schedule.empty() || flags.clip_grad_norm > 0 || flags.grad_accum > 0) {
+    return reportError(Status::usage("--lr-schedule, --clip-grad-norm and --grad-accum need --train"));
   }
   Expected<planpb::Plan> plan = Status::internal("compile: no strategy was compiled");
   if (automatic) {

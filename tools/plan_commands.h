@@ -23,6 +23,9 @@ struct CompileFlags {
   bool train = false;
   std::string loss = "softmax_cross_entropy";
   std::string optimizer = "sgd:lr=0.01";
+  std::string lr_schedule;     // --lr-schedule; empty: constant
+  double clip_grad_norm = 0;   // --clip-grad-norm; 0: no clipping
+  int grad_accum = 0;          // --grad-accum: microbatches accumulated per step; 0: not given
   std::string cluster;
   int64_t memory_limit = 0;  // bytes per device (--memory-limit); 0: no limit
 };

@@ -1,6 +1,7 @@
 // Optimizer ops: one parameter's update per step, with PyTorch's SGD and AdamW rules.
 #include <cmath>
 
+#include "ir/lr_schedule.h"
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_support.h"
@@ -37,6 +38,7 @@ Expected<Types> sgdShape(const OpContext& c) {
     return Status::badInput("sgd_update: a momentum buffer operand is needed exactly when momentum != 0");
   if (c.getInt("nesterov") && (c.getFloat("momentum") <= 0 || c.getFloat("dampening") != 0))
     return Status::badInput("sgd_update: nesterov needs momentum > 0 and dampening 0 (as PyTorch)");
+  CLEAVE_TRY(checkLrScheduleAttrs(c));
   return has_buffer ? Types{w, w} : Types{w};
 }
 
@@ -52,6 +54,7 @@ Expected<Types> adamwShape(const OpContext& c) {
   double beta1 = c.getFloat("beta1"), beta2 = c.getFloat("beta2");
   if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1)
     return Status::badInput("adamw_update: beta1 and beta2 must be in [0, 1)");
+  CLEAVE_TRY(checkLrScheduleAttrs(c));
   return Types{w, w, w};
 }
 
@@ -66,6 +69,8 @@ ShardingRule updateSharding(const OpContext& c) {
 
 // ---- Reference computations (PyTorch's documented updates, in double precision) ----
 
+// The learning rate of both is lr times the schedule's factor at `step` (lr_schedule.h).
+
 // torch.optim.SGD: d = g + weight_decay·w; with momentum, buf = d on the first step (step 0), else
 // momentum·buf + (1 − dampening)·d, and d = nesterov ? d + momentum·buf : buf; w −= lr·d.
 Expected<std::vector<TensorData>> sgdReference(const OpContext& c, std::span<const TensorData* const> operands) {
@@ -74,7 +79,8 @@ Expected<std::vector<TensorData>> sgdReference(const OpContext& c, std::span<con
   const double step = referenceValues(*operands[2])[0];
   const bool has_buffer = operands.size() == 4;
   std::vector<double> buffer = has_buffer ? referenceValues(*operands[3]) : std::vector<double>{};
-  const double lr = c.getFloat("lr"), momentum = c.getFloat("momentum"), dampening = c.getFloat("dampening");
+  const double lr = c.getFloat("lr") * lrScheduleOf(c).factor(static_cast<int64_t>(step));
+  const double momentum = c.getFloat("momentum"), dampening = c.getFloat("dampening");
   const double weight_decay = c.getFloat("weight_decay");
   const bool nesterov = c.getInt("nesterov") == 1;
   for (size_t i = 0; i < w.size(); ++i) {
@@ -97,7 +103,8 @@ Expected<std::vector<TensorData>> adamwReference(const OpContext& c, std::span<c
   std::vector<double> v = referenceValues(*operands[3]);
   const std::vector<double> g = referenceValues(*operands[1]);
   const double t = referenceValues(*operands[4])[0] + 1;
-  const double lr = c.getFloat("lr"), beta1 = c.getFloat("beta1"), beta2 = c.getFloat("beta2");
+  const double lr = c.getFloat("lr") * lrScheduleOf(c).factor(static_cast<int64_t>(t) - 1);
+  const double beta1 = c.getFloat("beta1"), beta2 = c.getFloat("beta2");
   const double eps = c.getFloat("eps"), weight_decay = c.getFloat("weight_decay");
   for (size_t i = 0; i < w.size(); ++i) {
     w[i] *= 1 - lr * weight_decay;
@@ -110,24 +117,30 @@ Expected<std::vector<TensorData>> adamwReference(const OpContext& c, std::span<c
                                  referenceTensor(c.results[2], v)};
 }
 
+// `attrs` followed by the learning-rate schedule's.
+std::vector<AttrSpec> withSchedule(std::vector<AttrSpec> attrs) {
+  for (AttrSpec& spec : lrScheduleAttrSpecs()) attrs.push_back(std::move(spec));
+  return attrs;
+}
+
 }  // namespace
 
 void addOptimizerOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::sgd_update, "sgd_update", "one SGD step (PyTorch's rule: momentum, dampening, "
-                                                        "weight decay, nesterov)",
+                                                        "weight decay, nesterov; lr scheduled by step)",
                         3, 4,
-                        {{"lr", AttrKind::kFloat, true, 0.0},
-                         {"momentum", AttrKind::kFloat, false, 0.0},
-                         {"dampening", AttrKind::kFloat, false, 0.0},
-                         {"weight_decay", AttrKind::kFloat, false, 0.0},
-                         {"nesterov", AttrKind::kInt, false, int64_t{0}}},
+                        withSchedule({{"lr", AttrKind::kFloat, true, 0.0},
+                                      {"momentum", AttrKind::kFloat, false, 0.0},
+                                      {"dampening", AttrKind::kFloat, false, 0.0},
+                                      {"weight_decay", AttrKind::kFloat, false, 0.0},
+                                      {"nesterov", AttrKind::kInt, false, int64_t{0}}}),
                         checkedShapeRule<sgdShape>, checkedCostRule<updateCost>, checkedShardingRule<updateSharding>});
-  table.push_back(OpDef{OpId::adamw_update, "adamw_update", "one AdamW step (PyTorch's rule and defaults)", 5, 5,
-                        {{"lr", AttrKind::kFloat, false, 1e-3},
-                         {"beta1", AttrKind::kFloat, false, 0.9},
-                         {"beta2", AttrKind::kFloat, false, 0.999},
-                         {"eps", AttrKind::kFloat, false, 1e-8},
-                         {"weight_decay", AttrKind::kFloat, false, 1e-2}},
+  table.push_back(OpDef{OpId::adamw_update, "adamw_update", "one AdamW step (PyTorch's rule and defaults; lr scheduled by step)", 5, 5,
+                        withSchedule({{"lr", AttrKind::kFloat, false, 1e-3},
+                                      {"beta1", AttrKind::kFloat, false, 0.9},
+                                      {"beta2", AttrKind::kFloat, false, 0.999},
+                                      {"eps", AttrKind::kFloat, false, 1e-8},
+                                      {"weight_decay", AttrKind::kFloat, false, 1e-2}}),
                         checkedShapeRule<adamwShape>, checkedCostRule<updateCost>, checkedShardingRule<updateSharding>});
   // The parameter and its states are updated in place.
   appendedDef(table, OpId::sgd_update).in_place = true;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <set>
 
 #include "ir/plan.pb.h"
@@ -83,6 +84,11 @@ void describeTraining(const CompileOptions& options, const std::string& logits_n
     args["eps"] = opt.eps;
   }
   info->set_loss_output("loss");
+  if (!opt.schedule.isConstant()) info->set_lr_schedule(lrScheduleText(opt.schedule));
+  if (options.training.clip_grad_norm > 0) {
+    info->set_clip_grad_norm(options.training.clip_grad_norm);
+    info->set_grad_norm_output(std::string(kGradNormOutput));
+  }
   info->set_logits_output(logits_name);
   info->set_labels_input(options.training.loss == LossKind::kSoftmaxCrossEntropy ? "labels" : "targets");
 }
@@ -181,6 +187,39 @@ Expected<std::set<std::string>> sharedParametersKeptWhole(const Graph& forward, 
   return whole;
 }
 
+// The device at `coord`'s part of the global gradient norm: a weight kept whole on every
+// tensor-parallel device counts on the first, a weight shared by pipeline stages on the first of
+// them, a block of a split weight on its device; the parts are summed over tp, then over the stages.
+// Data-parallel replicas hold the same summed gradients, so each computes the whole norm itself.
+GradientNormScope gradientNormScope(const DeviceMesh& mesh, MeshCoord coord, const StageBoundary& boundary) {
+  GradientNormScope scope;
+  scope.counts = [coord, boundary](const Graph& graph, const Param& param) {
+    const std::string& name = graph.values[param.value].name;
+    for (const SharedParameter& shared : boundary.shared)
+      if (shared.name == name && !shared.stages.empty() && shared.stages.front() != coord.stage()) return false;
+    const bool split = !param.full_shape.empty() && param.full_shape != graph.values[param.value].type.shape;
+    return split || coord[kTensorAxis] == 0;
+  };
+  scope.sum_over_devices = [&mesh](Graph& graph, ValueId partial) -> Expected<ValueId> {
+    auto sumOver = [&](std::string_view axis, int size, std::vector<int64_t> stages) -> Status {
+      if (size == 1) return Status::ok();
+      AttrMap attrs{{"axis", std::string(axis)}, {"group_size", int64_t{size}}, {"reduce", std::string("sum")}};
+      if (!stages.empty()) attrs["stages"] = std::move(stages);
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> summed,
+                              graph.addNode(OpId::all_reduce, {partial}, std::move(attrs), {},
+                                            {graph.uniqueName("grad_norm.sum_" + std::string(axis))}));
+      partial = summed[0];
+      return Status::ok();
+    };
+    CLEAVE_TRY(sumOver(kTensorAxis, mesh.tp(), {}));
+    std::vector<int64_t> stages(static_cast<size_t>(mesh.pp()));
+    std::iota(stages.begin(), stages.end(), int64_t{0});
+    CLEAVE_TRY(sumOver(kPipelineAxis, mesh.pp(), std::move(stages)));
+    return partial;
+  };
+  return scope;
+}
+
 // Builds the programs of every device. Per device (stage s, dp index d, tp index t):
 //  1. the forward graph (with the loss when training) at microbatch rows, its nodes balanced over stages;
 //  2. stage s's part, with sends and receives to the other stages;
@@ -236,6 +275,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
         return bucketGradientAllReduces(g, options.bucket_bytes);
       };
       hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
+      hooks.norm_scope = gradientNormScope(mesh, coord, boundary);
       CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
       CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,
                               orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "passes/partition/microbatching.h"
+#include "passes/training/gradient_clipping.h"
 
 namespace cleave {
 namespace {
@@ -63,10 +64,12 @@ std::vector<int> nodeMicrobatches(const Graph& graph, int num_microbatches) {
   return of_node;
 }
 
-// Per node: a graph output or a send to a later stage needs it.
+// Per node: a graph output (but the gradient norm, which the backward pass computes) or a send to
+// a later stage needs it.
 std::vector<bool> forwardNodes(const Graph& graph, int stage) {
   std::vector<bool> needed(graph.values.size(), false), forward(graph.nodes.size(), false);
-  for (ValueId v : graph.outputs) needed[v] = true;
+  for (ValueId v : graph.outputs)
+    if (graph.values[v].name != kGradNormOutput) needed[v] = true;
   for (size_t i = graph.nodes.size(); i-- > 0;) {
     const Node& node = graph.nodes[i];
     const int64_t* peer = intAttr(node, "peer_stage");

@@ -53,7 +53,7 @@ struct PipelineNodeLabel {
 // - a node's microbatch comes from its operands: slices of graph inputs (unrollMicrobatches's rows
 //   of microbatch m) and receives (their tag) carry one; a node mixing several microbatches, or
 //   using such a node, runs after the last step; a node reaching none runs before the first step;
-// - a node is forward when a graph output or a send to a later stage needs it, else backward.
+// - a node is forward when a graph output (but grad_norm) or a send to a later stage needs it, else backward.
 std::vector<PipelineNodeLabel> labelPipelineNodes(const Graph& graph, int stage, int num_microbatches);
 
 // Reorders `graph`'s nodes (an unrolled stage graph, as labelPipelineNodes takes) into the order of

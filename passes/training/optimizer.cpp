@@ -160,6 +160,7 @@ Status appendOptimizer(Graph& graph, const OptimizerSpec& spec) {
     const TensorType type = graph.values[param].type;
     std::vector<ValueId> states;
     AttrMap attrs = {{"lr", spec.lr}, {"weight_decay", spec.weight_decay}};
+    addLrScheduleAttrs(spec.schedule, attrs);
     if (spec.kind == OptimizerKind::kSgd) {
       if (spec.momentum != 0) {
         CLEAVE_ASSIGN_OR_RETURN(ValueId buffer, addState(graph, param_name + std::string(kMomentumSuffix), type, graph.findParam(param)));

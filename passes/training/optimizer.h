@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "ir/graph.h"
+#include "ir/lr_schedule.h"
 #include "ir/status.h"
 
 namespace cleave {
@@ -26,6 +27,8 @@ struct OptimizerSpec {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // The learning rate at each step: lr times the schedule's factor (--lr-schedule).
+  LrSchedule schedule;
 };
 
 // Names of the optimizer state (plan lowering classifies buffers by them): the step counter, and

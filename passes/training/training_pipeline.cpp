@@ -80,9 +80,13 @@ Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const Tr
   }
   CLEAVE_TRY(simplify(graph));
   if (hooks.after_backward) CLEAVE_TRY(hooks.after_backward(graph));
-  // 2. Optimizer step; then the outputs are those given (the updates keep the rest alive).
+  // 2. Clipping (every device joins the norm's sum, with or without gradients), the optimizer step;
+  //    then the outputs are those given and the norm (the updates keep the rest alive).
+  if (options.clip_grad_norm > 0) CLEAVE_TRY(appendGradientClipping(graph, options.clip_grad_norm, hooks.norm_scope));
   if (any_gradient || !hooks.parameters_optional) CLEAVE_TRY(appendOptimizer(graph, options.optimizer));
+  ValueId norm = options.clip_grad_norm > 0 ? graph.outputs.back() : kNoValue;
   graph.outputs.resize(outputs.size());
+  if (norm != kNoValue) graph.outputs.push_back(norm);
   return runPass(graph, "dce");
 }
 

@@ -6,6 +6,7 @@
 
 #include "ir/graph.h"
 #include "ir/status.h"
+#include "passes/training/gradient_clipping.h"
 #include "passes/training/loss_head.h"
 #include "passes/training/optimizer.h"
 
@@ -16,6 +17,7 @@ struct TrainingOptions {
   LossKind loss = LossKind::kSoftmaxCrossEntropy;
   std::string logits_output;  // the output the loss reads; empty: the model's only float output
   OptimizerSpec optimizer;
+  double clip_grad_norm = 0;  // > 0: gradients clipped to this global norm before the optimizer
 };
 
 // The graphs of a training job. Both have the model's parameters under the model's names.
@@ -38,12 +40,13 @@ struct TrainingStepHooks {
   std::function<Status(Graph&)> after_backward;  // e.g. gradient bucketing; may be empty
   bool parameters_optional = false;              // a graph without parameter gradients gets no optimizer
                                                  // (a pipeline stage); else that is an error
+  GradientNormScope norm_scope;                  // with clipping: this device's part of the global norm
 };
 
 // Turns a forward graph (output 0 the scalar loss, or a pipeline stage's graph with its own
 // backward hook) into one training step: appends the backward pass, runs cse and dce with the
-// parameter gradients kept, calls `after_backward`, appends the optimizer, and keeps only the
-// graph's original outputs. The train graph of buildTrainingGraphs is built this way.
+// parameter gradients kept, calls `after_backward`, clips the gradients when asked, appends the
+// optimizer, and keeps only the graph's original outputs (and grad_norm when clipping). The train graph of buildTrainingGraphs is built this way.
 Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const TrainingStepHooks& hooks = {});
 
 // The inference graph: the model as it is, once it verifies.

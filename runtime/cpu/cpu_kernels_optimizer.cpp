@@ -1,5 +1,5 @@
 // CPU kernels of the optimizer ops, sgd_update and adamw_update: PyTorch's single-tensor
-// (foreach=False) update rules in its floating-point operation order, so that f32 results equal
+// (foreach=False) update rules, with the learning rate of the step's schedule (ir/lr_schedule.h), in its floating-point operation order, so that f32 results equal
 // torch.optim's bit for bit (checked against PyTorch 1.13 on AVX2 hardware). Results may alias
 // their operands (parameters and optimizer state are updated in place).
 //
@@ -9,6 +9,7 @@
 // (withWidestVectors); elsewhere std::fma is a slower library call with the same result.
 #include <cmath>
 
+#include "ir/lr_schedule.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_vector_math.h"
@@ -139,14 +140,15 @@ Status sgdUpdateKernel(const KernelCall& call) {
     s.buffer = has_momentum ? call.in<T>(3) : nullptr;
     s.w_out = call.out<T>(0);
     s.buffer_out = has_momentum ? call.out<T>(1) : nullptr;
-    s.first_step = *call.in<int64_t>(2) == 0;
+    const int64_t step = *call.in<int64_t>(2);
+    s.first_step = step == 0;
     s.has_momentum = has_momentum;
     s.has_weight_decay = weight_decay != 0.0;
     s.nesterov = call.op.getInt("nesterov") != 0;
     s.weight_decay = static_cast<T>(weight_decay);
     s.momentum = static_cast<T>(momentum);
     s.one_minus_dampening = static_cast<T>(1.0 - call.op.getFloat("dampening"));
-    s.negative_lr = static_cast<T>(-call.op.getFloat("lr"));
+    s.negative_lr = static_cast<T>(-(call.op.getFloat("lr") * lrScheduleOf(call.op).factor(step)));
     runUpdate(call, s, kSgdWork, [](const SgdStep<T>& step, int64_t begin, int64_t end) { sgdRange(step, begin, end); });
     return Status::ok();
   });
@@ -155,8 +157,10 @@ Status sgdUpdateKernel(const KernelCall& call) {
 // adamw_update(w, g, m, v, step) -> w′, m′, v′; `step` counts the steps already taken.
 Status adamwUpdateKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
-    const double lr = call.op.getFloat("lr"), beta1 = call.op.getFloat("beta1"), beta2 = call.op.getFloat("beta2");
-    const double t = static_cast<double>(*call.in<int64_t>(4) + 1);
+    const int64_t step = *call.in<int64_t>(4);
+    const double lr = call.op.getFloat("lr") * lrScheduleOf(call.op).factor(step);
+    const double beta1 = call.op.getFloat("beta1"), beta2 = call.op.getFloat("beta2");
+    const double t = static_cast<double>(step + 1);
     const double bias_correction1 = 1.0 - std::pow(beta1, t), bias_correction2 = 1.0 - std::pow(beta2, t);
     AdamwStep<T> s{};
     s.w = call.in<T>(0);

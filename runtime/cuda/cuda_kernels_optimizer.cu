@@ -5,6 +5,7 @@
 // counter lives in device memory, so the kernels read it there.
 #include <cmath>
 
+#include "ir/lr_schedule.h"
 #include "runtime/cuda/cuda_kernel_support.cuh"
 
 namespace cleave::runtime::cuda {
@@ -23,10 +24,13 @@ __device__ inline float fused(float a, float b, float c) { return fmaf(a, b, c);
 __device__ inline double fused(double a, double b, double c) { return fma(a, b, c); }
 
 // The scalars of one sgd_update step, rounded to T on the host as the CPU rounds them.
+// The learning rate at `step` (lr times the schedule's factor) is computed on the device, which holds the step.
 template <class T>
 struct SgdScalars {
   bool has_momentum, has_weight_decay, nesterov;
-  T weight_decay, momentum, one_minus_dampening, negative_lr;
+  T weight_decay, momentum, one_minus_dampening;
+  double lr;
+  LrSchedule schedule;
 };
 
 // One element per thread: d = g + wd·w; buf′ = d on the first step, else momentum·buf +
@@ -35,6 +39,7 @@ template <class T>
 __global__ void sgdElements(const T* w, const T* g, const T* buffer, const int64_t* step, T* w_out, T* buffer_out,
                             int64_t n, SgdScalars<T> s) {
   const bool first_step = *step == 0;
+  const T negative_lr = static_cast<T>(-(s.lr * s.schedule.factor(*step)));
   CLEAVE_GRID_LOOP(i, n) {
     const T wi = w[i];
     T d = g[i];
@@ -50,7 +55,7 @@ __global__ void sgdElements(const T* w, const T* g, const T* buffer, const int64
       d = s.nesterov ? fused(b, s.momentum, d) : b;  // d_p.add(buf, alpha=momentum)
       buffer_out[i] = b;
     }
-    w_out[i] = fused(d, s.negative_lr, wi);  // param.add_(d_p, alpha=-lr)
+    w_out[i] = fused(d, negative_lr, wi);  // param.add_(d_p, alpha=-lr)
   }
 }
 
@@ -66,7 +71,8 @@ Status sgdUpdateKernel(const KernelCall& call, CudaContext& context) {
     s.weight_decay = static_cast<T>(weight_decay);
     s.momentum = static_cast<T>(momentum);
     s.one_minus_dampening = static_cast<T>(1.0 - call.op.getFloat("dampening"));
-    s.negative_lr = static_cast<T>(-call.op.getFloat("lr"));
+    s.lr = call.op.getFloat("lr");
+    s.schedule = lrScheduleOf(call.op);
     sgdElements<T><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(
         call.in<T>(0), call.in<T>(1), s.has_momentum ? call.in<T>(3) : nullptr, call.in<int64_t>(2), call.out<T>(0),
         s.has_momentum ? call.out<T>(1) : nullptr, n, s);
@@ -78,7 +84,8 @@ Status sgdUpdateKernel(const KernelCall& call, CudaContext& context) {
 template <class T>
 struct AdamwScalars {
   double lr, beta1_double, beta2_double;  // for the bias corrections, which need the step
-  T decay;                                // 1 − lr·wd
+  double weight_decay;
+  LrSchedule schedule;                    // lr's factor at the step
   T beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
 };
 
@@ -91,10 +98,12 @@ __global__ void adamwElements(const T* w, const T* g, const T* m, const T* v, co
   const double t = static_cast<double>(*step + 1);
   const double bias_correction1 = 1.0 - pow(s.beta1_double, t), bias_correction2 = 1.0 - pow(s.beta2_double, t);
   const T bias_correction2_sqrt = static_cast<T>(sqrt(bias_correction2));
-  const T negative_step_size = static_cast<T>(-(s.lr / bias_correction1));
+  const double lr = s.lr * s.schedule.factor(*step);
+  const T negative_step_size = static_cast<T>(-(lr / bias_correction1));
+  const T decay = static_cast<T>(1.0 - lr * s.weight_decay);
   CLEAVE_GRID_LOOP(i, n) {
     const T gi = g[i];
-    const T decayed = mul(w[i], s.decay);                                  // param.mul_(1 - lr * wd)
+    const T decayed = mul(w[i], decay);                                    // param.mul_(1 - lr * wd)
     const T mi = fused(gi, s.one_minus_beta1, mul(m[i], s.beta1));         // exp_avg.mul_(β1).add_(g, alpha=1-β1)
     const T vi = fused(mul(s.one_minus_beta2, gi), gi, mul(v[i], s.beta2));  // exp_avg_sq.mul_(β2).addcmul_(g, g, 1-β2)
     const T denominator = add(divide(root(vi), bias_correction2_sqrt), s.eps);  // (sqrt / bc2_sqrt).add_(eps)
@@ -113,7 +122,8 @@ Status adamwUpdateKernel(const KernelCall& call, CudaContext& context) {
     s.lr = lr;
     s.beta1_double = beta1;
     s.beta2_double = beta2;
-    s.decay = static_cast<T>(1.0 - lr * call.op.getFloat("weight_decay"));
+    s.weight_decay = call.op.getFloat("weight_decay");
+    s.schedule = lrScheduleOf(call.op);
     s.beta1 = static_cast<T>(beta1);
     s.one_minus_beta1 = static_cast<T>(1.0 - beta1);
     s.beta2 = static_cast<T>(beta2);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ir/lr_schedule.h"
 #include "ir/plan.pb.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/io/data_source.h"
@@ -30,7 +31,7 @@ double secondsBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-// The scalar loss from the train program's loss output.
+// The scalar loss (or another scalar output, the gradient norm) from the train program's output.
 Expected<double> readLoss(Device& device, const TensorView& loss) {
   if (loss.type.numel() != 1)
     return Status::badInput("the loss output is " + loss.type.str() + ", not a scalar");
@@ -85,6 +86,10 @@ struct TrainSetup {
   std::unique_ptr<DataSource> eval_source;
   int64_t total_steps = 0;
   CheckpointState start;
+  double base_lr = 0;            // the optimizer's lr, times the schedule's factor each step
+  LrSchedule schedule;
+  TensorView grad_norm;          // with clipping: the global gradient norm (every rank outputs it)
+  Device* grad_norm_device = nullptr;
 };
 
 // The lowest rank of `plan` whose `program` outputs `name`; kBadInput when none does.
@@ -136,6 +141,24 @@ Expected<TrainSetup> setUp(RankGroup& group, const planpb::Plan& plan, const Tra
     CLEAVE_ASSIGN_OR_RETURN(auto loss, group.firstOutput("train", training.loss_output()));
     setup.loss_device = &loss.first->device();
     setup.loss = loss.second;
+  }
+  // The learning rate and gradient norm each step reports.
+  auto lr = training.optimizer_args().find("lr");
+  setup.base_lr = lr == training.optimizer_args().end() ? NAN : lr->second;
+  if (!training.lr_schedule().empty()) {
+    auto schedule = parseLrSchedule(training.lr_schedule());
+    if (!schedule) return schedule.status().withContext("the plan's training record: ");
+    setup.schedule = *schedule;
+  }
+  if (!training.grad_norm_output().empty()) {
+    if (group.spansProcesses()) {
+      CLEAVE_ASSIGN_OR_RETURN(setup.grad_norm, group.executor(0).output("train", training.grad_norm_output()));
+      setup.grad_norm_device = &group.executor(0).device();
+    } else {
+      CLEAVE_ASSIGN_OR_RETURN(auto norm, group.firstOutput("train", training.grad_norm_output()));
+      setup.grad_norm_device = &norm.first->device();
+      setup.grad_norm = norm.second;
+    }
   }
   CLEAVE_ASSIGN_OR_RETURN(setup.train_batch, GlobalBatch::create(group, "train"));
   if (options.steps < 0 || options.epochs < 0 || options.checkpoint_every < 0)
@@ -243,6 +266,10 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
     traceStep(step);
     CLEAVE_TRY(group.run("train"));
     CLEAVE_ASSIGN_OR_RETURN(double loss, stepLoss(group, setup));
+    double grad_norm = NAN;
+    if (setup.grad_norm_device) {
+      CLEAVE_ASSIGN_OR_RETURN(grad_norm, readLoss(*setup.grad_norm_device, setup.grad_norm));
+    }
     double step_seconds = secondsBetween(step_start, Clock::now());
     report.train_seconds += step_seconds;
     samples += rows;
@@ -270,7 +297,9 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
                              {"loss", loss},
                              {"samples_per_s", samples_per_s},
                              {"epoch", epoch},
-                             {"elapsed_s", secondsBetween(run_start, Clock::now())}};
+                             {"elapsed_s", secondsBetween(run_start, Clock::now())},
+                             {"lr", setup.base_lr * setup.schedule.factor(step - 1)}};
+      if (setup.grad_norm_device) line["grad_norm"] = grad_norm;
       if (evaluated_last && report.final_eval->accuracy) line["eval_accuracy"] = *report.final_eval->accuracy;
       if (evaluated_last && report.final_eval->loss) line["eval_loss"] = *report.final_eval->loss;
       metrics << line.dump() << "\n";

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Training features against PyTorch (tests/fixtures/training_features, made by
+# make_training_features.py with torch 2.x): learning-rate schedules (the rate of every step equal
+# to torch.optim.lr_scheduler's and transformers' schedules), gradient clipping (losses and norms as
+# clip_grad_norm_'s, on one device and under dp, tp and pp), gradient accumulation (the losses of the
+# whole batch in a quarter of the activation memory), and the flags' errors.
+# Usage: bash training_features.sh PATH_TO_cleave SOURCE_DIR
+set -euo pipefail
+
+cleave=$1
+source_dir=$2
+fixtures=$source_dir/tests/fixtures
+features=$fixtures/training_features
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python=/usr/bin/python3
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# 1. Schedules: every case's learning rate per step, from the metrics, equal to PyTorch's.
+echo "learning-rate schedules:"
+count=$($python -c "import json,sys; print(len(json.load(open(sys.argv[1]))['cases']))" "$features/lr_schedules.json")
+"$cleave" compile "$fixtures/mlp/model.onnx" --batch 4 -o "$tmp/infer.cplan" >/dev/null
+for ((i = 0; i < count; ++i)); do
+  read -r schedule optimizer < <($python -c "import json,sys; c=json.load(open(sys.argv[1]))['cases'][int(sys.argv[2])]; print(c['schedule'], c['optimizer'])" "$features/lr_schedules.json" "$i")
+  "$cleave" compile "$fixtures/mlp/model.onnx" --batch 4 --train --optimizer "$optimizer" --lr-schedule "$schedule" \
+    -o "$tmp/schedule.cplan" >/dev/null || fail "compile with --lr-schedule $schedule failed"
+  "$cleave" run "$tmp/schedule.cplan" --data synthetic --steps 40 --metrics "$tmp/schedule.jsonl" --progress never \
+    >/dev/null || fail "run with --lr-schedule $schedule failed"
+  $python - "$tmp/schedule.jsonl" "$features/lr_schedules.json" "$i" <<'PY' || fail "--lr-schedule $schedule: rates differ from PyTorch's"
+import json, sys
+actual = [json.loads(line)["lr"] for line in open(sys.argv[1])]
+case = json.load(open(sys.argv[2]))["cases"][int(sys.argv[3])]
+expected = case["lrs"]
+assert len(actual) == len(expected) == 40, (len(actual), len(expected))
+worst = max(abs(a - e) for a, e in zip(actual, expected)) / max(expected)
+print(f"  {case['schedule']:<55} as {case['pytorch']}: 40 steps, max difference {worst:.1e} of the peak")
+assert worst <= 1e-12, worst
+PY
+done
+
+# The schedule resumes from a checkpoint: steps 11-40 after a restart at step 10 follow the same rates.
+"$cleave" run "$tmp/schedule.cplan" --data synthetic --steps 10 --checkpoint-dir "$tmp/ckpt" --metrics "$tmp/resumed.jsonl" \
+  --progress never >/dev/null
+"$cleave" run "$tmp/schedule.cplan" --data synthetic --steps 40 --checkpoint-dir "$tmp/ckpt" --resume --metrics "$tmp/resumed.jsonl" \
+  --progress never >/dev/null
+$python - "$tmp/schedule.jsonl" "$tmp/resumed.jsonl" <<'PY' || fail "a resumed run's schedule differs"
+import json, sys
+straight = [json.loads(line) for line in open(sys.argv[1])]
+resumed = [json.loads(line) for line in open(sys.argv[2])]
+assert [s["step"] for s in resumed] == list(range(1, 41)), [s["step"] for s in resumed]
+assert [s["lr"] for s in resumed] == [s["lr"] for s in straight]
+worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(resumed, straight))
+assert worst <= 1e-6, worst
+print(f"  resumed at step 10: the same rates, losses within {worst:.1e}")
+PY
+
+# 2. Clipping (and schedules with AdamW) against PyTorch, on one device and partitioned.
+# run_case CASE MODEL DATA LABEL [FLAGS...]: trains with the case's flags and compares losses, norms, rates.
+run_case() {
+  local case=$1 model=$2 data=$3 label=$4
+  shift 4
+  local flags
+  mapfile -t flags < <($python -c "import json,sys; print('\n'.join(json.load(open(sys.argv[1]))['flags']))" "$features/$case.json")
+  "$cleave" compile "$model" --train "${flags[@]}" "$@" -o "$tmp/$case.cplan" >/dev/null || fail "compile of $case ($label) failed"
+  local steps
+  steps=$($python -c "import json,sys; print(json.load(open(sys.argv[1]))['steps'])" "$features/$case.json")
+  "$cleave" run "$tmp/$case.cplan" --data "npy:$data" --steps "$steps" --metrics "$tmp/$case.jsonl" --progress never \
+    >/dev/null || fail "training run of $case ($label) failed"
+  $python - "$tmp/$case.jsonl" "$features/$case.json" "$case" "$label" <<'PY' || fail "$case ($label) differs from PyTorch"
+import json, sys
+steps = [json.loads(line) for line in open(sys.argv[1])]
+expected = json.load(open(sys.argv[2]))
+assert len(steps) == expected["steps"], len(steps)
+rel = lambda a, e: abs(a - e) / abs(e)
+loss = max(rel(s["loss"], e) for s, e in zip(steps, expected["losses"]))
+lr = max(rel(s["lr"], e) if e else abs(s["lr"]) for s, e in zip(steps, expected["lrs"]))
+norm = max(rel(s["grad_norm"], e) for s, e in zip(steps, expected["grad_norms"]))
+print(f"  {sys.argv[3]:<16} {sys.argv[4]:<22} {len(steps)} steps ({expected['clipped_steps']} clipped): "
+      f"losses within {loss:.1e}, norms {norm:.1e}, rates {lr:.1e}")
+assert loss <= 1e-6 and norm <= 1e-5 and lr <= 1e-12, (loss, norm, lr)
+PY
+}
+echo "clipping and schedules against PyTorch $($python -c "import json,sys; print(json.load(open(sys.argv[1]))['torch'])" "$features/mlp_clip.json"):"
+mlp=$fixtures/mlp/model.onnx
+run_case mlp_clip "$mlp" "$fixtures/fashion_batches" "one device"
+run_case mlp_clip "$mlp" "$fixtures/fashion_batches" "dp2" --dp 2
+run_case mlp_clip "$mlp" "$fixtures/fashion_batches" "tp2" --tp 2 --allow-replicated
+run_case mlp_clip "$mlp" "$fixtures/fashion_batches" "pp2 (2 microbatches)" --pp 2 --microbatches 2
+run_case mlp_clip_cosine "$mlp" "$fixtures/fashion_batches" "one device"
+run_case mlp_clip_cosine "$mlp" "$fixtures/fashion_batches" "dp2 x tp2" --dp 2 --tp 2 --allow-replicated
+gpt=$fixtures/gpt17/model.onnx
+run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "one device"
+run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "tp2" --tp 2
+run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "pp2 x tp2" --pp 2 --tp 2 --microbatches 2
+run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "dp2 x pp2" --dp 2 --pp 2 --microbatches 2
+
+echo "training_features.sh: all checks passed"
