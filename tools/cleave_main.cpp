@@ -205,12 +205,11 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "Learning rate per step, as torch.optim.lr_scheduler: constant|linear|cosine|step[:warmup=N,"
                       "warmup_start=F,total=T,final=F,step_size=N,gamma=G] (default constant)");
   compile->add_option("--clip-grad-norm", flags.clip_grad_norm,
-                      "Clip the gradients to this global norm (torch.nn.utils.clip_grad_norm_), over every rank's shards")
-      ->check(CLI::PositiveNumber);
+                      "Clip the gradients to this global norm (torch.nn.utils.clip_grad_norm_), over every rank's shards");
   compile->add_option("--grad-accum", flags.grad_accum,
                       "Accumulate the gradients of K microbatches run one after another in each step (the activation "
                       "memory of one); with --pp, the pipeline's microbatches")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   compile->add_option("--memory-limit", flags.memory_limit,
                       "Device memory per rank: bytes, or with a unit (80GB, 16GiB); a plan whose arena exceeds it "
                       "is rejected")

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -159,8 +160,12 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
       if (!schedule) return reportError(schedule.status());
       options.training.optimizer.schedule = *schedule;
     }
-    options.training.clip_grad_norm = flags.clip_grad_norm;
-  } else if (!flags.lr_schedule.empty() || flags.clip_grad_norm > 0 || flags.grad_accum > 0) {
+    if (flags.clip_grad_norm) {
+      if (!(*flags.clip_grad_norm > 0) || !std::isfinite(*flags.clip_grad_norm))
+        return reportError(Status::usage("--clip-grad-norm must be a finite number > 0, got " + std::to_string(*flags.clip_grad_norm)));
+      options.training.clip_grad_norm = *flags.clip_grad_norm;
+    }
+  } else if (!flags.lr_schedule.empty() || flags.clip_grad_norm || flags.grad_accum > 0) {
     return reportError(Status::usage("--lr-schedule, --clip-grad-norm and --grad-accum need --train"));
   }
   Expected<planpb::Plan> plan = Status::internal("compile: no strategy was compiled");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "runtime/train/trainer.h"
@@ -24,7 +25,7 @@ struct CompileFlags {
   std::string loss = "softmax_cross_entropy";
   std::string optimizer = "sgd:lr=0.01";
   std::string lr_schedule;     // --lr-schedule; empty: constant
-  double clip_grad_norm = 0;   // --clip-grad-norm; 0: no clipping
+  std::optional<double> clip_grad_norm;  // --clip-grad-norm; none: no clipping
   int grad_accum = 0;          // --grad-accum: microbatches accumulated per step; 0: not given
   std::string cluster;
   int64_t memory_limit = 0;  // bytes per device (--memory-limit); 0: no limit

@@ -271,6 +271,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       TrainingStepHooks hooks;
       hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
       hooks.after_backward = [&](Graph& g) {
+        if (options.microbatches > 1) CLEAVE_TRY(sumMicrobatchGradientsFromZeros(g));
         CLEAVE_TRY(sumSharedGradients(g, boundary));
         return bucketGradientAllReduces(g, options.bucket_bytes);
       };

@@ -144,7 +144,7 @@ class ProgramLowering {
       instruction->set_backward(n < node_backward_.size() && node_backward_[n]);
       for (const auto& [attr_name, attr] : node.attrs) toProto(attr, &(*instruction->mutable_attrs())[attr_name]);
       for (ValueId v : node.operands) instruction->add_operands(buffer_of_[v]);
-      const bool in_place = node.op == OpId::all_reduce && readOnlyHere(node, n, users);
+      const bool in_place = (node.op == OpId::all_reduce && readOnlyHere(node, n, users)) || accumulatesInPlace(node, n, users);
       for (size_t r = 0; r < node.results.size(); ++r) {
         ValueId v = node.results[r];
         int32_t alias = in_place ? rootOf(node.operands[r]) : kNoBuffer;
@@ -158,18 +158,49 @@ class ProgramLowering {
 
   // Whether every operand of `node` (node index n) is an activation no other node, output or update reads.
   bool readOnlyHere(const Node& node, size_t n, const std::vector<std::vector<int32_t>>& users) const {
-    for (ValueId v : node.operands) {
-      int32_t root = rootOf(v);
-      if (rank_.buffers(root).kind() != planpb::BUFFER_ACTIVATION && rank_.buffers(root).kind() != planpb::BUFFER_GRADIENT)
-        return false;
-      if (users[v].size() != 1 || users[v][0] != static_cast<int32_t>(n)) return false;
-      if (root != buffer_of_[v]) return false;  // a view: its root may have other readers
-      for (ValueId out : graph_.outputs)
-        if (out == v) return false;
-      for (const StateUpdate& update : graph_.updates)
-        if (update.new_value == v) return false;
-    }
+    for (ValueId v : node.operands)
+      if (!readOnlyHere(v, n, users)) return false;
     return true;
+  }
+
+  // Whether activation `v` is read by node n alone (no other node, output or update reads it).
+  bool readOnlyHere(ValueId v, size_t n, const std::vector<std::vector<int32_t>>& users) const {
+    int32_t root = rootOf(v);
+    if (rank_.buffers(root).kind() != planpb::BUFFER_ACTIVATION && rank_.buffers(root).kind() != planpb::BUFFER_GRADIENT)
+      return false;
+    if (users[v].size() != 1 || users[v][0] != static_cast<int32_t>(n)) return false;
+    if (root != buffer_of_[v]) return false;  // a view: its root may have other readers
+    for (ValueId out : graph_.outputs)
+      if (out == v) return false;
+    for (const StateUpdate& update : graph_.updates)
+      if (update.new_value == v) return false;
+    return true;
+  }
+
+  // Whether `node`, in a program of a partitioned or microbatched plan, is add(sum, part) of one
+  // type whose `sum` no one else reads: its result then takes the sum's buffer, so gradients summed
+  // over microbatches (from zeros, sumMicrobatchGradientsFromZeros) need one copy, as PyTorch's
+  // `.grad +=`, not one per microbatch.
+  bool accumulatesInPlace(const Node& node, size_t n, const std::vector<std::vector<int32_t>>& users) const {
+    if (node.op != OpId::add || n >= node_microbatch_.size()) return false;
+    const ValueId sum = node.operands[0], part = node.operands[1];
+    const TensorType& type = graph_.values[node.results[0]].type;
+    if (graph_.values[sum].type != type || rootOf(part) == rootOf(sum)) return false;
+    // A sum that is itself an in-place sum shares its root with values no one reads any more.
+    const bool own_buffer = accumulated_in_place_.count(sum) > 0;
+    if (own_buffer) accumulated_in_place_.erase(sum);
+    if (!own_buffer && !readOnlyHere(sum, n, users)) return false;
+    if (own_buffer && (users[sum].size() != 1 || isOutputOrUpdate(sum))) return false;
+    accumulated_in_place_.insert(node.results[0]);
+    return true;
+  }
+
+  bool isOutputOrUpdate(ValueId v) const {
+    for (ValueId out : graph_.outputs)
+      if (out == v) return true;
+    for (const StateUpdate& update : graph_.updates)
+      if (update.new_value == v) return true;
+    return false;
   }
 
   // Turns a communication node's kernel instruction into its communication instruction.
@@ -320,6 +351,7 @@ class ProgramLowering {
   std::vector<int32_t> buffer_of_;           // value -> buffer id
   std::vector<int> instruction_of_node_;     // node -> instruction index (-1 for views)
   std::vector<int> node_microbatch_;         // pipeline labels per node (may be empty)
+  mutable std::set<ValueId> accumulated_in_place_;  // sums written over their operand's buffer (accumulatesInPlace)
   std::vector<bool> node_backward_;
 };
 

@@ -136,11 +136,23 @@ Expected<std::vector<PipelineNodeLabel>> orderNodesBySchedule(Graph& graph, int 
   std::map<std::pair<bool, int>, int> step_index;
   for (size_t k = 0; k < schedule.size(); ++k) step_index.emplace(std::pair(schedule[k].backward, schedule[k].microbatch), k);
   std::vector<int> position(graph.nodes.size());
+  // Where a node goes within its step: nodes of the step keep their program order (anchor: their
+  // own index, depth 0); a node combining microbatches (but a collective) goes right after the last
+  // of its operands (that operand's anchor, one level deeper), so a microbatch's gradient is added
+  // into the sum as soon as it exists and freed, not kept until the step's end.
+  struct Place {
+    int position;
+    size_t anchor;
+    int depth;
+    size_t index;
+    auto operator<=>(const Place&) const = default;
+  };
+  std::vector<Place> place(graph.nodes.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    if (microbatches[i] == kNoMicrobatch || microbatches[i] == kSeveralMicrobatches) {
+    const bool combining = microbatches[i] == kNoMicrobatch || microbatches[i] == kSeveralMicrobatches;
+    if (combining) {
       // Nodes combining microbatches (gradient sums, the loss's mean) run as soon as their
-      // operands exist (step 2): a microbatch's gradient is added into the sum right after its
-      // backward step and freed.
+      // operands exist (step 2).
       position[i] = -1;
     } else {
       auto it = step_index.find({labels[i].backward, labels[i].microbatch});
@@ -156,11 +168,23 @@ Expected<std::vector<PipelineNodeLabel>> orderNodesBySchedule(Graph& graph, int 
       int32_t producer = graph.values[v].producer;
       if (producer >= 0) position[i] = std::max(position[i], position[producer]);
     }
+    place[i] = Place{position[i], i, 0, i};
+    // Collectives keep their program order: moved ahead of a send another stage waits for, one
+    // could wait for that stage forever.
+    if (!combining || opDef(graph.nodes[i].op).isCommunication()) continue;
+    bool after_operand = false;
+    for (ValueId v : graph.nodes[i].operands) {
+      int32_t producer = graph.values[v].producer;
+      if (producer < 0 || position[producer] != position[i]) continue;
+      Place after{position[i], place[producer].anchor, place[producer].depth + 1, i};
+      if (!after_operand || after > place[i]) place[i] = after;
+      after_operand = true;
+    }
   }
-  // 3. Stable sort by position, then renumber producers.
+  // 3. Sort by place (step, then program order with combining nodes after their last operand), then renumber producers.
   std::vector<size_t> order(graph.nodes.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return position[a] < position[b]; });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return place[a] < place[b]; });
   std::vector<Node> nodes;
   std::vector<PipelineNodeLabel> ordered_labels;
   for (size_t i : order) {

@@ -1,10 +1,12 @@
 // Microbatching: clones a stage graph's per-microbatch nodes M times and combines their outputs.
 #include "passes/partition/microbatching.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ir/gradient.h"
+#include "passes/training/autodiff.h"
 
 namespace cleave {
 
@@ -180,6 +182,55 @@ Expected<Graph> unrollMicrobatches(const Graph& graph, int num_microbatches) {
     return Status::usage("microbatching: the number of microbatches must be at least 1, got " +
                          std::to_string(num_microbatches));
   return Unroller(graph, num_microbatches).run();
+}
+
+Status sumMicrobatchGradientsFromZeros(Graph& graph) {
+  // 1. Per gradient, the first add of its chain gets add(zeros, g0) as operand 0; the new nodes are
+  //    appended, and remembered to go right after g0's producer.
+  const std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  std::map<size_t, std::vector<Node>> before;  // node index -> nodes to insert before it
+  const size_t original = graph.nodes.size();
+  for (const Param& param : std::vector<Param>(graph.params)) {
+    ValueId grad = graph.findValue(gradientName(graph.values[param.value].name));
+    if (!param.trainable || grad == kNoValue) continue;
+    int32_t n = graph.values[grad].producer;
+    if (n < 0 || graph.nodes[n].op != OpId::add) continue;  // one microbatch's gradient alone
+    const TensorType type = graph.values[grad].type;
+    for (;;) {
+      ValueId sum = graph.nodes[n].operands[0];
+      int32_t p = graph.values[sum].producer;
+      if (p < 0 || graph.nodes[p].op != OpId::add || users[sum].size() != 1 || graph.values[sum].type != type) break;
+      n = p;
+    }
+    const ValueId first = graph.nodes[n].operands[0];
+    if (graph.values[first].type != type) continue;  // a broadcast part: left as it is
+    const std::string name = graph.values[grad].name;
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> zero, graph.addNode(OpId::constant, {}, {{"value", scalarTensor(0.0, type.dtype)}},
+                                                                     {}, {graph.uniqueName(name + ".zero")}));
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> zeros, graph.addNode(OpId::expand, {zero[0]}, {{"shape", type.shape}}, {},
+                                                                      {graph.uniqueName(name + ".zeros")}));
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> start, graph.addNode(OpId::add, {zeros[0], first}, {}, {},
+                                                                      {graph.uniqueName(name + ".mb0")}));
+    graph.nodes[n].operands[0] = start[0];
+    // Right after g0 is computed (the sum then takes it at once and g0 is freed).
+    const int32_t first_producer = graph.values[first].producer;
+    const size_t at = first_producer >= 0 ? static_cast<size_t>(first_producer) + 1 : static_cast<size_t>(n);
+    for (size_t k = graph.nodes.size() - 3; k < graph.nodes.size(); ++k) before[at].push_back(std::move(graph.nodes[k]));
+    graph.nodes.resize(graph.nodes.size() - 3);
+  }
+  if (before.empty()) return Status::ok();
+  // 2. The new nodes in place, then ids renumbered.
+  std::vector<Node> nodes;
+  nodes.reserve(graph.nodes.size() + 3 * before.size());
+  for (size_t i = 0; i < original; ++i) {
+    auto it = before.find(i);
+    if (it != before.end())
+      for (Node& node : it->second) nodes.push_back(std::move(node));
+    nodes.push_back(std::move(graph.nodes[i]));
+  }
+  graph.nodes = std::move(nodes);
+  graph.compact();
+  return Status::ok();
 }
 
 }  // namespace cleave

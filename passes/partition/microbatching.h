@@ -34,4 +34,10 @@ bool isGradientTag(int64_t tag);
 // input without a batch dim, a state update computed per microbatch.
 Expected<Graph> unrollMicrobatches(const Graph& graph, int num_microbatches);
 
+// Rewrites the sum over microbatches of each trainable parameter's gradient P.grad (autodiff's
+// chain add(add(g0, g1), g2)...) to start from zeros: add(add(add(zeros, g0), g1), ...). The zeros
+// exist before the first microbatch, so plan lowering keeps the sum in one buffer allocated with the
+// weights (each add in place), instead of in microbatch 0's gradient, allocated amid its activations.
+Status sumMicrobatchGradientsFromZeros(Graph& graph);
+
 }  // namespace cleave

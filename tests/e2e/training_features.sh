@@ -55,7 +55,10 @@ print(f"  resumed at step 10: the same rates, losses within {worst:.1e}")
 PY
 
 # 2. Clipping (and schedules with AdamW) against PyTorch, on one device and partitioned.
-# run_case CASE MODEL DATA LABEL [FLAGS...]: trains with the case's flags and compares losses, norms, rates.
+# run_case CASE MODEL DATA LABEL [FLAGS...]: trains with the case's flags and compares losses, norms,
+# rates; under "${launch[@]}" (empty, or mpirun) with "${backend[@]}".
+launch=()
+backend=()
 run_case() {
   local case=$1 model=$2 data=$3 label=$4
   shift 4
@@ -64,8 +67,9 @@ run_case() {
   "$cleave" compile "$model" --train "${flags[@]}" "$@" -o "$tmp/$case.cplan" >/dev/null || fail "compile of $case ($label) failed"
   local steps
   steps=$($python -c "import json,sys; print(json.load(open(sys.argv[1]))['steps'])" "$features/$case.json")
-  "$cleave" run "$tmp/$case.cplan" --data "npy:$data" --steps "$steps" --metrics "$tmp/$case.jsonl" --progress never \
-    >/dev/null || fail "training run of $case ($label) failed"
+  "${launch[@]}" "$cleave" run "$tmp/$case.cplan" "${backend[@]}" --data "npy:$data" --steps "$steps" \
+    --metrics "$tmp/$case.jsonl" --progress never >"$tmp/run.log" 2>&1 ||
+    fail "training run of $case ($label) failed: $(tail -3 "$tmp/run.log")"
   $python - "$tmp/$case.jsonl" "$features/$case.json" "$case" "$label" <<'PY' || fail "$case ($label) differs from PyTorch"
 import json, sys
 steps = [json.loads(line) for line in open(sys.argv[1])]
@@ -93,5 +97,76 @@ run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "one device"
 run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "tp2" --tp 2
 run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "pp2 x tp2" --pp 2 --tp 2 --microbatches 2
 run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "dp2 x pp2" --dp 2 --pp 2 --microbatches 2
+if command -v mpirun >/dev/null; then
+  launch=(mpirun --allow-run-as-root --oversubscribe -np 4)
+  backend=(--backend mpi)
+  run_case gpt_adamw_clip "$gpt" "$fixtures/gpt17/train" "pp2 x tp2 (mpirun)" --pp 2 --tp 2 --microbatches 2
+  launch=()
+  backend=()
+fi
+
+# 3. Gradient accumulation: K microbatches per step give PyTorch's whole-batch losses (the
+#    fixtures' train/losses.json, 10 SGD steps at batch 16), alone and under dp, tp and pp.
+echo "gradient accumulation against PyTorch's whole batch:"
+accumulate() {
+  local name=$1 data=$2 label=$3
+  shift 3
+  "$cleave" compile "$fixtures/$name/model.onnx" --batch 16 --train --optimizer "$(cat "$fixtures/$name/train/optimizer.txt")" \
+    "$@" -o "$tmp/accumulate.cplan" >/dev/null || fail "compile of $name with $label failed"
+  "$cleave" run "$tmp/accumulate.cplan" --data "npy:$data" --steps 10 --metrics "$tmp/accumulate.jsonl" --progress never \
+    >/dev/null || fail "training run of $name with $label failed"
+  $python - "$tmp/accumulate.jsonl" "$fixtures/$name/train/losses.json" "$name" "$label" <<'PY' || fail "$name with $label differs from PyTorch's whole batch"
+import json, sys
+actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+expected = json.load(open(sys.argv[2]))
+worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
+print(f"  {sys.argv[3]:<6} {sys.argv[4]:<34} 10 steps: losses within {worst:.1e}")
+assert len(actual) == 10 and worst <= 1e-6, worst
+PY
+}
+accumulate mlp "$fixtures/fashion_batches" "--grad-accum 4" --grad-accum 4
+accumulate mlp "$fixtures/fashion_batches" "--grad-accum 4 --dp 2" --grad-accum 4 --dp 2
+accumulate mlp "$fixtures/fashion_batches" "--grad-accum 4 --tp 2" --grad-accum 4 --tp 2 --allow-replicated
+accumulate mlp "$fixtures/fashion_batches" "--grad-accum 4 --pp 2" --grad-accum 4 --pp 2
+accumulate gpt17 "$fixtures/gpt17/train" "--grad-accum 4" --grad-accum 4
+accumulate gpt17 "$fixtures/gpt17/train" "--grad-accum 2 --dp 2 --tp 2" --grad-accum 2 --dp 2 --tp 2
+
+# The memory: the convnet at batch 256 with K = 4 needs at most 0.6x the whole batch's arena.
+arena() {
+  "$cleave" compile "$source_dir/examples/fashion_cnn.cir" --batch 256 --train "$@" -o "$tmp/arena.cplan" |
+    sed -n 's/.*arena \([0-9.]*\) MiB.*/\1/p'
+}
+whole=$(arena)
+quarter=$(arena --grad-accum 4)
+$python - "$whole" "$quarter" <<'PY' || fail "--grad-accum 4 does not save activation memory"
+import sys
+whole, quarter = map(float, sys.argv[1:])
+print(f"  convnet, batch 256: arena {whole:.2f} MiB whole, {quarter:.2f} MiB with --grad-accum 4 ({quarter / whole:.2f}x)")
+assert quarter <= 0.6 * whole
+PY
+"$cleave" compile "$fixtures/mlp/model.onnx" --batch 16 --train --grad-accum 4 --microbatches 2 -o "$tmp/x.cplan" 2>"$tmp/err" &&
+  fail "--grad-accum 4 with --microbatches 2 was accepted"
+grep -q "disagree" "$tmp/err" || fail "--grad-accum with --microbatches: $(cat "$tmp/err")"
+
+# 4. The flags' errors: usage errors (exit 2) that say what is wrong.
+expect_usage() {
+  local says=$1
+  shift
+  set +e
+  "$cleave" compile "$fixtures/mlp/model.onnx" --batch 16 "$@" -o "$tmp/x.cplan" >/dev/null 2>"$tmp/err"
+  local code=$?
+  set -e
+  [[ $code == 2 ]] || fail "compile $* exited $code, not 2: $(cat "$tmp/err")"
+  grep -qF -- "$says" "$tmp/err" || fail "compile $*: expected '$says' in: $(cat "$tmp/err")"
+}
+expect_usage "unknown schedule 'exponential'" --train --lr-schedule exponential
+expect_usage "linear needs total=T" --train --lr-schedule linear:warmup=10
+expect_usage "unknown key 'gamma' for cosine" --train --lr-schedule cosine:total=10,gamma=2
+expect_usage "need --train" --lr-schedule cosine:total=10
+expect_usage "need --train" --clip-grad-norm 1
+expect_usage "--clip-grad-norm must be a finite number > 0, got 0" --train --clip-grad-norm 0
+expect_usage "--grad-accum: Value 0 not in range 1 to" --train --grad-accum 0
+expect_usage "need --train" --grad-accum 2
+echo "  bad --lr-schedule, --clip-grad-norm and --grad-accum: usage errors naming the problem"
 
 echo "training_features.sh: all checks passed"
