@@ -29,6 +29,10 @@ void printSummary(const planpb::Plan& plan, const runtime::TrainReport& report, 
     std::printf("eval accuracy: %.4f on %lld samples%s\n", *report.final_eval->accuracy,
                 static_cast<long long>(report.final_eval->samples),
                 report.final_eval->loss ? (" (loss " + std::to_string(*report.final_eval->loss) + ")").c_str() : "");
+  if (report.final_eval && report.final_eval->top5_accuracy)
+    std::printf("eval top-5 accuracy: %.4f\n", *report.final_eval->top5_accuracy);
+  if (report.final_eval && report.final_eval->perplexity)
+    std::printf("eval perplexity: %.4f\n", *report.final_eval->perplexity);
   for (const auto& rank : plan.ranks()) {
     if (rank.rank() != 0) continue;
     MemoryReport memory = memoryReport(rank);

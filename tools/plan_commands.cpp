@@ -302,6 +302,8 @@ int runRun(const RunFlags& flags) {
     if (eval.accuracy)
       std::printf("eval accuracy: %.4f on %lld samples%s\n", *eval.accuracy, static_cast<long long>(eval.samples),
                   eval.loss ? (" (loss " + std::to_string(*eval.loss) + ")").c_str() : "");
+    if (eval.top5_accuracy) std::printf("eval top-5 accuracy: %.4f\n", *eval.top5_accuracy);
+    if (eval.perplexity) std::printf("eval perplexity: %.4f\n", *eval.perplexity);
   }
   std::string on_rank = group.size() > 1 ? " on rank " + std::to_string(largest) + " (the largest)" : "";
   std::printf("peak memory: %s arena%s = parameters %s + optimizer state %s + gradients/activations %s\n",

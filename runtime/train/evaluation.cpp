@@ -25,14 +25,26 @@ struct Totals {
   int64_t samples = 0;
   int64_t positions = 0;  // scored label positions
   int64_t correct = 0;
+  int64_t correct_top5 = 0;  // the label among the 5 largest logits
   double loss_sum = 0;
   int64_t loss_terms = 0;
+  bool sequences = false;    // labels [B, T, ...]: a language model's positions
+  std::vector<int64_t> class_positions, class_correct;  // per class (labels [B] only)
 };
+
+// At most this many classes get per-class accuracies (more is a vocabulary, not a classifier's classes).
+constexpr int64_t kMaxReportedClasses = 1000;
 
 // Scores the first `rows` rows of one batch of class logits [B, ..., C] against labels [B, ...].
 Status scoreClassification(const std::vector<double>& logits, const std::vector<double>& labels, int64_t batch,
                            int64_t rows, int64_t classes, Totals& totals) {
   int64_t positions_per_row = static_cast<int64_t>(labels.size()) / batch;
+  totals.sequences = totals.sequences || positions_per_row > 1;
+  const bool per_class = positions_per_row == 1 && classes <= kMaxReportedClasses;
+  if (per_class && totals.class_positions.empty()) {
+    totals.class_positions.assign(static_cast<size_t>(classes), 0);
+    totals.class_correct.assign(static_cast<size_t>(classes), 0);
+  }
   for (int64_t p = 0; p < rows * positions_per_row; ++p) {
     auto label = static_cast<int64_t>(labels[static_cast<size_t>(p)]);
     if (label == kIgnoreIndex) continue;
@@ -54,6 +66,15 @@ Status scoreClassification(const std::vector<double>& logits, const std::vector<
     totals.loss_terms += 1;
     totals.correct += best == label ? 1 : 0;
     totals.positions += 1;
+    // Top 5: fewer than 5 classes rank above the label (a larger logit, or an equal one first, as argmax).
+    int64_t above = 0;
+    for (int64_t c = 0; c < classes && above < 5; ++c)
+      above += row[c] > row[label] || (row[c] == row[label] && c < label) ? 1 : 0;
+    totals.correct_top5 += above < 5 ? 1 : 0;
+    if (per_class) {
+      totals.class_positions[static_cast<size_t>(label)] += 1;
+      totals.class_correct[static_cast<size_t>(label)] += best == label ? 1 : 0;
+    }
   }
   return Status::ok();
 }
@@ -87,9 +108,17 @@ Status checkTypes(const TensorType& logits_type, const TensorType& labels_type, 
 EvalResult averages(const Totals& totals, int64_t samples, bool classification) {
   EvalResult result;
   result.samples = samples;
-  if (classification && totals.positions > 0)
-    result.accuracy = static_cast<double>(totals.correct) / static_cast<double>(totals.positions);
+  if (classification && totals.positions > 0) {
+    const auto positions = static_cast<double>(totals.positions);
+    result.accuracy = static_cast<double>(totals.correct) / positions;
+    result.top5_accuracy = static_cast<double>(totals.correct_top5) / positions;
+    for (size_t c = 0; c < totals.class_positions.size(); ++c)
+      result.class_accuracy.push_back(totals.class_positions[c] == 0 ? NAN
+                                                                      : static_cast<double>(totals.class_correct[c]) /
+                                                                            static_cast<double>(totals.class_positions[c]));
+  }
   if (totals.loss_terms > 0) result.loss = totals.loss_sum / static_cast<double>(totals.loss_terms);
+  if (classification && totals.sequences && result.loss) result.perplexity = std::exp(*result.loss);
   return result;
 }
 
@@ -121,6 +150,16 @@ Expected<OwnedRows> ownedRows(const RankGroup& group, const planpb::Plan& plan, 
   return owned;
 }
 
+// The last dim of `logits` (the class count), from the first rank of the plan that outputs it.
+Expected<int64_t> logitsClassCount(const planpb::Plan& plan, const std::string& logits) {
+  for (int rank = 0; rank < plan.ranks_size(); ++rank) {
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<NamedTensor> outputs, describeRankTensors(plan, rank, "eval", true));
+    for (const NamedTensor& output : outputs)
+      if (output.name == logits && output.view.type.rank() > 0) return output.view.type.shape.back();
+  }
+  return Status::badInput("no rank's program 'eval' outputs '" + logits + "'");
+}
+
 // evaluate() in one process of a multi-process run: every process runs every batch; each scores the
 // rows of the logits it owns against the global labels, and the totals are summed over all ranks
 // (rank 0 reports them). The accuracy equals the one-process run's; the mean loss may differ in its
@@ -132,6 +171,7 @@ Expected<EvalResult> evaluateAcrossProcesses(RankGroup& group, const planpb::Pla
   const planpb::Training& training = plan.training();
   RankExecutor& executor = group.executor(0);
   CLEAVE_ASSIGN_OR_RETURN(OwnedRows owned, ownedRows(group, plan, training.logits_output()));
+  CLEAVE_ASSIGN_OR_RETURN(const int64_t class_count, logitsClassCount(plan, training.logits_output()));
   std::optional<TensorView> logits;
   if (owned.begin < owned.end) {
     CLEAVE_ASSIGN_OR_RETURN(logits, executor.output("eval", training.logits_output()));
@@ -174,14 +214,30 @@ Expected<EvalResult> evaluateAcrossProcesses(RankGroup& group, const planpb::Pla
   const int ranks = plan.ranks_size();
   std::vector<int> everyone(static_cast<size_t>(ranks));
   for (int rank = 0; rank < ranks; ++rank) everyone[static_cast<size_t>(rank)] = rank;
-  double sums[4] = {static_cast<double>(totals.positions), static_cast<double>(totals.correct), totals.loss_sum,
-                    static_cast<double>(totals.loss_terms)};
-  TensorView view{sums, TensorType{DType::kF64, {4}}};
+  // Counts, then per-class counts (every process sizes them by the plan's class count), then whether
+  // labels are sequences.
+  const int64_t classes = classification && labels_type.rank() == 1 && class_count <= kMaxReportedClasses ? class_count : 0;
+  if (classes > 0 && totals.class_positions.empty()) {
+    totals.class_positions.assign(static_cast<size_t>(classes), 0);
+    totals.class_correct.assign(static_cast<size_t>(classes), 0);
+  }
+  std::vector<double> sums = {static_cast<double>(totals.positions), static_cast<double>(totals.correct),
+                              totals.loss_sum, static_cast<double>(totals.loss_terms),
+                              static_cast<double>(totals.correct_top5), totals.sequences ? 1.0 : 0.0};
+  for (int64_t c = 0; c < classes; ++c) sums.push_back(static_cast<double>(totals.class_positions[static_cast<size_t>(c)]));
+  for (int64_t c = 0; c < classes; ++c) sums.push_back(static_cast<double>(totals.class_correct[static_cast<size_t>(c)]));
+  TensorView view{sums.data(), TensorType{DType::kF64, {static_cast<int64_t>(sums.size())}}};
   CLEAVE_TRY(group.processCommunicator().allReduce(everyone, {&view, 1}, {&view, 1}, ReduceOp::kSum));
   totals.positions = static_cast<int64_t>(sums[0]);
   totals.correct = static_cast<int64_t>(sums[1]);
   totals.loss_sum = sums[2];
   totals.loss_terms = static_cast<int64_t>(sums[3]);
+  totals.correct_top5 = static_cast<int64_t>(sums[4]);
+  totals.sequences = sums[5] > 0;
+  for (int64_t c = 0; c < classes; ++c) {
+    totals.class_positions[static_cast<size_t>(c)] = static_cast<int64_t>(sums[static_cast<size_t>(6 + c)]);
+    totals.class_correct[static_cast<size_t>(c)] = static_cast<int64_t>(sums[static_cast<size_t>(6 + classes + c)]);
+  }
   return averages(totals, samples, classification);
 }
 

@@ -50,8 +50,16 @@ std::string evalSummary(const EvalRecord& record) {
     std::snprintf(text, sizeof text, "accuracy %.4f", *record.result.accuracy);
     scores += text;
   }
+  if (record.result.top5_accuracy) {
+    std::snprintf(text, sizeof text, ", top-5 %.4f", *record.result.top5_accuracy);
+    scores += text;
+  }
   if (record.result.loss) {
     std::snprintf(text, sizeof text, "%sloss %.4f", scores.empty() ? "" : ", ", *record.result.loss);
+    scores += text;
+  }
+  if (record.result.perplexity) {
+    std::snprintf(text, sizeof text, ", perplexity %.3f", *record.result.perplexity);
     scores += text;
   }
   return where + ": eval " + scores + " over " + std::to_string(record.result.samples) + " samples";
@@ -302,6 +310,14 @@ Status train(RankGroup& group, const planpb::Plan& plan, const TrainOptions& opt
       if (setup.grad_norm_device) line["grad_norm"] = grad_norm;
       if (evaluated_last && report.final_eval->accuracy) line["eval_accuracy"] = *report.final_eval->accuracy;
       if (evaluated_last && report.final_eval->loss) line["eval_loss"] = *report.final_eval->loss;
+      if (evaluated_last && report.final_eval->top5_accuracy) line["eval_top5_accuracy"] = *report.final_eval->top5_accuracy;
+      if (evaluated_last && !report.final_eval->class_accuracy.empty()) {
+        nlohmann::json classes = nlohmann::json::array();
+        for (double accuracy : report.final_eval->class_accuracy)
+          classes.push_back(std::isnan(accuracy) ? nlohmann::json(nullptr) : nlohmann::json(accuracy));
+        line["eval_class_accuracy"] = std::move(classes);
+      }
+      if (evaluated_last && report.final_eval->perplexity) line["eval_perplexity"] = *report.final_eval->perplexity;
       metrics << line.dump() << "\n";
       metrics.flush();
       if (!metrics) return Status::runtime("cannot write metrics file '" + options.metrics_path + "'");

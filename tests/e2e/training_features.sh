@@ -3,7 +3,8 @@
 # make_training_features.py with torch 2.x): learning-rate schedules (the rate of every step equal
 # to torch.optim.lr_scheduler's and transformers' schedules), gradient clipping (losses and norms as
 # clip_grad_norm_'s, on one device and under dp, tp and pp), gradient accumulation (the losses of the
-# whole batch in a quarter of the activation memory), and the flags' errors.
+# whole batch in a quarter of the activation memory), evaluation scores (top-5, per-class accuracy,
+# perplexity, against numpy), and the flags' errors.
 # Usage: bash training_features.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
 
@@ -148,7 +149,68 @@ PY
   fail "--grad-accum 4 with --microbatches 2 was accepted"
 grep -q "disagree" "$tmp/err" || fail "--grad-accum with --microbatches: $(cat "$tmp/err")"
 
-# 4. The flags' errors: usage errors (exit 2) that say what is wrong.
+# 4. Evaluation scores beyond accuracy, on logits known in advance (the model multiplies its input by
+#    weights of ones that lr=0 keeps), recomputed with numpy: top-5 and per-class accuracy of a
+#    classifier (labels [B]), perplexity of a language model (labels [B, T]).
+echo "evaluation scores:"
+cat >"$tmp/classifier.cir" <<'CIR'
+graph @fixed_logits {
+  input %x : f32[16,12]
+  param %w : f32[12] = ones
+  %logits = mul(%x, %w)
+  output %logits
+}
+CIR
+sed -e 's/fixed_logits/fixed_sequence_logits/' -e 's/f32\[16,12\]/f32[16,5,12]/' "$tmp/classifier.cir" >"$tmp/sequences.cir"
+mkdir -p "$tmp/classifier" "$tmp/sequences"
+$python - "$tmp" <<'PY'
+import numpy as np, sys
+rng = np.random.default_rng(3)
+for name, shape in (("classifier", (64, 12)), ("sequences", (64, 5, 12))):
+    np.save(f"{sys.argv[1]}/{name}/x.npy", rng.standard_normal(shape).astype(np.float32))
+    np.save(f"{sys.argv[1]}/{name}/labels.npy", rng.integers(0, 12, shape[:-1]).astype(np.int64))
+PY
+for name in classifier sequences; do
+  for layout in "" "--dp 2" "--dp 2 (mpirun)"; do
+    launch=()
+    backend=()
+    [[ $layout == *mpirun* ]] && { launch=(mpirun --allow-run-as-root --oversubscribe -np 2); backend=(--backend mpi); }
+    [[ $layout == *mpirun* ]] && ! command -v mpirun >/dev/null && continue
+    # shellcheck disable=SC2086
+    "$cleave" compile "$tmp/$name.cir" --train --optimizer sgd:lr=0 ${layout% (mpirun)} -o "$tmp/$name.cplan" >/dev/null
+    "${launch[@]}" "$cleave" run "$tmp/$name.cplan" "${backend[@]}" --data "npy:$tmp/$name" --eval-data "npy:$tmp/$name" \
+      --steps 4 --metrics "$tmp/$name.jsonl" --progress never >"$tmp/$name.out" 2>&1 || fail "evaluation of $name ($layout) failed"
+    $python - "$tmp/$name" "$tmp/$name.jsonl" "$tmp/$name.out" "$name ${layout:-one device}" <<'PY' || fail "$name ($layout): evaluation scores differ from numpy's"
+import json, sys
+import numpy as np
+x = np.load(sys.argv[1] + "/x.npy").astype(np.float64)
+labels = np.load(sys.argv[1] + "/labels.npy")
+logits, flat = x.reshape(-1, 12), labels.reshape(-1)
+picked = logits[np.arange(len(flat)), flat]
+above = (logits > picked[:, None]).sum(1) + ((logits == picked[:, None]) & (np.arange(12) < flat[:, None])).sum(1)
+accuracy, top5 = float((above == 0).mean()), float((above < 5).mean())
+shifted = logits - logits.max(1, keepdims=True)
+loss = float((np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(flat)), flat]).mean())
+last = [json.loads(line) for line in open(sys.argv[2])][-1]
+assert abs(last["eval_accuracy"] - accuracy) < 1e-12 and abs(last["eval_top5_accuracy"] - top5) < 1e-12, last
+assert abs(last["eval_loss"] - loss) < 1e-6 * loss, (last["eval_loss"], loss)
+text = open(sys.argv[3]).read()
+assert f"eval top-5 accuracy: {top5:.4f}" in text, text
+if labels.ndim == 1:
+    expected = [float((above[flat == c] == 0).mean()) for c in range(12)]
+    assert np.allclose(last["eval_class_accuracy"], expected, atol=1e-12), (last["eval_class_accuracy"], expected)
+    assert "eval_perplexity" not in last
+    extra = f"{len(expected)} per-class accuracies"
+else:
+    assert abs(last["eval_perplexity"] - np.exp(loss)) < 1e-6 * np.exp(loss), (last["eval_perplexity"], np.exp(loss))
+    assert "eval_class_accuracy" not in last and f"eval perplexity: {np.exp(loss):.4f}" in text
+    extra = f"perplexity {np.exp(loss):.3f}"
+print(f"  {sys.argv[4]:<34} accuracy {accuracy:.4f}, top-5 {top5:.4f}, {extra}: as numpy's")
+PY
+  done
+done
+
+# 5. The flags' errors: usage errors (exit 2) that say what is wrong.
 expect_usage() {
   local says=$1
   shift
