@@ -206,6 +206,10 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "warmup_start=F,total=T,final=F,step_size=N,gamma=G] (default constant)");
   compile->add_option("--clip-grad-norm", flags.clip_grad_norm,
                       "Clip the gradients to this global norm (torch.nn.utils.clip_grad_norm_), over every rank's shards");
+  compile->add_option("--precision", flags.precision,
+                      "Training precision: f32, or bf16 (matmul, gemm and conv2d in bf16 with f32 accumulation, f32 "
+                      "master weights and loss, as torch.autocast)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   compile->add_option("--grad-accum", flags.grad_accum,
                       "Accumulate the gradients of K microbatches run one after another in each step (the activation "
                       "memory of one); with --pp, the pipeline's microbatches")

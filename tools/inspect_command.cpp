@@ -37,7 +37,9 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
                      " microbatch(es)";
   if (!strategy.schedule().empty()) text += " (" + strategy.schedule() + ")";
   text += ", batch " + std::to_string(plan.global_batch());
-  if (plan.has_training()) text += ", training (" + plan.training().loss() + ", " + plan.training().optimizer() + ")";
+  if (plan.has_training())
+    text += ", training (" + plan.training().loss() + ", " + plan.training().optimizer() +
+            (plan.training().precision().empty() ? "" : ", " + plan.training().precision()) + ")";
   return text + "\n";
 }
 

@@ -165,8 +165,13 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
         return reportError(Status::usage("--clip-grad-norm must be a finite number > 0, got " + std::to_string(*flags.clip_grad_norm)));
       options.training.clip_grad_norm = *flags.clip_grad_norm;
     }
-  } else if (!flags.lr_schedule.empty() || flags.clip_grad_norm || flags.grad_accum > 0) {
-    return reportError(Status::usage("--lr-schedule, --clip-grad-norm and --grad-accum need --train"));
+    if (!flags.precision.empty()) {
+      auto precision = parsePrecision(flags.precision);
+      if (!precision) return reportError(precision.status());
+      options.training.precision = *precision;
+    }
+  } else if (!flags.lr_schedule.empty() || flags.clip_grad_norm || flags.grad_accum > 0 || !flags.precision.empty()) {
+    return reportError(Status::usage("--lr-schedule, --clip-grad-norm, --grad-accum and --precision need --train"));
   }
   Expected<planpb::Plan> plan = Status::internal("compile: no strategy was compiled");
   if (automatic) {

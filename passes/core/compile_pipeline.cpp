@@ -85,6 +85,7 @@ void describeTraining(const CompileOptions& options, const std::string& logits_n
   }
   info->set_loss_output("loss");
   if (!opt.schedule.isConstant()) info->set_lr_schedule(lrScheduleText(opt.schedule));
+  if (options.training.precision != Precision::kF32) info->set_precision(std::string(precisionName(options.training.precision)));
   if (options.training.clip_grad_norm > 0) {
     info->set_clip_grad_norm(options.training.clip_grad_norm);
     info->set_grad_norm_output(std::string(kGradNormOutput));
@@ -253,6 +254,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage()));
     if (boundary) *boundary = stage.boundary;
     CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, nullptr, kept_whole));
+    if (options.train && options.training.precision == Precision::kBF16) CLEAVE_TRY(autocastToBf16(partitioned).status());
     // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
     // pass reads: it runs for every pipeline, even with one microbatch.
     if (options.microbatches == 1 && mesh.pp() == 1) return partitioned;

@@ -113,6 +113,7 @@ class BackwardBuilder {
     bool operand_on_path = false;
     for (ValueId v : node.operands) operand_on_path = operand_on_path || onPath(v);
     if (!operand_on_path) return Status::ok();  // nothing to pass a gradient to (e.g. a received value)
+    if (castsEachPartBack(node)) return isOk() ? Status::ok() : status_;
     std::vector<ValueId> result_grads;
     bool any_gradient = false;
     for (ValueId r : node.results) {
@@ -148,6 +149,27 @@ class BackwardBuilder {
       contributions_[operand].push_back(grad);
     }
     return Status::ok();
+  }
+
+  // A cast to a narrower float (mixed precision's bf16 copy of a weight) read several times, by
+  // several microbatches: each part of its gradient is cast back to the operand's dtype, and the
+  // parts are summed there (in f32), as PyTorch accumulates .grad over backward passes, instead of
+  // summing them in bf16 first. True when it did so.
+  bool castsEachPartBack(const Node& node) {
+    if (node.op != OpId::cast || node.results.size() != 1 || !onPath(node.operands[0])) return false;
+    const ValueId x = node.operands[0], r = node.results[0];
+    const DType from = graph_.values[x].type.dtype, to = graph_.values[r].type.dtype;
+    if (!isFloat(from) || !isFloat(to) || dtypeSize(to) >= dtypeSize(from) || contributions_[r].size() < 2) return false;
+    accumulated_[r] = true;
+    for (ValueId part : contributions_[r]) {
+      auto wide = graph_.addNode(OpId::cast, {part}, {{"to", std::string(dtypeName(from))}}, graph_.nodes[graph_.values[r].producer].loc);
+      if (!wide) {
+        status_ = wide.status();
+        return true;
+      }
+      contributions_[x].push_back((*wide)[0]);
+    }
+    return true;
   }
 
   // The total gradient of forward value `v` (computed once): its contributions added one by one,

@@ -31,8 +31,11 @@ Status checkResult(const Graph& graph, const char* which) {
 }
 
 // The model with its loss attached; outputs [loss]. `logits` is set to the value the loss reads.
-Expected<Graph> withLoss(const Graph& model, const TrainingOptions& options, ValueId& logits) {
+// With `autocast`, the model runs in options.precision (a multi-device compile autocasts each
+// device's part after partitioning instead, so that tensor parallelism sees the weights' users).
+Expected<Graph> withLoss(const Graph& model, const TrainingOptions& options, ValueId& logits, bool autocast = true) {
   Graph graph = model;
+  if (autocast && options.precision == Precision::kBF16) CLEAVE_TRY(autocastToBf16(graph).status());
   CLEAVE_ASSIGN_OR_RETURN(ValueId loss, attachLoss(graph, options.loss, options.logits_output));
   logits = graph.nodes[graph.values[loss].producer].operands[0];
   return graph;
@@ -93,7 +96,7 @@ Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const Tr
 Expected<Graph> buildLossGraph(const Graph& model, const TrainingOptions& options) {
   CLEAVE_TRY(verifyGraph(model));
   ValueId logits = kNoValue;
-  CLEAVE_ASSIGN_OR_RETURN(Graph graph, withLoss(model, options, logits));
+  CLEAVE_ASSIGN_OR_RETURN(Graph graph, withLoss(model, options, logits, /*autocast=*/false));
   graph.outputs.push_back(logits);
   CLEAVE_TRY(simplify(graph));
   return graph;

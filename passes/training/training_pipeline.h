@@ -6,6 +6,7 @@
 
 #include "ir/graph.h"
 #include "ir/status.h"
+#include "passes/training/autocast.h"
 #include "passes/training/gradient_clipping.h"
 #include "passes/training/loss_head.h"
 #include "passes/training/optimizer.h"
@@ -18,6 +19,7 @@ struct TrainingOptions {
   std::string logits_output;  // the output the loss reads; empty: the model's only float output
   OptimizerSpec optimizer;
   double clip_grad_norm = 0;  // > 0: gradients clipped to this global norm before the optimizer
+  Precision precision = Precision::kF32;  // bf16: matmul, gemm and conv2d autocast (autocastToBf16)
 };
 
 // The graphs of a training job. Both have the model's parameters under the model's names.
@@ -31,7 +33,8 @@ struct TrainingGraphs {
 Expected<TrainingGraphs> buildTrainingGraphs(const Graph& model, const TrainingOptions& options);
 
 // The model with its loss attached, cse and dce applied: outputs [loss, logits] (the graph a
-// multi-device compile partitions before differentiating).
+// multi-device compile partitions before differentiating); in f32 whatever options.precision says
+// (each device's part is autocast after partitioning).
 Expected<Graph> buildLossGraph(const Graph& model, const TrainingOptions& options);
 
 // How appendTrainingStep differentiates, and what it does before the optimizer.

@@ -25,5 +25,7 @@ void registerShapeKernels(CpuKernelTable& table);           // data movement: re
 void registerLossKernels(CpuKernelTable& table);            // softmax_cross_entropy, mse
 void registerGradientKernels(CpuKernelTable& table);        // the remaining *_grad ops
 void registerOptimizerKernels(CpuKernelTable& table);       // sgd_update, adamw_update
+// Last: bf16 for matmul, gemm, conv2d, its gradients and reduce_sum, around their f32 kernels.
+void registerBf16Kernels(CpuKernelTable& table);
 
 }  // namespace cleave::runtime::cpu

@@ -1,6 +1,8 @@
 // CUDA kernels of matmul (batched, broadcasting batch dims, transposes) and gemm: f32 and f64
 // through cuBLAS (the handle's math mode keeps f32 in f32, without TF32), i64 and i32 through a
 // plain kernel that wraps around as the CPU's integer GEMM does.
+#include <cuda_bf16.h>
+
 #include <climits>
 #include <string>
 #include <vector>
@@ -51,7 +53,13 @@ cublasStatus_t gemmStridedBatched(cublasHandle_t handle, bool transpose_a, bool 
                                   T beta, T* c, int ldc, long long stride_c, int batch) {
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    // bf16 operands and results, f32 accumulation (mixed precision's GEMMs).
+    const float alpha32 = __bfloat162float(alpha), beta32 = __bfloat162float(beta);
+    return cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, &alpha32, b, CUDA_R_16BF, ldb, stride_b, a, CUDA_R_16BF,
+                                      lda, stride_a, &beta32, c, CUDA_R_16BF, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT);
+  } else if constexpr (std::is_same_v<T, float>)
     return cublasSgemmStridedBatched(handle, op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a, lda, stride_a, &beta, c,
                                      ldc, stride_c, batch);
   else
@@ -92,8 +100,8 @@ Status matmulTyped(const KernelCall& call, CudaContext& context) {
     if (dimsProduct(b_batch, 0, b_batch.size()) == 1 && !transpose_a) {
       if (!fitsInt({batches * m, n, k, lda, ldb})) return tooLargeForCublas(call);
       return cublasStatus(gemmStridedBatched<T>(context.cublas(), false, transpose_b, static_cast<int>(batches * m),
-                                                static_cast<int>(n), static_cast<int>(k), T(1), a, static_cast<int>(lda),
-                                                0, b, static_cast<int>(ldb), 0, T(0), out, static_cast<int>(n), 0, 1),
+                                                static_cast<int>(n), static_cast<int>(k), static_cast<T>(1.0f), a, static_cast<int>(lda),
+                                                0, b, static_cast<int>(ldb), 0, static_cast<T>(0.0f), out, static_cast<int>(n), 0, 1),
                           what);
     }
     if (!fitsInt({m, n, k, lda, ldb})) return tooLargeForCublas(call);
@@ -114,9 +122,9 @@ Status matmulTyped(const KernelCall& call, CudaContext& context) {
       }
       CLEAVE_TRY(cublasStatus(
           gemmStridedBatched<T>(context.cublas(), transpose_a, transpose_b, static_cast<int>(m), static_cast<int>(n),
-                                static_cast<int>(k), T(1), a + a_offset * a_matrix, static_cast<int>(lda),
+                                static_cast<int>(k), static_cast<T>(1.0f), a + a_offset * a_matrix, static_cast<int>(lda),
                                 map.strides[0][map.rank - 1] * a_matrix, b + b_offset * b_matrix, static_cast<int>(ldb),
-                                map.strides[1][map.rank - 1] * b_matrix, T(0), out + first * m * n, static_cast<int>(n),
+                                map.strides[1][map.rank - 1] * b_matrix, static_cast<T>(0.0f), out + first * m * n, static_cast<int>(n),
                                 m * n, static_cast<int>(run)),
           what));
     }
@@ -125,6 +133,7 @@ Status matmulTyped(const KernelCall& call, CudaContext& context) {
 }
 
 Status matmulKernel(const KernelCall& call, CudaContext& context) {
+  if (call.op.operands[0].dtype == DType::kBF16) return matmulTyped<__nv_bfloat16>(call, context);
   return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) { return matmulTyped<T>(call, context); });
 }
 
