@@ -3,7 +3,8 @@
 # make_training_features.py with torch 2.x): learning-rate schedules (the rate of every step equal
 # to torch.optim.lr_scheduler's and transformers' schedules), gradient clipping (losses and norms as
 # clip_grad_norm_'s, on one device and under dp, tp and pp), gradient accumulation (the losses of the
-# whole batch in a quarter of the activation memory), evaluation scores (top-5, per-class accuracy,
+# whole batch in a quarter of the activation memory), bf16 mixed precision (PyTorch autocast's
+# losses), evaluation scores (top-5, per-class accuracy,
 # perplexity, against numpy), and the flags' errors.
 # Usage: bash training_features.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
@@ -149,7 +150,43 @@ PY
   fail "--grad-accum 4 with --microbatches 2 was accepted"
 grep -q "disagree" "$tmp/err" || fail "--grad-accum with --microbatches: $(cat "$tmp/err")"
 
-# 4. Evaluation scores beyond accuracy, on logits known in advance (the model multiplies its input by
+# 4. Mixed precision: the GPT under --precision bf16 follows PyTorch's torch.autocast(bf16) losses
+#    (gpt_bf16.json, 10 SGD steps) alone and partitioned, and differs from cleave's own f32 run.
+echo "mixed precision (bf16) against PyTorch autocast:"
+bf16_case() {
+  local label=$1
+  shift
+  "$cleave" compile "$gpt" --train --batch 16 --optimizer sgd:lr=0.3,momentum=0.9 "$@" -o "$tmp/bf16.cplan" >/dev/null ||
+    fail "compile of the GPT with $* failed"
+  "$cleave" run "$tmp/bf16.cplan" --data "npy:$fixtures/gpt17/train" --steps 10 --metrics "$tmp/$label.jsonl" \
+    --progress never >/dev/null || fail "training the GPT with $* failed"
+}
+bf16_case f32
+for layout in "" "--tp 2" "--dp 2 --pp 2 --microbatches 2" "--grad-accum 4"; do
+  # shellcheck disable=SC2086
+  bf16_case bf16 --precision bf16 $layout
+  $python - "$tmp/bf16.jsonl" "$tmp/f32.jsonl" "$features/gpt_bf16.json" "${layout:-one device}" <<'PY' || fail "--precision bf16 $layout: losses off PyTorch autocast's"
+import json, sys
+bf16 = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+f32 = [json.loads(line)["loss"] for line in open(sys.argv[2])]
+expected = json.load(open(sys.argv[3]))
+worst = max(abs(a - e) / e for a, e in zip(bf16, expected["losses"]))
+from_f32 = max(abs(a - b) / b for a, b in zip(bf16, f32))
+print(f"  gpt17 {sys.argv[4]:<30} 10 steps: within {worst:.1e} of autocast's losses (cleave f32 differs by {from_f32:.1e})")
+assert len(bf16) == 10 and worst <= 2e-2 and from_f32 > 1e-6, (worst, from_f32)
+PY
+done
+"$cleave" inspect "$tmp/bf16.cplan" | head -1 | grep -q "training (softmax_cross_entropy, sgd, bf16)" ||
+  fail "inspect does not name the plan's precision"
+report_arenas() {
+  local f32_bytes bf16_bytes
+  f32_bytes=$("$cleave" compile "$gpt" --train --batch 16 -o "$tmp/a.cplan" | sed -n 's/.*arena \([0-9.]*\) MiB.*/\1/p')
+  bf16_bytes=$("$cleave" compile "$gpt" --train --batch 16 --precision bf16 -o "$tmp/b.cplan" | sed -n 's/.*arena \([0-9.]*\) MiB.*/\1/p')
+  echo "  gpt17 at batch 16: arena $f32_bytes MiB in f32, $bf16_bytes MiB in bf16 (bf16 copies of weights and GEMM inputs)"
+}
+report_arenas
+
+# 5. Evaluation scores beyond accuracy, on logits known in advance (the model multiplies its input by
 #    weights of ones that lr=0 keeps), recomputed with numpy: top-5 and per-class accuracy of a
 #    classifier (labels [B]), perplexity of a language model (labels [B, T]).
 echo "evaluation scores:"
@@ -210,7 +247,7 @@ PY
   done
 done
 
-# 5. The flags' errors: usage errors (exit 2) that say what is wrong.
+# 6. The flags' errors: usage errors (exit 2) that say what is wrong.
 expect_usage() {
   local says=$1
   shift
@@ -229,6 +266,8 @@ expect_usage "need --train" --clip-grad-norm 1
 expect_usage "--clip-grad-norm must be a finite number > 0, got 0" --train --clip-grad-norm 0
 expect_usage "--grad-accum: Value 0 not in range 1 to" --train --grad-accum 0
 expect_usage "need --train" --grad-accum 2
+expect_usage "need --train" --precision bf16
+expect_usage "--precision: bf16x not in {f32,bf16}" --train --precision bf16x
 echo "  bad --lr-schedule, --clip-grad-norm and --grad-accum: usage errors naming the problem"
 
 echo "training_features.sh: all checks passed"
