@@ -2,11 +2,12 @@
 // gradients, the bias gradient's reduce_sum): bf16 operands are widened to f32, the f32 kernel runs
 // (OpenBLAS sgemm: the products of bf16 values are exact in f32 and accumulate in f32, as
 // cblas_sbgemm's), and f32 results are rounded to bf16 (nearest, ties to even).
-#include <cstring>
+#include <memory>
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/device/element_access.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -14,26 +15,16 @@ namespace {
 // Work per element of a conversion (for parallelFor).
 constexpr int64_t kConversionWork = 1;
 
-// bf16 bits to f32 (exact) and f32 to bf16 bits (nearest, ties to even; NaN stays a quiet NaN),
-// in loops the compiler vectorises.
+// bf16 bits to f32 (exact) and f32 to bf16 bits (nearest, ties to even), over threads.
 void widen(const uint16_t* bits, float* values, int64_t n, int threads) {
   parallelFor(n, threads, kConversionWork, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const uint32_t word = static_cast<uint32_t>(bits[i]) << 16;
-      std::memcpy(&values[i], &word, sizeof word);
-    }
+    for (int64_t i = begin; i < end; ++i) values[i] = bfloat16ToFloat(bits[i]);
   });
 }
 
 void narrow(const float* values, uint16_t* bits, int64_t n, int threads) {
   parallelFor(n, threads, kConversionWork, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      uint32_t word;
-      std::memcpy(&word, &values[i], sizeof word);
-      const bool nan = (word & 0x7fffffffu) > 0x7f800000u;
-      const uint32_t rounded = (word + 0x7fffu + ((word >> 16) & 1u)) >> 16;
-      bits[i] = static_cast<uint16_t>(nan ? (word >> 16) | 0x40u : rounded);
-    }
+    for (int64_t i = begin; i < end; ++i) bits[i] = floatToBfloat16(values[i]);
   });
 }
 
@@ -55,18 +46,19 @@ Status viaF32(CpuKernel f32_kernel, const KernelCall& call) {
   std::vector<TensorType> result_types(call.op.results.begin(), call.op.results.end());
   std::vector<const void*> inputs(call.inputs.begin(), call.inputs.end());
   std::vector<void*> outputs(call.outputs.begin(), call.outputs.end());
-  std::vector<std::vector<float>> widened(operand_types.size()), wide_results(result_types.size());
+  // Scratch left uninitialised (every element is written before it is read).
+  std::vector<std::unique_ptr<float[]>> widened(operand_types.size()), wide_results(result_types.size());
   for (size_t i = 0; i < operand_types.size(); ++i) {
     if (operand_types[i].dtype != DType::kBF16) continue;
-    widened[i].resize(static_cast<size_t>(operand_types[i].numel()));
-    widen(static_cast<const uint16_t*>(inputs[i]), widened[i].data(), operand_types[i].numel(), call.threads);
-    inputs[i] = widened[i].data();
+    widened[i].reset(new float[static_cast<size_t>(operand_types[i].numel())]);
+    widen(static_cast<const uint16_t*>(inputs[i]), widened[i].get(), operand_types[i].numel(), call.threads);
+    inputs[i] = widened[i].get();
     operand_types[i].dtype = DType::kF32;
   }
   for (size_t r = 0; r < result_types.size(); ++r) {
     if (result_types[r].dtype != DType::kBF16) continue;
-    wide_results[r].resize(static_cast<size_t>(result_types[r].numel()));
-    outputs[r] = wide_results[r].data();
+    wide_results[r].reset(new float[static_cast<size_t>(result_types[r].numel())]);
+    outputs[r] = wide_results[r].get();
     result_types[r].dtype = DType::kF32;
   }
   // 2. The f32 kernel.
@@ -74,9 +66,8 @@ Status viaF32(CpuKernel f32_kernel, const KernelCall& call) {
   CLEAVE_TRY(f32_kernel(wide));
   // 3. Results.
   for (size_t r = 0; r < result_types.size(); ++r) {
-    if (wide_results[r].empty()) continue;
-    narrow(wide_results[r].data(), static_cast<uint16_t*>(call.outputs[r]), static_cast<int64_t>(wide_results[r].size()),
-           call.threads);
+    if (!wide_results[r]) continue;
+    narrow(wide_results[r].get(), static_cast<uint16_t*>(call.outputs[r]), result_types[r].numel(), call.threads);
   }
   return Status::ok();
 }

@@ -51,14 +51,7 @@ uint16_t floatToHalf(float value) {
   return sign | static_cast<uint16_t>((rebased + rounding) >> 13);
 }
 
-float bfloat16ToFloat(uint16_t bits) { return bitsToFloat(static_cast<uint32_t>(bits) << 16); }
 
-uint16_t floatToBfloat16(float value) {
-  uint32_t bits = floatBits(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
 
 double loadElement(DType dtype, const void* data, int64_t index) {
   switch (dtype) {
