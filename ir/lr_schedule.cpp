@@ -3,9 +3,9 @@
 
 #include <charconv>
 #include <cstdio>
-#include <set>
 
 #include "ir/op_table.h"
+#include "ir/spec_items.h"
 
 namespace cleave {
 namespace {
@@ -43,11 +43,9 @@ const char* keysOf(LrDecay decay) {
 }
 
 Expected<double> parseNumber(std::string_view text, std::string_view key, std::string_view value) {
-  double number = 0;
-  auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
-  if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(number))
-    return scheduleError(text, "'" + std::string(key) + "' needs a finite number, got '" + std::string(value) + "'");
-  return number;
+  std::optional<double> number = parseFiniteNumber(value);
+  if (!number) return scheduleError(text, "'" + std::string(key) + "' needs a finite number, got '" + std::string(value) + "'");
+  return *number;
 }
 
 Expected<int64_t> parseCount(std::string_view text, std::string_view key, std::string_view value) {
@@ -111,19 +109,10 @@ Expected<LrSchedule> parseLrSchedule(std::string_view text) {
   if (!decay) return scheduleError(text, "unknown schedule '" + std::string(name) + "' (expected " + kForm + ")");
   LrSchedule schedule;
   schedule.decay = *decay;
-  std::set<std::string, std::less<>> seen;
   std::string_view rest = colon == std::string_view::npos ? std::string_view() : text.substr(colon + 1);
-  while (!rest.empty()) {
-    size_t end = rest.find_first_of(",;");
-    std::string_view item = rest.substr(0, end);
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
-    size_t equals = item.find('=');
-    if (equals == std::string_view::npos || equals == 0)
-      return scheduleError(text, "expected key=value, got '" + std::string(item) + "'");
-    std::string_view key = item.substr(0, equals);
-    if (!seen.insert(std::string(key)).second) return scheduleError(text, "'" + std::string(key) + "' is given twice");
-    CLEAVE_TRY(applyKey(text, schedule, key, item.substr(equals + 1)));
-  }
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<SpecItem> items,
+                          splitSpecItems(rest, [&](const std::string& problem) { return scheduleError(text, problem); }));
+  for (const SpecItem& item : items) CLEAVE_TRY(applyKey(text, schedule, item.key, item.value));
   CLEAVE_TRY(checkSchedule(text, schedule));
   return schedule;
 }

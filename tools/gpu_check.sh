@@ -2,8 +2,8 @@
 # The GPU check: builds cleave (Release, with CUDA) into build/, runs the GPU tests (ctest -L gpu),
 # trains fashion_cnn on the GPU through the CLI and compares its first losses with the CPU's,
 # measures GEMM-bound training TFLOP/s against the device's fp32 peak and fashion_cnn and gpt
-# training throughput against PyTorch on the same GPU (when torch sees it), and prints one summary
-# table. Exits non-zero on any failure. Without a GPU it builds, runs the (skipping) GPU tests,
+# training throughput against PyTorch on the same GPU (when torch sees it), --precision bf16 against
+# f32 on the MLP and the GPT, and prints one summary table. Exits non-zero on any failure. Without a GPU it builds, runs the (skipping) GPU tests,
 # reports "no GPU: GPU tests skipped" and exits 0. Budget: under 8 minutes on one H200.
 # Usage: tools/gpu_check.sh   (env: BUILD=build folder, JOBS=build jobs, PEAK_TFLOPS=fp32 peak)
 set -euo pipefail
@@ -156,6 +156,33 @@ throughput() {
 throughput cnn 256 "$work/cnn.cir"
 "$cleave" gen gpt --layers 4 --hidden 256 --heads 4 --seq 64 --vocab 1024 --batch 32 -o "$work/gpt.cir"
 throughput gpt 32 "$work/gpt.cir"
+
+# 7. Mixed precision (issue 18): --precision bf16 against f32 on the GEMM-bound MLP and the GPT
+#    (cuBLAS bf16 GEMMs with f32 compute), the first losses close to f32's.
+echo "== --precision bf16 against f32"
+for model in wide gpt; do
+  cir=$work/$model.cir
+  data=(--data synthetic)
+  [ "$model" = wide ] && data=(--data "npy:$work/wide_data")
+  for precision in f32 bf16; do
+    "$cleave" compile "$cir" --train --optimizer sgd:lr=0.001 --precision $precision -o "$work/$model-$precision.cplan" >/dev/null
+    "$cleave" run "$work/$model-$precision.cplan" --device cuda "${data[@]}" --steps 23 --progress never \
+      --metrics "$work/$model-$precision.jsonl" >/dev/null || fail "cleave run --device cuda --precision $precision ($model)"
+  done
+  mixed=$($python - "$work/$model-f32.jsonl" "$work/$model-bf16.jsonl" <<'PY'
+import json, sys
+f32 = [json.loads(l) for l in open(sys.argv[1])]
+bf16 = [json.loads(l) for l in open(sys.argv[2])]
+rate = lambda rows: sum(r["samples_per_s"] for r in rows[3:]) / len(rows[3:])
+worst = max(abs(b["loss"] - f["loss"]) / abs(f["loss"]) for f, b in zip(f32[:5], bf16[:5]))
+print(f"{'ok' if worst <= 5e-2 else 'FAILED'} bf16 {rate(bf16):.1f} / f32 {rate(f32):.1f} samples/s = "
+      f"{rate(bf16) / rate(f32):.2f}x; first 5 losses within {worst:.1e} of f32's")
+PY
+)
+  echo "$model: $mixed"
+  [[ $mixed == ok* ]] || fail "--precision bf16 on $model: $mixed"
+  row "$model bf16 vs f32" ok "${mixed#ok }"
+done
 
 print_summary
 echo "(cleave's samples/s include generating synthetic data on the host each step; PyTorch's do not)"

@@ -224,10 +224,11 @@ GradientNormScope gradientNormScope(const DeviceMesh& mesh, MeshCoord coord, con
 // Builds the programs of every device. Per device (stage s, dp index d, tp index t):
 //  1. the forward graph (with the loss when training) at microbatch rows, its nodes balanced over stages;
 //  2. stage s's part, with sends and receives to the other stages;
-//  3. the dp x tp partition for (d, t);
+//  3. the dp x tp partition for (d, t), autocast to bf16 with --precision bf16;
 //  4. M microbatches unrolled;
 //  5. training: the backward pass (seeded by the loss, or by gradients received from the next
-//     stage), bucketed dp gradient all-reduces and the optimizer; nodes ordered by the schedule.
+//     stage), gradients summed over microbatches from zeros, bucketed dp gradient all-reduces,
+//     clipping by the global norm and the optimizer; nodes ordered by the schedule.
 Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOptions& options, const DeviceMesh& mesh,
                                          std::string& logits_name) {
   CLEAVE_ASSIGN_OR_RETURN(PipelineScheduleKind schedule, parsePipelineSchedule(options.schedule));

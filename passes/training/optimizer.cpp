@@ -1,12 +1,12 @@
 // Optimizers as graph ops: the --optimizer spec parser and the pass that appends parameter updates.
 #include "passes/training/optimizer.h"
 
-#include <charconv>
 #include <cmath>
 #include <set>
 #include <vector>
 
 #include "ir/gradient.h"
+#include "ir/spec_items.h"
 #include "passes/training/autodiff.h"
 
 namespace cleave {
@@ -19,11 +19,9 @@ Status specError(std::string_view text, const std::string& problem) {
 }
 
 Expected<double> parseNumber(std::string_view text, std::string_view key, std::string_view value) {
-  double number = 0;
-  auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
-  if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(number))
-    return specError(text, "'" + std::string(key) + "' needs a finite number, got '" + std::string(value) + "'");
-  return number;
+  std::optional<double> number = parseFiniteNumber(value);
+  if (!number) return specError(text, "'" + std::string(key) + "' needs a finite number, got '" + std::string(value) + "'");
+  return *number;
 }
 
 // Applies one key=value to `spec`; unknown keys list the optimizer's keys.
@@ -119,20 +117,15 @@ Expected<OptimizerSpec> parseOptimizerSpec(std::string_view text) {
   } else {
     return specError(text, "unknown optimizer '" + std::string(name) + "' (expected " + kSpecForm + ")");
   }
-  // 2. key=value items separated by ',' or ';', each key at most once.
-  std::set<std::string, std::less<>> seen;
+  // 2. key=value items separated by ',' or ';', each key at most once (wd is weight_decay).
   std::string_view rest = colon == std::string_view::npos ? std::string_view() : text.substr(colon + 1);
-  while (!rest.empty()) {
-    size_t end = rest.find_first_of(",;");
-    std::string_view item = rest.substr(0, end);
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
-    size_t equals = item.find('=');
-    if (equals == std::string_view::npos || equals == 0)
-      return specError(text, "expected key=value, got '" + std::string(item) + "'");
-    std::string_view key = item.substr(0, equals);
-    if (key == "wd") key = "weight_decay";
-    if (!seen.insert(std::string(key)).second) return specError(text, "'" + std::string(key) + "' is given twice");
-    CLEAVE_TRY(applyKey(text, spec, key, item.substr(equals + 1)));
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<SpecItem> items,
+                          splitSpecItems(rest, [&](const std::string& problem) { return specError(text, problem); }));
+  std::set<std::string_view> seen;
+  for (SpecItem item : items) {
+    if (item.key == "wd") item.key = "weight_decay";
+    if (!seen.insert(item.key).second) return specError(text, "'" + std::string(item.key) + "' is given twice");
+    CLEAVE_TRY(applyKey(text, spec, item.key, item.value));
   }
   CLEAVE_TRY(checkSpec(text, spec));
   return spec;
