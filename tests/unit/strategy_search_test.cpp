@@ -220,13 +220,20 @@ TEST(StrategySearch, NoStrategyFitsNamesTheLeastMemoryNeeded) {
       << result.status().message();
 }
 
+// Search-time bounds hold for optimised builds; instrumented ones (sanitizers) run several times slower.
+#ifdef CLEAVE_SANITIZED
+constexpr double kTimeScale = 5.0;
+#else
+constexpr double kTimeScale = 1.0;
+#endif
+
 TEST(StrategySearch, TwentyFourLayerGptOnSixtyFourDevicesInUnderASecond) {
   Graph model = gpt(24, 1024, 16, 1024, 50257, 512);
   auto cluster = builtinCluster("h100x8x8");
   ASSERT_TRUE(cluster.hasValue());
   auto result = searchStrategy(model, searchOptions(64), CostModel(*cluster));
   ASSERT_TRUE(result.hasValue()) << result.status().message();
-  EXPECT_LT(result->seconds, 1.0);
+  EXPECT_LT(result->seconds, 1.0 * kTimeScale);
   EXPECT_LE(result->best.memory_bytes, cluster->device.memory_bytes);
 }
 
@@ -251,7 +258,7 @@ void expectAutoBeatsTheClassics(const Graph& model, const std::string& cluster_n
   auto timed = searchStrategy(model, options, CostModel(*cluster));
   ASSERT_TRUE(timed.hasValue());
   if (max_seconds > 0) {
-    EXPECT_LT(timed->seconds, max_seconds);
+    EXPECT_LT(timed->seconds, max_seconds * kTimeScale);
   }
   std::printf("%s on %s: auto %s %.4f s/step (%.1f GiB); pure dp %.4f; pure tp %.4f; megatron %s %.4f; search %.2f s\n",
               model.name.c_str(), cluster_name.c_str(), result->best.strategy.str().c_str(), result->best.step_time_s,
