@@ -2,7 +2,7 @@
 # Mixed precision on real data: the Fashion-MNIST convnet (examples/fashion_cnn.cir, AdamW lr 1e-3,
 # batch 64, as tools/quickstart.sh) trained one epoch in f32 and with --precision bf16; the bf16
 # test accuracy must be within 0.5 points of f32's. About two minutes on 2 cores.
-# Usage: bash mixed_precision.sh PATH_TO_cleave SOURCE_DIR
+# Usage: bash mixed_precision_slow.sh PATH_TO_cleave SOURCE_DIR (labelled slow: tools/check.sh runs it with CLEAVE_CHECK_ALL=1)
 set -euo pipefail
 
 cleave=$1
@@ -28,4 +28,4 @@ print(f"convnet, one epoch of Fashion-MNIST: test accuracy {f32:.4f} in f32, {bf
       f"({100 * (bf16 - f32):+.2f} points); {f32_rate:.0f} and {bf16_rate:.0f} samples/s")
 assert abs(bf16 - f32) <= 0.005
 PY
-echo "mixed_precision.sh: all checks passed"
+echo "mixed_precision_slow.sh: all checks passed"
