@@ -170,11 +170,7 @@ class ProgramLowering {
       return false;
     if (users[v].size() != 1 || users[v][0] != static_cast<int32_t>(n)) return false;
     if (root != buffer_of_[v]) return false;  // a view: its root may have other readers
-    for (ValueId out : graph_.outputs)
-      if (out == v) return false;
-    for (const StateUpdate& update : graph_.updates)
-      if (update.new_value == v) return false;
-    return true;
+    return !isOutputOrUpdate(v);
   }
 
   // Whether `node`, in a program of a partitioned or microbatched plan, is add(sum, part) of one
