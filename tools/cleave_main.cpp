@@ -1,6 +1,8 @@
 // The cleave command-line tool: parses flags, calls the libraries, prints; exit codes per DESIGN.md.
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -34,6 +36,52 @@ constexpr const char* kVersion = "0.1.0";
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = static_cast<int>(ErrorKind::kUsage);
 constexpr int kExitInternal = static_cast<int>(ErrorKind::kInternal);
+
+// ---- number checks ----
+
+// A CLI11 check that the value is a number above 0 (`whole`: a whole number), in one short message
+// ("--dp: must be a whole number of at least 1, not -2") rather than CLI11's range text.
+CLI::Validator positive(bool whole) {
+  return CLI::Validator(
+      [whole](std::string& value) -> std::string {
+        const char* text = value.c_str();
+        char* end = nullptr;
+        errno = 0;
+        double number = whole ? static_cast<double>(std::strtoll(text, &end, 10)) : std::strtod(text, &end);
+        const std::string wanted = whole ? "a whole number of at least 1" : "a number above 0";
+        if (end == text || *end != '\0' || errno == ERANGE || !std::isfinite(number))
+          return "expected " + wanted + ", not '" + value + "'";
+        return number > 0 ? "" : "must be " + wanted + ", not " + value;
+      },
+      whole ? "INT>=1" : "NUMBER>0");
+}
+
+// A number of at least 0.
+CLI::Validator nonNegativeNumber() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const char* text = value.c_str();
+        char* end = nullptr;
+        double number = std::strtod(text, &end);
+        if (end == text || *end != '\0' || !std::isfinite(number)) return "expected a number, not '" + value + "'";
+        return number >= 0 ? "" : "must be a number of at least 0, not " + value;
+      },
+      "NUMBER>=0");
+}
+
+// A whole number of at least 0.
+CLI::Validator nonNegativeWhole() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const char* text = value.c_str();
+        char* end = nullptr;
+        errno = 0;
+        long long number = std::strtoll(text, &end, 10);
+        if (end == text || *end != '\0' || errno == ERANGE) return "expected a whole number, not '" + value + "'";
+        return number >= 0 ? "" : "must be a whole number of at least 0, not " + value;
+      },
+      "INT>=0");
+}
 
 // ---- gen ----
 
@@ -139,7 +187,7 @@ void addInspectCommand(CLI::App& app, InspectFlags& flags) {
   CLI::App* inspect = app.add_subcommand("inspect", "Summarize a plan (.cplan) or a model (.cir or .onnx)");
   inspect->add_option("PLAN", flags.path, "A plan (.cplan) or a model (.cir or .onnx)")->required();
   inspect->add_flag("--json", flags.json, "Print JSON instead of text");
-  inspect->add_option("--rank", flags.rank, "Show one rank's program (plans only)")->check(CLI::NonNegativeNumber);
+  inspect->add_option("--rank", flags.rank, "Show one rank's program (plans only)")->check(nonNegativeWhole());
   inspect->add_option("--dot", flags.dot, "Write the plan as a Graphviz file (plans only)");
   inspect->add_flag("--weights", flags.weights,
                     "List each rank's weights: the dims split over tp and the block held, or whole (plans only; "
@@ -172,10 +220,10 @@ void addImportCommand(CLI::App& app, ImportFlags& flags) {
   command->add_option("MODEL", flags.model, "The ONNX model (.onnx)")->required();
   command->add_option("-o,--output", flags.output, "Output .cir file")->required();
   command->add_option("--batch", flags.batch, "The batch: dim 0 of every input (default: the export's, or 1 where symbolic)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(true));
   command->add_option("--seq-len", flags.seq_len,
                       "The sequence length: dim 1 of token-id inputs and of inputs where it is symbolic")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(true));
 }
 
 // ---- compile, simulate, calibrate, run ----
@@ -184,18 +232,18 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   CLI::App* compile = app.add_subcommand("compile", "Compile a model into a per-device plan (.cplan)");
   compile->add_option("MODEL", flags.model, "The model (.onnx or .cir)")->required();
   compile->add_option("-o,--output", flags.output, "Output plan (.cplan)")->required();
-  compile->add_option("--devices", flags.devices, "Device count (default: dp*tp*pp)")->check(CLI::PositiveNumber);
-  compile->add_option("--dp", flags.dp, "Data-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
-  compile->add_option("--tp", flags.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
-  compile->add_option("--pp", flags.pp, "Pipeline-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
+  compile->add_option("--devices", flags.devices, "Device count (default: dp*tp*pp)")->check(positive(true));
+  compile->add_option("--dp", flags.dp, "Data-parallel degree")->check(positive(true))->capture_default_str();
+  compile->add_option("--tp", flags.tp, "Tensor-parallel degree")->check(positive(true))->capture_default_str();
+  compile->add_option("--pp", flags.pp, "Pipeline-parallel degree")->check(positive(true))->capture_default_str();
   compile->add_option("--strategy", flags.strategy, "auto: let the cost model choose dp/tp/pp, microbatches and schedule for --devices")
       ->check(CLI::IsMember({"auto"}));
-  compile->add_option("--microbatches", flags.microbatches, "Pipeline microbatches")->check(CLI::PositiveNumber);
+  compile->add_option("--microbatches", flags.microbatches, "Pipeline microbatches")->check(positive(true));
   compile->add_option("--schedule", flags.schedule, "Pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
-  compile->add_option("--batch", flags.batch, "Global batch size")->check(CLI::PositiveNumber);
+  compile->add_option("--batch", flags.batch, "Global batch size")->check(positive(true));
   compile->add_option("--seq-len", flags.seq_len,
                       "ONNX models: the sequence length (dim 1 of token-id inputs and of inputs where it is symbolic)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(true));
   compile->add_flag("--allow-replicated", flags.allow_replicated,
                     "With --tp: accept weights left whole on every tensor-parallel rank (otherwise an error)");
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
@@ -218,7 +266,7 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "Device memory per rank: bytes, or with a unit (80GB, 16GiB); a plan whose arena exceeds it "
                       "is rejected")
       ->transform(CLI::AsSizeValue(true))
-      ->check(CLI::PositiveNumber);
+      ->check(positive(true));
   compile->add_option("--cluster", flags.cluster,
                       "Cluster spec (built-in NAME, NAMExHOSTS or FILE.json): what --strategy auto optimizes for "
                       "(default cpu-local); also prints the plan's predicted step time on it");
@@ -240,7 +288,7 @@ void addCalibrateCommand(CLI::App& app, CalibrateFlags& flags) {
       "calibrate", "Measure this machine's GEMM, memory and communicator speeds; write a cluster spec (JSON)");
   calibrate->add_option("-o,--output", flags.output, "Output cluster spec, e.g. cpu-local.json")->required();
   calibrate->add_option("--devices", flags.devices, "Devices of the host, one core each (default: all cores)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(true));
   calibrate->add_option("--seconds", flags.seconds, "Seconds spent on each measurement")
       ->check(CLI::Range(0.01, 60.0))
       ->capture_default_str();
@@ -267,20 +315,25 @@ void addRunCommand(CLI::App& app, RunFlags& flags) {
   CLI::Option* inputs = run->add_option("--inputs", flags.inputs, "Inference: read DIR/<input>.npy");
   CLI::Option* outputs = run->add_option("--outputs", flags.outputs, "Inference: write DIR/<output>.npy");
   CLI::Option* data = run->add_option("--data", flags.data, "Training data: fashion-mnist[:DIR], npy:DIR or synthetic");
-  CLI::Option* steps = run->add_option("--steps", flags.steps, "Training steps")->check(CLI::PositiveNumber);
-  CLI::Option* epochs = run->add_option("--epochs", flags.epochs, "Training epochs")->check(CLI::PositiveNumber);
+  CLI::Option* steps = run->add_option("--steps", flags.steps, "Training steps")->check(positive(true));
+  CLI::Option* epochs = run->add_option("--epochs", flags.epochs, "Training epochs")->check(positive(true));
   run->add_option("--eval-data", flags.eval_data, "Evaluation data (as --data); reports accuracy");
   run->add_option("--metrics", flags.metrics, "Write one JSON object per step to FILE.jsonl");
   run->add_option("--checkpoint-dir", flags.checkpoint_dir, "Save checkpoints in DIR");
   run->add_flag("--resume", flags.resume, "Resume from the newest checkpoint in --checkpoint-dir");
   run->add_option("--trace", flags.trace, "Write a Chrome trace (FILE.json) of every rank's instructions in training steps 2-4");
   run->add_option("--seed", flags.seed, "Seed of data order and synthetic data")->capture_default_str();
-  run->add_option("--threads", flags.threads, "Threads per kernel (default: all cores)")->check(CLI::NonNegativeNumber);
+  run->add_option("--threads", flags.threads, "Threads per kernel (default: all cores)")->check(nonNegativeWhole());
   run->add_option("--timeout", flags.timeout, "Seconds a rank waits for another before the run fails (exit 3)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive(false))
+      ->capture_default_str();
+  run->add_option("--heartbeat", flags.heartbeat,
+                  "Seconds a rank waits for another before it warns which rank holds it up and what that rank is "
+                  "doing (instruction, collective, peer); again after twice as long, and so on (0: never)")
+      ->check(nonNegativeNumber())
       ->capture_default_str();
   run->add_option("--checkpoint-every", flags.checkpoint_every, "Steps between checkpoints (default: each epoch and the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegativeWhole());
   run->add_option("--progress", flags.progress, "Progress bar on stderr")->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
   inputs->needs(outputs);
@@ -357,6 +410,7 @@ int runCli(int argc, char** argv) {
   // CLI11 reports unknown flags only when it is not asked to require a subcommand, so the
   // subcommand checks are made here.
   if (app.get_subcommands().empty()) return missingSubcommand(app, "cleave");
+  cli::usageCommand() = commandPath(app);
   if (app.got_subcommand("import")) return runImport(import_flags);
   if (app.got_subcommand("compile")) return cli::runCompile(compile_flags, std::string("cleave ") + kVersion);
   if (app.got_subcommand("simulate")) return cli::runSimulate(simulate_flags);

@@ -11,9 +11,19 @@
 
 namespace cleave::cli {
 
-// Prints `<tool>: error: <message>` on stderr and returns the status's exit code.
-inline int reportError(const Status& status, const char* tool = "cleave") {
+// The command whose `--help` a usage error points at ("cleave run"); the CLI sets it once the
+// command line is parsed.
+inline std::string& usageCommand() {
+  static std::string command = "cleave";
+  return command;
+}
+
+// Prints `<tool>: error: <message>` on stderr, and for a usage error the line pointing at the
+// command's --help (docs/errors.md); returns the status's exit code.
+inline int reportError(const Status& status, const std::string& tool = "cleave") {
   std::cerr << tool << ": error: " << status.message() << "\n";
+  if (status.kind() == ErrorKind::kUsage)
+    std::cerr << "Run '" << (tool == "cleave" ? usageCommand() : tool) << " --help' for usage.\n";
   return status.exitCode();
 }
 

@@ -52,6 +52,7 @@ int runRunMpi(const RunFlags& flags) {
   options.backend = flags.backend;
   options.device = flags.device;
   options.timeout_seconds = flags.timeout;
+  options.stall_seconds = flags.heartbeat;
   options.threads = flags.threads;
   options.inference = !flags.inputs.empty();
   options.train = trainOptionsFor(flags);

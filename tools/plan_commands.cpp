@@ -248,6 +248,7 @@ int runRun(const RunFlags& flags) {
   runtime::RankGroupOptions group_options;
   group_options.threads = flags.threads;
   group_options.timeout_seconds = flags.timeout;
+  group_options.stall_seconds = flags.heartbeat;
   group_options.device = flags.device;
   group_options.backend = flags.backend == "nccl" ? runtime::RankBackend::kNccl : runtime::RankBackend::kLocal;
   auto created = runtime::RankGroup::create(**plan, group_options);

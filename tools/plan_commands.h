@@ -50,6 +50,7 @@ struct RunFlags {
   int threads = 0;
   std::string progress = "auto";
   double timeout = 300;  // seconds a rank waits for another
+  double heartbeat = 10;  // seconds of waiting after which a rank warns who holds it up (0: never)
 };
 
 // Flags of `cleave inspect` on a plan.

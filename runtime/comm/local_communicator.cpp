@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "runtime/comm/collective_algorithms.h"
+#include "runtime/comm/rank_activity.h"
 #include "runtime/exec/tensor_blocks.h"
 
 namespace cleave::runtime {
@@ -50,9 +51,11 @@ struct Rendezvous {
 
 // What the endpoints of one process share; every field is guarded by `mutex`.
 struct LocalWorld {
-  LocalWorld(int size, double timeout_seconds) : size(size), timeout_seconds(timeout_seconds) {}
+  LocalWorld(int size, double timeout_seconds, double stall_seconds)
+      : size(size), timeout_seconds(timeout_seconds), stall_seconds(stall_seconds) {}
   const int size;
   const double timeout_seconds;
+  const double stall_seconds;  // a rank waiting this long warns which rank holds it up (0: never)
   std::mutex mutex;
   std::condition_variable changed;
   bool aborted = false;
@@ -67,7 +70,8 @@ class SharedMemoryRing;
 
 class LocalCommunicator final : public Communicator {
  public:
-  LocalCommunicator(std::shared_ptr<LocalWorld> world, int rank) : world_(std::move(world)), rank_(rank) {}
+  LocalCommunicator(std::shared_ptr<LocalWorld> world, int rank)
+      : world_(std::move(world)), rank_(rank), activity_(rankActivity(rank)) {}
 
   int rank() const override { return rank_; }
   int worldSize() const override { return world_->size; }
@@ -106,10 +110,12 @@ class LocalCommunicator final : public Communicator {
   void leave(const Joined& joined);
   Status stoppedError(const std::string& what) const;
   Status mismatch(const Joined& joined, const std::string& detail);
+  void warnStalled(const StallClock& clock, const std::string& what, int awaited) const;
 
   friend class SharedMemoryRing;
   std::shared_ptr<LocalWorld> world_;
   int rank_;
+  RankActivity& activity_;
   std::map<std::vector<int>, int64_t> next_call_;  // per group: the number of its next collective
 };
 
@@ -165,23 +171,43 @@ Expected<LocalCommunicator::Joined> LocalCommunicator::join(const std::string& c
 }
 
 // Waits until the member at `position` has completed `progress` steps; a timeout names the group's
-// ranks that have not arrived (or, when all have, the one waited for).
+// ranks that have not arrived (or, when all have, the one waited for). A long wait warns which rank
+// holds it up and what that rank does (warnStalled).
 Status LocalCommunicator::waitFor(std::unique_lock<std::mutex>& lock, const Joined& joined, size_t position,
                                   int64_t progress) {
   const auto& members = joined.rendezvous->members;
+  auto missing = [&] {
+    std::vector<int> ranks;
+    for (size_t i = 0; i < members.size(); ++i)
+      if (members[i].progress < 0) ranks.push_back(joined.group[i]);
+    if (ranks.empty()) ranks.push_back(joined.group[position]);
+    return ranks;
+  };
+  if (world_->aborted) return stoppedError(joined.what);
+  if (members[position].progress >= progress) return Status::ok();
+  WaitingFor waiting(activity_, joined.group[position]);
+  StallClock stall(world_->stall_seconds);
   while (true) {
     if (world_->aborted) return stoppedError(joined.what);
     if (members[position].progress >= progress) return Status::ok();
-    if (world_->changed.wait_until(lock, joined.deadline) == std::cv_status::timeout &&
+    if (world_->changed.wait_until(lock, std::min(joined.deadline, stall.next())) == std::cv_status::timeout &&
         members[position].progress < progress && !world_->aborted) {
-      std::vector<int> missing;
-      for (size_t i = 0; i < members.size(); ++i)
-        if (members[i].progress < 0) missing.push_back(joined.group[i]);
-      if (missing.empty()) missing.push_back(joined.group[position]);
-      return Status::remoteRank(joined.what + " timed out after " + secondsText(world_->timeout_seconds) +
-                                " s waiting for " + ranksText(missing));
+      if (Clock::now() >= joined.deadline)
+        return Status::remoteRank(joined.what + " timed out after " + secondsText(world_->timeout_seconds) +
+                                  " s waiting for " + ranksText(missing()));
+      if (stall.due()) warnStalled(stall, joined.what, missing()[0]);
     }
   }
+}
+
+// Warns that this rank has waited long for `awaited`, naming the rank at the end of the chain of
+// waits and what it does. Called with the world's lock held (other ranks' activities are atomics).
+void LocalCommunicator::warnStalled(const StallClock& clock, const std::string& what, int awaited) const {
+  std::string chain = stallChain(rank_, awaited, [](int rank) {
+    const RankActivity& activity = rankActivity(rank);
+    return StalledRank{rank, activity.waitingFor(), activity.describe(), true};
+  });
+  printStallWarning(stallWarningStart(rank_, clock.waited(), what, awaited) + "; " + chain);
 }
 
 Status LocalCommunicator::waitForAll(const Joined& joined, int64_t progress) {
@@ -452,6 +478,8 @@ Status LocalCommunicator::recv(int peer, int tag, std::span<uint8_t> bytes) {
   {
     std::unique_lock lock(world_->mutex);
     const std::tuple<int, int, int> key{peer, rank_, tag};
+    WaitingFor waiting(activity_, peer);
+    StallClock stall(world_->stall_seconds);
     while (true) {
       if (world_->aborted) return stoppedError(what);
       auto box = world_->mailboxes.find(key);
@@ -461,11 +489,14 @@ Status LocalCommunicator::recv(int peer, int tag, std::span<uint8_t> bytes) {
         if (box->second.empty()) world_->mailboxes.erase(box);
         break;
       }
-      if (world_->changed.wait_until(lock, deadline) == std::cv_status::timeout) {
+      if (world_->changed.wait_until(lock, std::min(deadline, stall.next())) == std::cv_status::timeout) {
         box = world_->mailboxes.find(key);
-        if ((box == world_->mailboxes.end() || box->second.empty()) && !world_->aborted)
-          return Status::remoteRank(what + " timed out after " + secondsText(world_->timeout_seconds) +
-                                    " s waiting for rank " + std::to_string(peer));
+        if ((box == world_->mailboxes.end() || box->second.empty()) && !world_->aborted) {
+          if (Clock::now() >= deadline)
+            return Status::remoteRank(what + " timed out after " + secondsText(world_->timeout_seconds) +
+                                      " s waiting for rank " + std::to_string(peer));
+          if (stall.due()) warnStalled(stall, what, peer);
+        }
       }
     }
   }
@@ -478,8 +509,9 @@ Status LocalCommunicator::recv(int peer, int tag, std::span<uint8_t> bytes) {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Communicator>> createLocalCommunicators(int ranks, double timeout_seconds) {
-  auto world = std::make_shared<LocalWorld>(ranks, timeout_seconds);
+std::vector<std::unique_ptr<Communicator>> createLocalCommunicators(int ranks, double timeout_seconds,
+                                                                    double stall_seconds) {
+  auto world = std::make_shared<LocalWorld>(ranks, timeout_seconds, stall_seconds);
   std::vector<std::unique_ptr<Communicator>> endpoints;
   for (int rank = 0; rank < ranks; ++rank) endpoints.push_back(std::make_unique<LocalCommunicator>(world, rank));
   return endpoints;

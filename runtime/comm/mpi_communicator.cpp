@@ -20,6 +20,7 @@
 
 #include "runtime/comm/collective_algorithms.h"
 #include "runtime/comm/mpi_check.h"
+#include "runtime/comm/rank_activity.h"
 #include "runtime/exec/tensor_blocks.h"
 
 namespace cleave::runtime {
@@ -47,7 +48,7 @@ struct ControlMessage {
   int32_t waiting_for = -1;  // pong: the rank the sender is waiting for (-1: none)
   int32_t failed_rank = -1;  // abort: the rank that failed
   uint64_t nonce = 0;        // pong: the nonce of the ping it answers
-  char text[480] = {};       // abort: the failed rank's error (cut to fit)
+  char text[480] = {};       // abort: the failed rank's error; pong: what the sender does (both cut to fit)
 };
 
 std::string secondsText(double seconds) {
@@ -102,7 +103,8 @@ struct Transfers {
 // abort) and buffered sends.
 class MpiCommunicator final : public Communicator {
  public:
-  static Expected<std::unique_ptr<Communicator>> create(int rank, int size, double timeout_seconds);
+  static Expected<std::unique_ptr<Communicator>> create(int rank, int size, double timeout_seconds,
+                                                        double stall_seconds);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -122,7 +124,9 @@ class MpiCommunicator final : public Communicator {
 
  private:
   friend class MpiRing;
-  MpiCommunicator(int rank, int size, double timeout_seconds) : rank_(rank), size_(size), timeout_(timeout_seconds) {}
+  MpiCommunicator(int rank, int size, double timeout_seconds, double stall_seconds)
+      : rank_(rank), size_(size), timeout_(timeout_seconds), stall_seconds_(stall_seconds),
+        activity_(rankActivity(rank)) {}
 
   // One collective call: its description, this rank's position in the group, its tag and deadline.
   struct Call {
@@ -141,7 +145,9 @@ class MpiCommunicator final : public Communicator {
   Status waitAll(Transfers& transfers, const std::string& what, Clock::time_point deadline);
   void abandon(Transfers& transfers);
   Status stoppedError(const std::string& what) const;
+  uint64_t pingEveryone();
   std::string diagnose(const std::vector<int>& awaited);
+  void warnStalled(const StallClock& clock, const std::string& what, int awaited);
 
   void sendControl(int peer, const ControlMessage& message);
   bool progressSends();
@@ -152,19 +158,25 @@ class MpiCommunicator final : public Communicator {
   const int rank_;
   const int size_;
   const double timeout_;
+  const double stall_seconds_;  // a wait this long warns which rank holds it up (0: never)
+  RankActivity& activity_;      // this rank's: the rank it waits for and its instructions, told in pongs
   int tag_limit_ = 32767;  // MPI_TAG_UB
   MPI_Comm collectives_ = MPI_COMM_NULL, messages_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;
 
   std::atomic<bool> aborted_{false};
   std::atomic<int> aborted_by_{-1};
-  std::atomic<int> waiting_for_{-1};  // the peer a wait is waiting for (answered to pings)
   std::atomic<bool> stopping_{false};
   std::atomic<bool> terminating_{false};
 
   mutable std::mutex mutex_;  // guards every field below
   std::condition_variable pong_arrived_;
   std::string abort_text_;
-  std::map<int, std::pair<uint64_t, int>> pongs_;  // by rank: (nonce, the rank it waits for)
+  struct Pong {
+    uint64_t nonce = 0;    // of the ping it answers
+    int waiting_for = -1;  // the rank the sender waits for
+    std::string activity;  // what the sender does (RankActivity::describe)
+  };
+  std::map<int, Pong> pongs_;  // by rank: its latest answer
   uint64_t next_nonce_ = 0;
   struct PendingSend {
     MPI_Request request;
@@ -179,8 +191,9 @@ class MpiCommunicator final : public Communicator {
 
 // ---- set-up and shutdown ----
 
-Expected<std::unique_ptr<Communicator>> MpiCommunicator::create(int rank, int size, double timeout_seconds) {
-  std::unique_ptr<MpiCommunicator> communicator(new MpiCommunicator(rank, size, timeout_seconds));
+Expected<std::unique_ptr<Communicator>> MpiCommunicator::create(int rank, int size, double timeout_seconds,
+                                                                double stall_seconds) {
+  std::unique_ptr<MpiCommunicator> communicator(new MpiCommunicator(rank, size, timeout_seconds, stall_seconds));
   // Separate communicators keep collectives, the plan's tagged messages and control messages apart.
   for (MPI_Comm* comm : {&communicator->collectives_, &communicator->messages_, &communicator->control_}) {
     CLEAVE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, comm), rank, "creating the MPI communicator");
@@ -286,7 +299,8 @@ Status MpiCommunicator::waitAll(Transfers& transfers, const std::string& what, C
   std::vector<bool> done(static_cast<size_t>(count), false);
   int remaining = count;
   Backoff backoff;
-  waiting_for_ = count > 0 ? transfers.peers[0] : -1;
+  activity_.setWaitingFor(count > 0 ? transfers.peers[0] : -1);
+  StallClock stall(stall_seconds_);
   while (remaining > 0) {
     int completed = 0;
     int rc = MPI_Testsome(count, transfers.requests.data(), &completed, indices.data(), statuses.data());
@@ -327,7 +341,7 @@ Status MpiCommunicator::waitAll(Transfers& transfers, const std::string& what, C
       remaining -= completed;
       for (size_t i = 0; i < done.size(); ++i)
         if (!done[i]) {
-          waiting_for_ = transfers.peers[i];
+          activity_.setWaitingFor(transfers.peers[i]);
           break;
         }
       backoff.reset();
@@ -347,9 +361,10 @@ Status MpiCommunicator::waitAll(Transfers& transfers, const std::string& what, C
       return Status::remoteRank(what + " timed out after " + secondsText(timeout_) + " s waiting for " +
                                 ranksText(missing) + diagnose(missing));
     }
+    if (!terminating_ && stall.due()) warnStalled(stall, what, activity_.waitingFor());
     backoff.pause();
   }
-  waiting_for_ = -1;
+  activity_.setWaitingFor(-1);
   return Status::ok();
 }
 
@@ -364,7 +379,7 @@ void MpiCommunicator::abandon(Transfers& transfers) {
   std::lock_guard lock(mutex_);
   for (auto& buffer : transfers.buffers) abandoned_.push_back(std::move(buffer));
   transfers.buffers.clear();
-  waiting_for_ = -1;
+  activity_.setWaitingFor(-1);
 }
 
 // kRemoteRank when another rank failed (this rank's own abort keeps kRuntime: its error is reported).
@@ -376,10 +391,8 @@ Status MpiCommunicator::stoppedError(const std::string& what) const {
                            (abort_text_.empty() ? "" : " (" + abort_text_ + ")"));
 }
 
-// Pings every other rank and waits briefly for the answers: a rank that does not answer is dead (or
-// its process hangs); when all answer, the chain of who waits for whom, from the first awaited rank,
-// ends at the rank at fault. Returns the finding as "; ..." to append to a timeout's message.
-std::string MpiCommunicator::diagnose(const std::vector<int>& awaited) {
+// Pings every other rank and waits briefly (pingSeconds) for their answers; returns the pings' nonce.
+uint64_t MpiCommunicator::pingEveryone() {
   uint64_t nonce;
   {
     std::lock_guard lock(mutex_);
@@ -394,19 +407,27 @@ std::string MpiCommunicator::diagnose(const std::vector<int>& awaited) {
     sendControl(peer, ping);
   }
   std::unique_lock lock(mutex_);
-  auto answered = [&](int peer) {
-    auto it = pongs_.find(peer);
-    return it != pongs_.end() && it->second.first == nonce;
-  };
-  Clock::time_point until = after(pingSeconds());
-  pong_arrived_.wait_until(lock, until, [&] {
-    for (int peer = 0; peer < size_; ++peer)
-      if (peer != rank_ && !answered(peer)) return false;
+  pong_arrived_.wait_until(lock, after(pingSeconds()), [&] {
+    for (int peer = 0; peer < size_; ++peer) {
+      auto it = pongs_.find(peer);
+      if (peer != rank_ && (it == pongs_.end() || it->second.nonce != nonce)) return false;
+    }
     return true;
   });
+  return nonce;
+}
+
+// Pings every other rank: a rank that does not answer is dead (or its process hangs); when all
+// answer, the chain of who waits for whom, from the first awaited rank, ends at the rank at fault.
+// Returns the finding as "; ..." to append to a timeout's message.
+std::string MpiCommunicator::diagnose(const std::vector<int>& awaited) {
+  const uint64_t nonce = pingEveryone();
+  std::lock_guard lock(mutex_);
   std::vector<int> silent;
-  for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_ && !answered(peer)) silent.push_back(peer);
+  for (int peer = 0; peer < size_; ++peer) {
+    auto it = pongs_.find(peer);
+    if (peer != rank_ && (it == pongs_.end() || it->second.nonce != nonce)) silent.push_back(peer);
+  }
   if (!silent.empty())
     return "; " + ranksText(silent) + (silent.size() == 1 ? " does" : " do") +
            " not answer (the process died or hangs)";
@@ -415,13 +436,31 @@ std::string MpiCommunicator::diagnose(const std::vector<int>& awaited) {
   std::set<int> seen = {culprit};
   std::string chain;
   while (true) {
-    int next = pongs_[culprit].second;
+    int next = pongs_[culprit].waiting_for;
     if (next < 0 || next == rank_ || seen.count(next)) break;
     chain += "rank " + std::to_string(culprit) + " waits for rank " + std::to_string(next) + ", ";
     culprit = next;
     seen.insert(culprit);
   }
-  return "; " + chain + "rank " + std::to_string(culprit) + " is running but has not arrived";
+  return "; " + chain + "rank " + std::to_string(culprit) + " is running but has not arrived (it is " +
+         pongs_[culprit].activity + ")";
+}
+
+// Warns that this rank has waited long for `awaited`: pings every rank, then names the rank at the
+// end of the chain of waits and what it does, or that it does not answer.
+void MpiCommunicator::warnStalled(const StallClock& clock, const std::string& what, int awaited) {
+  if (awaited < 0) return;
+  const uint64_t nonce = pingEveryone();
+  std::string chain;
+  {
+    std::lock_guard lock(mutex_);
+    chain = stallChain(rank_, awaited, [&](int rank) {
+      auto it = pongs_.find(rank);
+      if (it == pongs_.end() || it->second.nonce != nonce) return StalledRank{rank, -1, "", false};
+      return StalledRank{rank, it->second.waiting_for, it->second.activity, true};
+    });
+  }
+  printStallWarning(stallWarningStart(rank_, clock.waited(), what, awaited) + "; " + chain);
 }
 
 // ---- control messages and the service thread ----
@@ -462,12 +501,15 @@ bool MpiCommunicator::pollControl() {
     ControlMessage pong;
     pong.kind = kPong;
     pong.from = rank_;
-    pong.waiting_for = waiting_for_.load();
+    pong.waiting_for = activity_.waitingFor();
     pong.nonce = message.nonce;
+    std::string activity = activity_.describe();
+    std::strncpy(pong.text, activity.c_str(), sizeof pong.text - 1);
     sendControl(message.from, pong);
   } else if (message.kind == kPong) {
     std::lock_guard lock(mutex_);
-    pongs_[message.from] = {message.nonce, message.waiting_for};
+    message.text[sizeof message.text - 1] = '\0';
+    pongs_[message.from] = Pong{message.nonce, message.waiting_for, message.text};
     pong_arrived_.notify_all();
   } else if (message.kind == kAbort) {
     std::lock_guard lock(mutex_);
@@ -528,7 +570,7 @@ void MpiCommunicator::exitOnSigterm() {
       std::lock_guard lock(mutex_);
       for (int peer = 0; peer < size_; ++peer) {
         auto it = pongs_.find(peer);
-        if (peer != rank_ && (it == pongs_.end() || it->second.first != nonce)) silent.push_back(peer);
+        if (peer != rank_ && (it == pongs_.end() || it->second.nonce != nonce)) silent.push_back(peer);
       }
     }
     reason = silent.empty() ? "every other rank still answers (the job was stopped from outside)"
@@ -830,8 +872,8 @@ MpiJob::~MpiJob() {
   if (!failed_) MPI_Finalize();
 }
 
-Expected<std::unique_ptr<Communicator>> MpiJob::createCommunicator(double timeout_seconds) {
-  return MpiCommunicator::create(rank_, size_, timeout_seconds);
+Expected<std::unique_ptr<Communicator>> MpiJob::createCommunicator(double timeout_seconds, double stall_seconds) {
+  return MpiCommunicator::create(rank_, size_, timeout_seconds, stall_seconds);
 }
 
 }  // namespace cleave::runtime

@@ -35,7 +35,9 @@ class MpiJob {
   // `timeout_seconds`. A timeout pings every rank to name the one at fault (dead: it does not answer;
   // else the rank the others wait for). While it lives, SIGTERM (mpirun stopping the job after a rank
   // died) makes the process name the ranks that no longer answer on stderr and exit with status 3.
-  Expected<std::unique_ptr<Communicator>> createCommunicator(double timeout_seconds);
+  // A wait of `stall_seconds` (then twice, four times as long...) pings the ranks and prints a
+  // warning naming the rank that holds it up and what that rank is doing (0: no warnings).
+  Expected<std::unique_ptr<Communicator>> createCommunicator(double timeout_seconds, double stall_seconds = 0);
 
  private:
   MpiJob(int rank, int size, int local_size) : rank_(rank), size_(size), local_size_(local_size) {}

@@ -17,6 +17,7 @@
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/rank_activity.h"
 #include "runtime/exec/execution_trace.h"
 #include "runtime/train/initializers.h"
 #include "runtime/device/kernel.h"
@@ -123,7 +124,7 @@ class PreparedProgram {
 class CommunicationQueue {
  public:
   CommunicationQueue(Communicator& communicator, int rank)
-      : communicator_(communicator), rank_(rank), thread_([this] { loop(); }) {}
+      : communicator_(communicator), rank_(rank), activity_(rankActivity(rank)), thread_([this] { loop(); }) {}
   ~CommunicationQueue() {
     {
       std::lock_guard lock(mutex_);
@@ -176,7 +177,9 @@ class CommunicationQueue {
         skip = !error_.isOk();
       }
       auto start = ExecutionTrace::Clock::now();
+      activity_.begin(RankActivity::kCommunication, &inst->where);
       Status status = skip ? Status::ok() : runCommunication(*inst, communicator_);
+      activity_.end(RankActivity::kCommunication);
       if (!skip) traceInstruction(trace_.load(), rank_, *inst, start);
       std::lock_guard lock(mutex_);
       if (!status.isOk() && error_.isOk()) error_ = status.withContext(inst->where + ": ");
@@ -187,6 +190,7 @@ class CommunicationQueue {
 
   Communicator& communicator_;
   const int rank_;
+  RankActivity& activity_;
   std::atomic<ExecutionTrace*> trace_{nullptr};
   mutable std::mutex mutex_;
   std::condition_variable queued_;
@@ -431,7 +435,8 @@ Expected<TensorView> findNamed(std::span<const NamedTensor> tensors, std::string
 
 }  // namespace
 
-RankExecutor::RankExecutor(Device& device, int rank) : device_(device), rank_(rank) {}
+RankExecutor::RankExecutor(Device& device, int rank)
+    : device_(device), rank_(rank), activity_(&rankActivity(rank)) {}
 RankExecutor::~RankExecutor() = default;
 
 Expected<std::unique_ptr<RankExecutor>> RankExecutor::create(const planpb::Plan& plan, int rank_index, Device& device,
@@ -629,7 +634,9 @@ Status RankExecutor::runInstructions(const PreparedProgram& program) {
     }
     // 3. Run it here.
     auto start = ExecutionTrace::Clock::now();
+    activity_->begin(RankActivity::kCompute, &inst->where);
     Status status = runHere(*inst);
+    activity_->end(RankActivity::kCompute);
     if (!status.isOk()) return status.withContext(rankPrefix(rank_) + inst->where + ": ");
     traceInstruction(trace_, rank_, *inst, start);
   }
@@ -658,7 +665,9 @@ Status RankExecutor::runWithAsynchronousCommunicator(const PreparedProgram& prog
       issued.clear();
     }
     auto start = ExecutionTrace::Clock::now();
+    activity_->begin(RankActivity::kCompute, &inst->where);
     Status status = runHere(*inst);
+    activity_->end(RankActivity::kCompute);
     if (!status.isOk()) return status.withContext(rankPrefix(rank_) + inst->where + ": ");
     if (communication) issued.push_back(inst.get());
     traceInstruction(trace_, rank_, *inst, start);

@@ -48,6 +48,7 @@ struct ParameterTensor {
 };
 
 class Communicator;
+class RankActivity;
 
 // How an executor runs kernels and communicates.
 struct ExecutorOptions {
@@ -131,6 +132,7 @@ class RankExecutor {
   int rank_;
   int threads_ = 1;
   Communicator* communicator_ = nullptr;
+  RankActivity* activity_;  // what this rank runs now, for other ranks' stall warnings (rank_activity.h)
   bool asynchronous_ = false;  // the communicator is asynchronous (no communication thread)
   DeviceMemory arena_;
   std::vector<ParameterTensor> parameters_;

@@ -46,7 +46,7 @@ int trainUnderMpirun(const MpiTrainingOptions& options, const MpiTrainingReports
   if (!joined) return report(joined.status());
   std::unique_ptr<MpiJob> job = std::move(*joined);
   const int rank = job->rank();
-  auto created_communicator = job->createCommunicator(options.timeout_seconds);
+  auto created_communicator = job->createCommunicator(options.timeout_seconds, options.stall_seconds);
   if (!created_communicator) {
     job->markFailed();
     return report(withRank(rank, created_communicator.status()));

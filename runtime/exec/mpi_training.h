@@ -16,6 +16,7 @@ struct MpiTrainingOptions {
   std::string backend = "mpi";  // "mpi" (cpu ranks) or "nccl" (one GPU per process, MPI for host collectives)
   std::string device = "cpu";   // the device flag of a nccl run (createProcessDevice)
   double timeout_seconds = 300;
+  double stall_seconds = 0;   // a wait this long warns which rank holds it up (MpiJob::createCommunicator)
   int threads = 0;            // kernel threads; 0: this host's cores shared by the job's processes on it
   bool inference = false;     // inputs were given: refused (the job runs training plans)
   TrainOptions train;         // rank 0's; the other ranks write no metrics, trace, progress or summaries

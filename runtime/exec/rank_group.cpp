@@ -16,6 +16,7 @@
 #include "ir/plan.pb.h"
 #include "runtime/comm/local_communicator.h"
 #include "runtime/comm/nccl_communicator.h"
+#include "runtime/comm/rank_activity.h"
 
 namespace cleave::runtime {
 namespace {
@@ -73,7 +74,8 @@ Expected<std::vector<std::unique_ptr<Device>>> createRankDevices(const RankGroup
 Expected<std::vector<std::unique_ptr<Communicator>>> createRankCommunicators(
     const RankGroupOptions& options, const std::vector<std::unique_ptr<Device>>& devices) {
   if (options.backend == RankBackend::kLocal)
-    return createLocalCommunicators(static_cast<int>(devices.size()), options.timeout_seconds);
+    return createLocalCommunicators(static_cast<int>(devices.size()), options.timeout_seconds,
+                                    options.stall_seconds);
 #if CLEAVE_HAVE_CUDA
   std::vector<Device*> pointers;
   for (const auto& device : devices) pointers.push_back(device.get());
@@ -107,7 +109,7 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::create(const planpb::Plan& plan,
   CLEAVE_ASSIGN_OR_RETURN(group->devices_, createRankDevices(options, ranks));
   CLEAVE_ASSIGN_OR_RETURN(group->communicators_, createRankCommunicators(options, group->devices_));
   group->timeout_seconds_ = options.timeout_seconds;
-  CLEAVE_ASSIGN_OR_RETURN(group->fault_, injectedFaultFromEnvironment());
+  CLEAVE_ASSIGN_OR_RETURN(group->fault_, injectedFaultFromEnvironment(ranks));
   group->program_runs_.assign(static_cast<size_t>(ranks), 0);
   ExecutorOptions executor_options;
   executor_options.threads = threadsPerRank(options.threads, ranks);
@@ -139,6 +141,8 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::createForProcess(const planpb::P
     if (plan.ranks(i).rank() == rank) index = i;
   if (index < 0) return Status::badInput("the plan has no program list for rank " + std::to_string(rank));
   std::unique_ptr<RankGroup> group(new RankGroup());
+  CLEAVE_ASSIGN_OR_RETURN(group->fault_, injectedFaultFromEnvironment(plan.ranks_size()));
+  group->program_runs_.assign(static_cast<size_t>(plan.ranks_size()), 0);
   group->process_plan_ = &plan;
   group->process_communicator_ = &communicator;
   if (!device) device = group->devices_.emplace_back(createCpuDevice()).get();
@@ -269,8 +273,9 @@ Status RankGroup::run(std::string_view program) {
 }
 
 // CLEAVE_INJECT_FAULT=fail:RANK:RUN or hang:RANK:RUN (a test hook, docs/errors.md): rank RANK fails,
-// or hangs for good, at its RUN-th program run (counting from 1). Unset: no fault (rank -1).
-Expected<RankGroup::InjectedFault> RankGroup::injectedFaultFromEnvironment() {
+// or hangs for good, at its RUN-th program run (counting from 1). Unset: no fault (rank -1). A rank
+// the plan of `ranks` ranks does not have is a usage error, as a malformed value is.
+Expected<RankGroup::InjectedFault> RankGroup::injectedFaultFromEnvironment(int ranks) {
   InjectedFault fault;
   const char* value = std::getenv("CLEAVE_INJECT_FAULT");
   if (!value || !*value) return fault;
@@ -280,6 +285,10 @@ Expected<RankGroup::InjectedFault> RankGroup::injectedFaultFromEnvironment() {
   if (std::sscanf(value, "%4[a-z]:%lld:%lld%c", kind, &rank, &run, &end) != 3 ||
       (std::strcmp(kind, "fail") != 0 && std::strcmp(kind, "hang") != 0) || rank < 0 || run < 1)
     return Status::usage(std::string("CLEAVE_INJECT_FAULT='") + value + "' is not fail:RANK:RUN or hang:RANK:RUN");
+  if (rank >= ranks)
+    return Status::usage(std::string("CLEAVE_INJECT_FAULT='") + value + "' names rank " + std::to_string(rank) +
+                         ", but the plan has " + std::to_string(ranks) + (ranks == 1 ? " rank (0)" : " ranks (0 to " +
+                         std::to_string(ranks - 1) + ")"));
   fault.hang = std::strcmp(kind, "hang") == 0;
   fault.rank = static_cast<int>(rank);
   fault.run = run;
@@ -291,7 +300,11 @@ Status RankGroup::injectedFault(int rank, int64_t run) const {
   if (!fault_.hang)
     return Status::runtime("rank " + std::to_string(rank) + ": failed at program run " + std::to_string(run) +
                            " (injected by CLEAVE_INJECT_FAULT)");
-  // A rank stuck for good, as in a kernel that never returns: it does not even watch for aborts.
+  // A rank stuck for good, as in a kernel that never returns: it does not even watch for aborts. Its
+  // activity says so to the ranks that wait for it (the string is never freed: the hang never ends).
+  rankActivity(rank).begin(RankActivity::kCompute,
+                           new std::string("a hang injected by CLEAVE_INJECT_FAULT at program run " +
+                                           std::to_string(run)));
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 

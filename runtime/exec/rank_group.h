@@ -34,6 +34,7 @@ struct RankGroupOptions {
   int threads = 0;               // kernel threads of all ranks together (0: the hardware's concurrency);
                                  // each rank gets max(1, threads / ranks)
   double timeout_seconds = 300;  // the longest a send, receive or collective waits for another rank
+  double stall_seconds = 0;      // a wait this long warns which rank holds it up and what it does (0: never)
   std::string device = "cpu";    // "cpu", "cuda" or "cuda:N": the device of rank 0 (rank r: GPU N + r)
   RankBackend backend = RankBackend::kLocal;
 };
@@ -124,7 +125,7 @@ class RankGroup {
     int rank = -1;
     int64_t run = 0;
   };
-  static Expected<InjectedFault> injectedFaultFromEnvironment();
+  static Expected<InjectedFault> injectedFaultFromEnvironment(int ranks);
   // Fails or hangs when the fault is set for `rank`'s program run number `run`.
   Status injectedFault(int rank, int64_t run) const;
   InjectedFault fault_;

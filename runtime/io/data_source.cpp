@@ -37,17 +37,19 @@ Expected<int64_t> batchSizeOf(std::span<const NamedTensor> inputs, const std::st
   return batch;
 }
 
-// Checks the first `rows` rows of an integer input lie in [0, value_limit) when the plan knows the limit.
-Status checkValueLimit(const NamedTensor& input, int64_t rows, const std::string& where) {
-  const TensorType& type = input.view.type;
-  if (input.value_limit <= 0 || !isInteger(type.dtype)) return Status::ok();
-  int64_t per_row = type.numel() / type.shape[0];
-  for (int64_t i = 0; i < rows * per_row; ++i) {
-    double value = loadElement(type.dtype, input.view.data, i);
-    if (value < 0 || value >= static_cast<double>(input.value_limit))
-      return Status::badInput(where + ": input '" + input.name + "' gets value " +
-                              std::to_string(static_cast<int64_t>(value)) + " (row " + std::to_string(i / per_row) +
-                              " of the batch), outside [0, " + std::to_string(input.value_limit) + ")");
+// Checks that every value of a data file an integer input reads lies in [0, input.value_limit) when
+// the plan knows the limit (class labels, token ids); the error names the file and its row, as
+// `row_name` calls rows ("row", "image").
+Status checkValueLimit(const NamedTensor& input, DType dtype, const void* data, int64_t count, int64_t per_row,
+                       const std::string& path, const std::string& row_name) {
+  if (input.value_limit <= 0 || !isInteger(input.view.type.dtype)) return Status::ok();
+  for (int64_t i = 0; i < count; ++i) {
+    double value = loadElement(dtype, data, i);
+    if (value >= 0 && value < static_cast<double>(input.value_limit)) continue;
+    std::string element = per_row == 1 ? "" : " (element " + std::to_string(i % per_row) + " of the row)";
+    return Status::badInput("'" + path + "': " + row_name + " " + std::to_string(i / per_row) + " holds " +
+                            std::to_string(static_cast<int64_t>(value)) + element + ", outside [0, " +
+                            std::to_string(input.value_limit) + ") for input '" + input.name + "'");
   }
   return Status::ok();
 }
@@ -138,6 +140,9 @@ Expected<std::unique_ptr<DataSource>> FashionMnistSource::open(const std::string
   if (source->labels_.dims.size() != 1 || source->labels_.dims[0] != dims[0])
     return Status::badInput("'" + labels_path + "' holds " + shapeStr(source->labels_.dims) + ", expected [" +
                             std::to_string(dims[0]) + "] labels for the images of '" + images_path + "'");
+  if (source->label_input_)
+    CLEAVE_TRY(checkValueLimit(*source->label_input_, DType::kU8, source->labels_.data.data(), dims[0], 1, labels_path,
+                               "label of image"));
   source->count_ = dims[0];
   if (source->count_ == 0) return Status::badInput("'" + images_path + "' holds no images");
   if (options.split == DataSplit::kTrain && source->count_ < source->batch_)
@@ -178,7 +183,6 @@ Expected<int64_t> FashionMnistSource::next() {
     if (label_input_) storeElement(label_input_->view.type.dtype, label_input_->view.data, row, labels_.data[sample]);
   }
   int64_t real_rows = split_ == DataSplit::kEval ? std::min(batch_, count_ - position_.batch * batch_) : batch_;
-  if (label_input_) CLEAVE_TRY(checkValueLimit(*label_input_, batch_, "--data fashion-mnist"));
   advance();
   return real_rows;
 }
@@ -225,6 +229,9 @@ Expected<std::unique_ptr<DataSource>> NpySource::open(const std::string& dir, st
     CLEAVE_ASSIGN_OR_RETURN(NpyArray array, readNpy(path));
     CLEAVE_TRY(checkNpyFinite(array, path));
     const TensorType& want = input.view.type;
+    if (array.type.dtype == want.dtype && !array.type.shape.empty() && array.type.shape[0] > 0)
+      CLEAVE_TRY(checkValueLimit(input, array.type.dtype, array.data.data(), array.type.numel(),
+                                 array.type.numel() / array.type.shape[0], path, "row"));
     Shape want_row(want.shape.begin() + 1, want.shape.end());
     Shape got_row = array.type.shape.empty() ? Shape{} : Shape(array.type.shape.begin() + 1, array.type.shape.end());
     if (array.type.dtype != want.dtype || array.type.shape.empty() || got_row != want_row)
@@ -262,7 +269,6 @@ Expected<int64_t> NpySource::next() {
       int64_t source_row = (first + row) % rows_;
       std::memcpy(out + row * row_bytes, arrays_[k].data.data() + source_row * row_bytes, static_cast<size_t>(row_bytes));
     }
-    CLEAVE_TRY(checkValueLimit(inputs_[k], batch_, "'" + dir_ + "/" + inputs_[k].name + ".npy'"));
   }
   int64_t real_rows = split_ == DataSplit::kEval ? std::min(batch_, rows_ - first) : batch_;
   advance();

@@ -209,6 +209,15 @@ Expected<TrainSetup> setUp(RankGroup& group, const planpb::Plan& plan, const Tra
   } else {
     setup.total_steps = options.epochs * per_epoch;
   }
+  // Steps count from the start of training, so a resumed run must ask for more than it has done.
+  if (setup.start.step >= setup.total_steps) {
+    std::string asked = options.steps > 0 ? "--steps " + std::to_string(options.steps)
+                                          : "--epochs " + std::to_string(options.epochs) + " (" +
+                                                std::to_string(setup.total_steps) + " steps)";
+    return Status::usage(asked + " leaves nothing to train: the checkpoint '" + report.resumed_from +
+                         "' is at step " + std::to_string(setup.start.step) +
+                         " already (steps count from the start of training); give more");
+  }
   return setup;
 }
 

@@ -2,8 +2,9 @@
 # Bad input never crashes cleave: truncated and corrupt models (.cir, .onnx), an unsupported opset,
 # mismatched shapes, a batch that does not split, a plan over the device memory limit, truncated
 # and corrupt plans or another format version, missing, corrupt and mis-shaped data files and
-# checkpoints. Each gets exit 1 (bad input) or 2 (usage) and a one- or two-line message naming what
-# is wrong and where (docs/errors.md).
+# checkpoints, labels out of range, flags out of range. Each gets exit 1 (bad input) or 2 (usage) and a
+# one- or two-line message naming what is wrong and where; a usage error's second line points at
+# --help (docs/errors.md).
 # Usage: bash bad_input.sh PATH_TO_cleave SOURCE_DIR   (VERBOSE=1 prints every command and its message)
 set -euo pipefail
 
@@ -38,6 +39,19 @@ expect() {
     fi
   fi
   [[ ${VERBOSE:-0} == 0 ]] || echo "exit $got: ${*#"$cleave" }: $(head -n 2 err)"
+}
+
+# expect_usage COMMAND_PATH PATTERN COMMAND...: exit 2, the error line matching PATTERN (at most 200
+# characters), then exactly the line pointing at the command's --help (docs/errors.md).
+expect_usage() {
+  local command_path=$1
+  shift
+  expect 2 "$@"
+  if [[ $(sed -n 2p err) != "Run '$command_path --help' for usage." ]]; then
+    fail "'${*:2}': the second line is not the --help line of '$command_path': $(head -c 600 err)"
+  elif [[ $(head -n 1 err | wc -c) -gt 201 ]]; then
+    fail "'${*:2}': the error line is $(head -n 1 err | wc -c) characters long: $(head -n 1 err)"
+  fi
 }
 
 # expect_bad_input PATTERN COMMAND...: exit 1 (for inputs whose exact message depends on where the
@@ -276,6 +290,37 @@ expect 1 "ckpt-no-manifest/checkpoint-2/manifest\.json" "$cleave" run train.cpla
 "$cleave" compile other.cir --train -o other.cplan >/dev/null
 expect 1 "ckpt/checkpoint-2/manifest\.json" "$cleave" run other.cplan --data npy:data --steps 3 --checkpoint-dir ckpt --resume
 expect 1 "--resume: no checkpoint in 'empty-ckpt'" "$cleave" run train.cplan --data npy:data --steps 3 --checkpoint-dir empty-ckpt --resume
+# Steps count from the start of training: a resumed run asked for no more steps than the checkpoint has
+# done trains nothing, which is a usage error (it used to print "final loss nan" and exit 0).
+expect_usage "cleave run" "--steps 2 leaves nothing to train: the checkpoint 'ckpt/checkpoint-2' is at step 2 already" \
+  "$cleave" run train.cplan --data npy:data --steps 2 --checkpoint-dir ckpt --resume
+expect_usage "cleave run" "--steps 1 leaves nothing to train" \
+  "$cleave" run train.cplan --data npy:data --steps 1 --checkpoint-dir ckpt --resume
+
+# 8. Usage errors, CLI11's and cleave's own, are one short line and the --help line.
+expect_usage "cleave compile" "--dp: must be a whole number of at least 1, not -2$" "$cleave" compile mlp.cir --dp -2 -o bad.cplan
+expect_usage "cleave compile" "--tp: expected a whole number of at least 1, not '2x'$" "$cleave" compile mlp.cir --tp 2x -o bad.cplan
+expect_usage "cleave run" "--timeout: must be a number above 0, not -1$" "$cleave" run train.cplan --data synthetic --steps 1 --timeout -1
+expect_usage "cleave run" "--threads: must be a whole number of at least 0, not -3$" "$cleave" run train.cplan --data synthetic --steps 1 --threads -3
+expect_usage "cleave compile" "--strategy auto chooses --dp" "$cleave" compile mlp.cir --strategy auto --devices 2 --dp 2 -o bad.cplan
+expect_usage "cleave run" "--resume needs --checkpoint-dir" "$cleave" run train.cplan --data synthetic --steps 1 --resume
+expect_usage "cleave gen" "'cleave gen' needs a subcommand" "$cleave" gen
+expect_usage "cleave run" "CLEAVE_INJECT_FAULT='fail:7:2' names rank 7, but the plan has 1 rank \\(0\\)" \
+  env CLEAVE_INJECT_FAULT=fail:7:2 "$cleave" run train.cplan --data synthetic --steps 1
+
+# 9. Labels and token ids outside what the model takes name the data file and its row.
+mkdir -p bad-labels
+$python - <<'PY'
+import numpy as np
+np.save("bad-labels/x.npy", np.zeros((32, 8), np.float32))
+labels = np.zeros(32, np.int64)
+labels[21] = 4  # the model has 4 classes: 0..3
+np.save("bad-labels/labels.npy", labels)
+PY
+expect 1 "'bad-labels/labels\.npy': row 21 holds 4, outside \[0, 4\) for input 'labels'$" \
+  "$cleave" run train.cplan --data npy:bad-labels --steps 1
+expect 1 "'bad-labels/labels\.npy': row 21 holds 4" \
+  "$cleave" run train.cplan --data npy:data --eval-data npy:bad-labels --steps 1
 
 [[ $failed -eq 0 ]] && echo "bad_input.sh: all $checks checks passed"
 exit $failed

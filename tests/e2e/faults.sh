@@ -116,6 +116,24 @@ CLEAVE_INJECT_FAULT=hang:1:2 expect_dead "pp2, stage 1 hangs: the gradient recei
 CLEAVE_INJECT_FAULT=hang:1:1 expect_dead "dp2 inference (no communication), rank 1 hangs" \
   "rank 1 had not finished $timeout_s s after the first rank did" \
   "$cleave" run infer-dp2.cplan --inputs inputs --outputs outputs --timeout "$timeout_s"
+# The heartbeat: a rank kept waiting names the stalled rank and what it runs within --heartbeat
+# seconds, again at twice and four times as long, then the timeout ends the run.
+code=0
+CLEAVE_INJECT_FAULT=hang:1:3 timeout 60 "$cleave" run dp2.cplan --data synthetic --steps 20 --threads 2 --progress never \
+  --heartbeat 1 --timeout 5 >/dev/null 2>stall.err || code=$?
+[[ $code -eq 3 ]] || fail "heartbeat: exited $code: $(cat stall.err)"
+[[ $(grep -c "^cleave: warning: rank 0 has waited [124] s for rank 1 in all_reduce over ranks {0,1} (instruction [0-9]* of train (all_reduce)); rank 1 is in a hang injected by CLEAVE_INJECT_FAULT at program run 3 for [0-9.]* s$" stall.err) -eq 3 ]] ||
+  fail "heartbeat: expected three warnings (after 1, 2 and 4 s) naming rank 1: $(cat stall.err)"
+code=0
+CLEAVE_INJECT_FAULT=hang:0:2 timeout 60 "$cleave" run pp2.cplan --data synthetic --steps 20 --threads 2 --progress never \
+  --heartbeat 1 --timeout 3 >/dev/null 2>stall.err || code=$?
+grep -q "^cleave: warning: rank 1 has waited 1 s for rank 0 in recv from rank 0 (tag [0-9]*) (instruction [0-9]* of train (recv from tiny.cir:[0-9:]*)); rank 0 is in a hang injected" stall.err ||
+  fail "heartbeat (pp2): no warning naming rank 0: $(cat stall.err)"
+echo "ok   heartbeat: $(head -n 1 stall.err)"
+code=0
+CLEAVE_INJECT_FAULT=fail:2:1 "$cleave" run dp2.cplan --data synthetic --steps 1 >/dev/null 2>dead.err || code=$?
+[[ $code -eq 2 ]] && grep -q "CLEAVE_INJECT_FAULT='fail:2:1' names rank 2, but the plan has 2 ranks (0 to 1)" dead.err ||
+  fail "a fault naming rank 2 of a 2-rank plan exited $code: $(cat dead.err)"
 code=0
 CLEAVE_INJECT_FAULT=sometimes "$cleave" run dp2.cplan --data synthetic --steps 1 >/dev/null 2>dead.err || code=$?
 [[ $code -eq 2 ]] && grep -q "CLEAVE_INJECT_FAULT='sometimes' is not" dead.err ||

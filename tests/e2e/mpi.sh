@@ -4,7 +4,8 @@
 # pp2 with microbatches and dp2xtp2 on 4 processes give bitwise the losses of the local backend; a rank killed mid-step ends
 # the others with exit 3 naming it, within --timeout, with no process left; a plan launched on the
 # wrong number of processes exits 1 with one message; a sharded checkpoint resumes to bitwise the
-# weights of a straight run, under mpirun and on the local backend.
+# weights of a straight run, under mpirun and on the local backend; a stalled rank (hung, or its
+# process stopped) is named by the heartbeat warnings within seconds.
 # Usage: bash mpi.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
 
@@ -155,6 +156,47 @@ if train_mpi straight 6 straight.jsonl && train_mpi resumed 3 resumed.jsonl &&
 else
   fail "checkpoint: a run failed: $(cat checkpoint.log)"
 fi
+
+# 6. A stalled rank is named within seconds (--heartbeat), long before the timeout: what it runs
+#    (here a hang injected by CLEAVE_INJECT_FAULT, which MPI runs honour too), or that its process
+#    does not answer (stopped with SIGSTOP). A fault naming a rank the plan lacks is a usage error.
+status=0
+CLEAVE_INJECT_FAULT=hang:1:3 timeout 60 "${mpi[@]}" -np 2 "$cleave" run mlp-dp2.cplan --backend mpi --data synthetic \
+  --steps 20 --threads 1 --progress never --timeout 6 --heartbeat 1 >stall.log 2>&1 || status=$?
+grep -Eq "^cleave: warning: rank 0 has waited 1 s for rank 1 in all_reduce over ranks \{0,1\} \(instruction [0-9]+ of train \(all_reduce\)\); rank 1 is in a hang injected by CLEAVE_INJECT_FAULT at program run 3 for [0-9.]+ s$" stall.log ||
+  fail "stall (mpi): no warning naming rank 1 after 1 s: $(cat stall.log)"
+grep -q "^cleave: error: rank 0: .*timed out after 6 s waiting for rank 1; rank 1 is running but has not arrived (it is in a hang injected" stall.log ||
+  fail "stall (mpi): the timeout does not name rank 1 and what it does: $(cat stall.log)"
+[[ $status -ne 0 && $status -ne 124 ]] || fail "stall (mpi): mpirun exited $status"
+rm -f stop.jsonl
+"${mpi[@]}" -np 2 "$cleave" run mlp-dp2.cplan --backend mpi --data synthetic --steps 1000000 --threads 1 --progress never \
+  --metrics stop.jsonl --timeout 5 --heartbeat 1 >stopped.log 2>&1 &
+mpirun_pid=$!
+for _ in $(seq 600); do [[ -s stop.jsonl ]] && break; sleep 0.05; done
+stopped=$(pgrep -f "cleave run mlp-dp2.cplan --backend mpi" | while read -r pid; do
+  [[ $(tr '\0' '\n' </proc/"$pid"/environ 2>/dev/null | grep -c '^OMPI_COMM_WORLD_RANK=1$') -eq 1 ]] && echo "$pid"; done | head -n 1)
+if [[ -z $stopped ]]; then
+  fail "stall (stopped process): rank 1's process not found"
+  kill "$mpirun_pid" 2>/dev/null || true
+else
+  kill -STOP "$stopped"
+  status=0
+  wait "$mpirun_pid" || status=$?
+  kill -CONT "$stopped" 2>/dev/null || true
+  grep -Eq "^cleave: warning: rank 0 has waited [12] s for rank 1 in .*; rank 1 does not answer \(its process died, is stopped, or is cut off\)$" stopped.log ||
+    fail "stall (stopped process): no warning that rank 1 does not answer: $(cat stopped.log)"
+  grep -q "^cleave: error: rank 0: .*timed out after 5 s waiting for rank 1; rank 1 does not answer" stopped.log ||
+    fail "stall (stopped process): the timeout does not say rank 1 does not answer: $(cat stopped.log)"
+fi
+status=0
+CLEAVE_INJECT_FAULT=fail:7:2 "${mpi[@]}" -np 2 "$cleave" run mlp-dp2.cplan --backend mpi --data synthetic --steps 2 \
+  >fault-rank.log 2>&1 || status=$?
+[[ $status -eq 2 ]] && grep -q "CLEAVE_INJECT_FAULT='fail:7:2' names rank 7, but the plan has 2 ranks (0 to 1)" fault-rank.log ||
+  fail "a fault for rank 7 of 2 under mpirun: exit $status: $(cat fault-rank.log)"
+CLEAVE_INJECT_FAULT=fail:1:2 "${mpi[@]}" -np 2 "$cleave" run mlp-dp2.cplan --backend mpi --data synthetic --steps 4 \
+  >fault-fail.log 2>&1 && fail "an injected failure under mpirun exited 0"
+grep -q "rank 1: failed at program run 2 (injected by CLEAVE_INJECT_FAULT)" fault-fail.log ||
+  fail "an injected failure under mpirun is not reported: $(cat fault-fail.log)"
 
 [[ $failed -eq 0 ]] && echo "mpi: all checks passed"
 exit $failed

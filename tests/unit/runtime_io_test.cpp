@@ -630,11 +630,13 @@ TEST(DataSourceTest, FashionMnistChecksTheProgramsInputs) {
   Inputs few_classes;
   few_classes.add("x", {DType::kF32, {8, 784}});
   few_classes.add("labels", {DType::kI64, {8}}, 3);
+  // Labels the model's classes cannot take are found when the files are opened, naming the file and image.
   auto source = openDataSource("fashion-mnist:" + dir.path(), few_classes.tensors, {DataSplit::kEval, 0, "labels"});
-  ASSERT_TRUE(source.hasValue());
-  auto rows = (*source)->next();
-  ASSERT_FALSE(rows.hasValue());
-  EXPECT_NE(rows.status().message().find("outside [0, 3)"), std::string::npos) << rows.status().message();
+  ASSERT_FALSE(source.hasValue());
+  EXPECT_NE(source.status().message().find("t10k-labels-idx1-ubyte.gz': label of image 3 holds 3, outside [0, 3) "
+                                           "for input 'labels'"),
+            std::string::npos)
+      << source.status().message();
   Inputs ok;
   ok.add("x", {DType::kF32, {2, 784}});
   EXPECT_NE(openDataSource("fashion-mnist:/nonexistent", ok.tensors, {}).status().message().find(
@@ -717,6 +719,19 @@ TEST(DataSourceTest, NpyErrorsNameTheFileAndInput) {
   EXPECT_EQ(errorFor("doubles"), "'" + dir.file("doubles.npy") + "' holds f64[10,3]; input 'doubles' needs f32[rows,3]");
   EXPECT_EQ(errorFor("wide"), "'" + dir.file("wide.npy") + "' holds f32[10,4]; input 'wide' needs f32[rows,3]");
   EXPECT_EQ(errorFor("few"), "'" + dir.file("few.npy") + "' has 2 rows, fewer than one batch of 4 for input 'few'");
+  // A label or token id outside what the model takes names the file's row (not the batch's).
+  std::vector<int64_t> labels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 10, 5, 6, 7, 8, 9};
+  ASSERT_TRUE(writeNpy(dir.file("labels.npy"), {DType::kI64, {20}}, labels.data()).isOk());
+  std::vector<int64_t> tokens = {0, 1, 2, 3, 4, 5, 6, 7, -1, 9, 1, 2};
+  ASSERT_TRUE(writeNpy(dir.file("tokens.npy"), {DType::kI64, {4, 3}}, tokens.data()).isOk());
+  Inputs classes;
+  classes.add("labels", {DType::kI64, {4}}, 10);
+  EXPECT_EQ(openDataSource("npy:" + dir.path(), classes.tensors, {}).status().message(),
+            "'" + dir.file("labels.npy") + "': row 14 holds 10, outside [0, 10) for input 'labels'");
+  Inputs ids;
+  ids.add("tokens", {DType::kI64, {2, 3}}, 16);
+  EXPECT_EQ(openDataSource("npy:" + dir.path(), ids.tensors, {}).status().message(),
+            "'" + dir.file("tokens.npy") + "': row 2 holds -1 (element 2 of the row), outside [0, 16) for input 'tokens'");
   Inputs none;
   EXPECT_EQ(openDataSource("npy", none.tensors, {}).status().kind(), ErrorKind::kUsage);
   EXPECT_EQ(openDataSource("parquet:x", none.tensors, {}).status().kind(), ErrorKind::kUsage);
