@@ -573,9 +573,14 @@ void MpiCommunicator::exitOnSigterm() {
         if (peer != rank_ && (it == pongs_.end() || it->second.nonce != nonce)) silent.push_back(peer);
       }
     }
-    reason = silent.empty() ? "every other rank still answers (the job was stopped from outside)"
-                            : ranksText(silent) + " died (no answer; mpirun names the process and its signal)";
+    // Several silent ranks: some may be stopping at the same time (mpirun stops every host at once).
+    reason = silent.empty()      ? "every other rank still answers (the job was stopped from outside)"
+             : silent.size() == 1 ? ranksText(silent) + " died (no answer; mpirun names the process and its signal)"
+                                  : ranksText(silent) + " died or are stopping too (no answer; mpirun names the "
+                                                        "process lost first and its signal)";
   }
+  if (const int awaited = activity_.waitingFor(); awaited >= 0)
+    reason += "; it was waiting for rank " + std::to_string(awaited);
   // Said at once: mpirun may kill the remaining ranks as soon as the first of them exits.
   std::string message = "cleave: error: rank " + std::to_string(rank_) + ": stopped by mpirun (SIGTERM): " + reason + "\n";
   ssize_t written = ::write(STDERR_FILENO, message.data(), message.size());
