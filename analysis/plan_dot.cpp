@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "analysis/cost_model.h"
 #include "analysis/plan_timeline.h"
 
 namespace cleave {
@@ -89,9 +91,158 @@ RankNodes rankNodes(const planpb::RankPlan& rank, const planpb::Program& program
   return out;
 }
 
+// One phase of a stage's program in the summary: the consecutive instructions of one microbatch's
+// forward or backward (pipeline plans mark them; gradient sums placed between them join them), what
+// comes before the first and after the last; in a plan without microbatches, the forward, backward
+// and optimizer step (split at the first gradient kernel and the first update).
+struct Phase {
+  std::string id;
+  std::string title;  // "forward of microbatch 2"
+  int32_t first = 0, last = 0;
+};
+
+bool isOptimizerUpdate(const planpb::Instruction& instruction) {
+  return instruction.kind() == planpb::KERNEL && instruction.op().size() > 7 &&
+         instruction.op().compare(instruction.op().size() - 7, 7, "_update") == 0;
+}
+
+bool isGradientKernel(const planpb::Instruction& instruction) {
+  return instruction.kind() == planpb::KERNEL &&
+         (instruction.backward() || instruction.op().find("_grad") != std::string::npos);
+}
+
+std::vector<Phase> programPhases(const planpb::Program& program, int rank) {
+  int32_t first_microbatch = -1, last_microbatch = -1;
+  for (int32_t i = 0; i < program.instructions_size(); ++i)
+    if (program.instructions(i).microbatch() >= 0) {
+      if (first_microbatch < 0) first_microbatch = i;
+      last_microbatch = i;
+    }
+  std::vector<Phase> phases;
+  int unpipelined = 0;  // without microbatches: 0 forward, 1 backward, 2 optimizer step
+  for (int32_t i = 0; i < program.instructions_size(); ++i) {
+    const planpb::Instruction& instruction = program.instructions(i);
+    std::string title;
+    if (first_microbatch < 0) {
+      if (unpipelined < 1 && isGradientKernel(instruction)) unpipelined = 1;
+      if (isOptimizerUpdate(instruction)) unpipelined = 2;
+      title = unpipelined == 0 ? "forward" : unpipelined == 1 ? "backward" : "optimizer step";
+    } else if (i < first_microbatch) {
+      title = "before the microbatches";
+    } else if (i > last_microbatch) {
+      title = "after the microbatches (gradients, optimizer)";
+    } else if (instruction.microbatch() < 0 && !phases.empty()) {
+      title = phases.back().title;
+    } else {
+      title = std::string(instruction.backward() ? "backward" : "forward") + " of microbatch " +
+              std::to_string(instruction.microbatch());
+    }
+    if (!phases.empty() && phases.back().title == title) {
+      phases.back().last = i;
+      continue;
+    }
+    phases.push_back({"s" + std::to_string(rank) + "_" + std::to_string(i), title, i, i});
+  }
+  return phases;
+}
+
+// A phase's label: its title and what it runs, e.g. "forward of microbatch 0\n42 kernels, 4
+// all_reduce (0.26 MB), 2 send to rank 2 (16.4 KB)".
+std::string phaseLabel(const planpb::RankPlan& rank, const planpb::Program& program, const Phase& phase) {
+  int kernels = 0;
+  std::map<std::string, std::pair<int, int64_t>> transfers;  // "all_reduce", "send to rank 2" -> (count, bytes)
+  for (int32_t i = phase.first; i <= phase.last; ++i) {
+    const planpb::Instruction& instruction = program.instructions(i);
+    if (isCompute(instruction)) {
+      ++kernels;
+      continue;
+    }
+    std::string what;
+    if (instruction.kind() == planpb::SEND) what = "send to rank " + std::to_string(instruction.peer());
+    else if (instruction.kind() == planpb::RECV) what = "recv from rank " + std::to_string(instruction.peer());
+    else if (std::optional<CommKind> kind = commKindOf(instruction.kind())) what = std::string(commKindName(*kind));
+    else what = "barrier";
+    auto& entry = transfers[what];
+    ++entry.first;
+    entry.second += commFullBytes(rank, instruction);
+  }
+  std::string label = phase.title + "\n" + std::to_string(kernels) + (kernels == 1 ? " kernel" : " kernels");
+  for (const auto& [what, entry] : transfers)
+    label += ", " + std::to_string(entry.first) + " " + what + " (" +
+             formatDecimalBytes(static_cast<double>(entry.second)) + ")";
+  return label;
+}
+
+// The summary drawing (DotOptions::Detail::kSummary).
+std::string planSummaryDot(const planpb::Plan& plan, std::string_view program_name, const DotOptions& options) {
+  // 1. Each stage's ranks; the first one (or the one asked for) is drawn.
+  std::map<int, std::vector<int>> stage_ranks;  // stage -> rank indices
+  for (int r = 0; r < plan.ranks_size(); ++r)
+    if (findProgram(plan.ranks(r), program_name)) stage_ranks[plan.ranks(r).stage()].push_back(r);
+  std::map<int, int> drawn;  // rank index -> stage
+  for (const auto& [stage, ranks] : stage_ranks) {
+    int chosen = ranks.front();
+    for (int r : ranks)
+      if (plan.ranks(r).rank() == options.only_rank) chosen = r;
+    if (options.only_rank < 0 || plan.ranks(chosen).rank() == options.only_rank) drawn[chosen] = stage;
+  }
+
+  std::string title = "model @" + plan.model_name() + ", program " + std::string(program_name) + ", " +
+                      std::to_string(plan.ranks_size()) + " rank(s), dp " + std::to_string(plan.strategy().dp()) +
+                      " x tp " + std::to_string(plan.strategy().tp()) + " x pp " + std::to_string(plan.strategy().pp()) +
+                      "\nsummary: one rank per stage, its phases in program order (--dot-detail full draws every "
+                      "instruction)";
+  std::string out = "digraph plan {\n";
+  out += "  graph [label=" + quoted(title) + ", labelloc=t, fontname=Helvetica, newrank=true, rankdir=TB];\n";
+  out += "  node [shape=box, style=\"rounded,filled\", fontname=Helvetica, fontsize=10];\n";
+  out += "  edge [color=\"#555555\", arrowsize=0.6];\n";
+
+  // 2. A cluster per stage: its phases, chained in program order.
+  std::map<std::pair<int, int32_t>, std::string> node_of;  // (rank index, instruction) -> phase node
+  for (const auto& [r, stage] : drawn) {
+    const planpb::RankPlan& rank = plan.ranks(r);
+    const planpb::Program& program = *findProgram(rank, program_name);
+    const int colour = colourIndex(stage);
+    std::string members;
+    for (int m : stage_ranks[stage]) members += (members.empty() ? "" : ",") + std::to_string(plan.ranks(m).rank());
+    out += "  subgraph cluster_stage" + std::to_string(stage) + " {\n";
+    out += "    label=" +
+           quoted("stage " + std::to_string(stage) + ": ranks {" + members + "}, drawn: rank " +
+                  std::to_string(rank.rank()) + " (" + std::to_string(program.instructions_size()) +
+                  " instructions)") +
+           "; style=\"rounded\"; color=\"" + kStageLine[colour] + "\"; penwidth=2;\n";
+    std::vector<Phase> phases = programPhases(program, rank.rank());
+    for (const Phase& phase : phases) {
+      for (int32_t i = phase.first; i <= phase.last; ++i) node_of[{r, i}] = phase.id;
+      out += "    " + phase.id + " [label=" + quoted(phaseLabel(rank, program, phase)) + ", fillcolor=\"" +
+             kStageFill[colour] + "\"];\n";
+    }
+    for (size_t k = 1; k < phases.size(); ++k) out += "    " + phases[k - 1].id + " -> " + phases[k].id + ";\n";
+    out += "  }\n";
+  }
+
+  // 3. From the phase that sends to the phase that receives, between the drawn ranks (once per pair).
+  ProgramCommunication comm = matchCommunication(plan, program_name);
+  std::set<std::pair<std::string, std::string>> transfers;
+  for (const auto& [r, stage] : drawn) {
+    const planpb::Program& program = *findProgram(plan.ranks(r), program_name);
+    for (int32_t i = 0; i < program.instructions_size(); ++i) {
+      if (program.instructions(i).kind() != planpb::SEND) continue;
+      InstructionRef partner = comm.partner_of[r][i];
+      auto to = node_of.find({partner.rank_index, partner.instruction});
+      if (to != node_of.end()) transfers.insert({node_of[{r, i}], to->second});
+    }
+  }
+  for (const auto& [from, to] : transfers)
+    out += "  " + from + " -> " + to + " [style=dashed, color=\"#1f77b4\", penwidth=1.5, constraint=false];\n";
+  out += "}\n";
+  return out;
+}
+
 }  // namespace
 
 std::string planDot(const planpb::Plan& plan, std::string_view program_name, const DotOptions& options) {
+  if (options.detail == DotOptions::Detail::kSummary) return planSummaryDot(plan, program_name, options);
   // 1. The ranks to draw and their programs; collapse runs of kernels when there are too many nodes.
   std::vector<int> candidates;
   int64_t instructions = 0;

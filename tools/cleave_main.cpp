@@ -135,6 +135,7 @@ struct InspectFlags {
   bool json = false;
   int rank = -1;
   std::string dot;
+  std::string dot_detail = "summary";
   std::string timeline;
   std::string cluster;
   bool weights = false;
@@ -166,7 +167,8 @@ nlohmann::ordered_json summaryJson(const GraphSummary& s, const std::string& pat
 int runInspect(const InspectFlags& flags) {
   if (endsWith(flags.path, ".cplan"))
     return cli::runInspectPlan({flags.path, flags.json, flags.rank, flags.dot, flags.timeline,
-                                flags.cluster.empty() ? "cpu-local" : flags.cluster, flags.weights});
+                                flags.cluster.empty() ? "cpu-local" : flags.cluster, flags.weights,
+                                flags.dot_detail == "full"});
   bool onnx = endsWith(flags.path, ".onnx");
   if (!endsWith(flags.path, ".cir") && !onnx)
     return reportError(
@@ -188,7 +190,15 @@ void addInspectCommand(CLI::App& app, InspectFlags& flags) {
   inspect->add_option("PLAN", flags.path, "A plan (.cplan) or a model (.cir or .onnx)")->required();
   inspect->add_flag("--json", flags.json, "Print JSON instead of text");
   inspect->add_option("--rank", flags.rank, "Show one rank's program (plans only)")->check(nonNegativeWhole());
-  inspect->add_option("--dot", flags.dot, "Write the plan as a Graphviz file (plans only)");
+  CLI::Option* dot = inspect->add_option(
+      "--dot", flags.dot,
+      "Write the plan as a Graphviz file (plans only): a summary, one rank per stage and one node per phase");
+  inspect->add_option("--dot-detail", flags.dot_detail,
+                      "What --dot draws: summary, or full (every instruction of every rank, collapsed past 2000 "
+                      "nodes)")
+      ->check(CLI::IsMember({"summary", "full"}))
+      ->needs(dot)
+      ->capture_default_str();
   inspect->add_flag("--weights", flags.weights,
                     "List each rank's weights: the dims split over tp and the block held, or whole (plans only; "
                     "--json always has them)");

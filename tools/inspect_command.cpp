@@ -215,6 +215,7 @@ int runInspectPlan(const InspectPlanFlags& flags) {
   if (!flags.dot.empty()) {
     DotOptions options;
     options.only_rank = flags.rank;
+    options.detail = flags.dot_full ? DotOptions::Detail::kFull : DotOptions::Detail::kSummary;
     Status written = writeOutput(flags.dot, planDot(plan, program, options));
     if (!written) return reportError(written);
   }

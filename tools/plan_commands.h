@@ -62,6 +62,7 @@ struct InspectPlanFlags {
   std::string timeline;  // write the predicted Chrome trace here
   std::string cluster = "cpu-local";  // the cluster times are predicted on (NAME or FILE.json)
   bool weights = false;  // also list how each rank holds each weight (split over tp, or whole)
+  bool dot_full = false;  // draw every instruction of every rank, not the summary
 };
 
 // Flags of `cleave export`.

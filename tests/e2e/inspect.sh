@@ -31,13 +31,15 @@ contains() {
   grep -Eq -e "$2" "$tmp/$1" || fail "std$1 lacks /$2/"
 }
 
-# check_files PLAN: --dot has one cluster per rank and balanced braces; --timeline is a Chrome trace
+# check_files PLAN: --dot-detail full has one cluster per rank and balanced braces; the summary
+# (the default) one cluster per stage and at most a few nodes per microbatch; --timeline is a Chrome trace
 # with one complete event per instruction of the main program on every rank.
 check_files() {
   local plan=$1
-  expect 0 "$cleave" inspect "$plan" --json --dot "$tmp/plan.dot" --timeline "$tmp/trace.json"
+  expect 0 "$cleave" inspect "$plan" --json --dot "$tmp/plan.dot" --dot-detail full --timeline "$tmp/trace.json"
   cp "$tmp/out" "$tmp/inspect.json"
-  $python - "$tmp/inspect.json" "$tmp/plan.dot" "$tmp/trace.json" <<'PY' || fail "--dot or --timeline of $plan is wrong"
+  expect 0 "$cleave" inspect "$plan" --dot "$tmp/summary.dot"
+  $python - "$tmp/inspect.json" "$tmp/plan.dot" "$tmp/trace.json" "$tmp/summary.dot" <<'PY' || fail "--dot or --timeline of $plan is wrong"
 import json, re, sys
 report = json.load(open(sys.argv[1]))
 dot = open(sys.argv[2]).read()
@@ -47,6 +49,13 @@ assert dot.startswith("digraph plan {"), dot[:40]
 clusters = re.findall(r"subgraph cluster_rank(\d+) \{", dot)
 assert sorted(map(int, clusters)) == [r["rank"] for r in ranks], clusters
 assert dot.count("{") == dot.count("}")
+summary = open(sys.argv[4]).read()
+stages = re.findall(r"subgraph cluster_stage(\d+) \{", summary)
+assert sorted(map(int, stages)) == sorted({r["stage"] for r in ranks}), stages
+phases = len(re.findall(r"\n    s\d+_\d+ \[label=", summary))
+microbatches = report["strategy"]["microbatches"]
+assert 1 <= phases <= len(stages) * (2 * microbatches + 3), (phases, len(stages), microbatches)
+assert summary.count("{") == summary.count("}")
 events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
 program = report["program"]
 for r in ranks:

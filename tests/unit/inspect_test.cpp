@@ -125,10 +125,34 @@ int countMatches(const std::string& text, const std::string& pattern) {
   return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
 }
 
-TEST(PlanDot, OneClusterPerRankWithCommunicationEdges) {
+TEST(PlanDot, TheSummaryDrawsOneRankPerStageAndItsPhases) {
   PlanBuilder b = everyKindOfCommunication();
   b.rank(3).set_stage(1);
   std::string dot = planDot(b.plan, "train");
+  EXPECT_EQ(dot.rfind("digraph plan {", 0), 0u);
+  EXPECT_EQ(countMatches(dot, "subgraph cluster_stage\\d+ \\{"), 2);
+  EXPECT_NE(dot.find("label=\"stage 0: ranks {0,1,2}, drawn: rank 0 (8 instructions)\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"stage 1: ranks {3}, drawn: rank 3 (8 instructions)\""), std::string::npos) << dot;
+  // Without microbatches or gradient kernels the program is one forward phase per stage, counting
+  // what it runs; rank 3's send to rank 0 is drawn between the stages.
+  EXPECT_EQ(countMatches(dot, "\n    s\\d+_\\d+ \\[label="), 2) << dot;
+  EXPECT_NE(dot.find("s3_0 [label=\"forward\\n2 kernels, 1 all_gather (4.0 KB), 1 all_reduce (4.0 KB), 1 all_to_all "
+                     "(1.6 KB), 1 recv from rank 2 (40 B), 1 reduce_scatter (4.0 KB), 1 send to rank 0 (40 B)\""),
+            std::string::npos)
+      << dot;
+  EXPECT_NE(dot.find("s3_0 -> s0_0 [style=dashed"), std::string::npos) << dot;
+  EXPECT_EQ(countMatches(dot, "\\{"), countMatches(dot, "\\}"));
+  DotOptions rank2;
+  rank2.only_rank = 2;
+  EXPECT_NE(planDot(b.plan, "train", rank2).find("drawn: rank 2"), std::string::npos);
+}
+
+TEST(PlanDot, OneClusterPerRankWithCommunicationEdges) {
+  PlanBuilder b = everyKindOfCommunication();
+  b.rank(3).set_stage(1);
+  DotOptions full;
+  full.detail = DotOptions::Detail::kFull;
+  std::string dot = planDot(b.plan, "train", full);
   EXPECT_EQ(dot.rfind("digraph plan {", 0), 0u);
   EXPECT_EQ(countMatches(dot, "subgraph cluster_rank\\d+ \\{"), 4);
   EXPECT_NE(dot.find("label=\"rank 3 | stage 1 | dp 3 | tp 0\""), std::string::npos);
@@ -145,6 +169,7 @@ TEST(PlanDot, OneClusterPerRankWithCommunicationEdges) {
 TEST(PlanDot, BigPlansAreCollapsedAndCappedWithANote) {
   PlanBuilder b = everyKindOfCommunication();
   DotOptions options;
+  options.detail = DotOptions::Detail::kFull;
   options.max_nodes = 30;  // 32 instructions: each rank's two kernels become one node, 7 nodes a rank
   std::string dot = planDot(b.plan, "train", options);
   EXPECT_EQ(countMatches(dot, "\n    r\\d+_\\d+ \\[label="), 28);
@@ -157,6 +182,7 @@ TEST(PlanDot, BigPlansAreCollapsedAndCappedWithANote) {
   EXPECT_NE(dot.find("3 rank(s) left out to stay under the limit (ranks 1..3)"), std::string::npos) << dot;
 
   options = DotOptions{};
+  options.detail = DotOptions::Detail::kFull;
   options.only_rank = 2;
   dot = planDot(b.plan, "train", options);
   EXPECT_EQ(countMatches(dot, "subgraph cluster_rank2 \\{"), 1);
