@@ -27,6 +27,7 @@ packages=(
   python3-onnx                                  # end-to-end tests that write ONNX models (bad_input.sh)
   python3-pip python3-venv                      # downloads the ONNX conformance data (step 3)
   zlib1g-dev                                    # gzip-compressed IDX data files
+  iproute2 nftables                             # tests/e2e/mpi_hosts.sh: hosts as network namespaces, a firewall
 )
 if [[ $with_peers == 1 ]]; then
   packages+=(

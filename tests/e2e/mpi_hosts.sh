@@ -3,7 +3,8 @@
 # its own hostname and one address of 10.231.7.0/24 on a veth pair to a bridge in a fourth namespace
 # (the switch); nothing outside the namespaces is touched. mpirun runs on host 0 and starts the others
 # through a launch agent that enters their namespace in place of ssh (tests/mpi/netns_launch_agent.sh);
-# Open MPI talks TCP between them, its shared-memory transport off, as between real hosts. Checks:
+# Open MPI talks TCP between them, its shared-memory transport off, as between real hosts, through a
+# firewall on each host that opens only the ports docs/mpi.md names. Checks:
 # - dp, tp, pp and a mix across the hosts give bitwise the losses of one host (the local backend);
 # - the switch port of a host taken down mid-run ends every rank with exit 3 within the timeout, the
 #   ranks on either side naming the ranks they lost;
@@ -57,6 +58,26 @@ for i in 0 1 2; do
   ip -n "${hosts[$i]}" link set eth0 up
   ip -n "${hosts[$i]}" link set lo up
 done
+# A firewall on every host, as docs/mpi.md asks of a real cluster: incoming TCP only to the ports
+# Open MPI is told to use (its control channel 47000-47099, MPI's messages 47100-47163), and the
+# replies to connections a host opened. It proves those flags are all the ports a run needs.
+firewall=0
+if command -v nft >/dev/null; then
+  firewall=1
+  for i in 0 1 2; do
+    ip netns exec "${hosts[$i]}" nft -f - <<'NFT' || { firewall=0; break; }
+table inet cleave {
+  chain input {
+    type filter hook input priority 0; policy drop;
+    ct state established,related accept
+    iif lo accept
+    tcp dport 47000-47163 accept
+  }
+}
+NFT
+  done
+fi
+((firewall)) || echo "note: no firewall on the hosts (nft is missing or fails here); tools/setup.sh installs nftables"
 # The agent maps each address to its namespace.
 for i in 0 1 2; do echo "${addresses[$i]} ${hosts[$i]} host$i"; done >hosts.map
 
@@ -77,6 +98,7 @@ mpirun_on_hosts() {  # SECONDS NP COMMAND...: mpirun ends after SECONDS (timeout
     timeout "$seconds" mpirun --allow-run-as-root --oversubscribe -np "$np" --hostfile hostfile \
     --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include 10.231.7.0/24 --mca oob_tcp_if_include 10.231.7.0/24 \
+    --mca oob_tcp_dynamic_ipv4_ports 47000-47099 --mca btl_tcp_port_min_v4 47100 --mca btl_tcp_port_range_v4 64 \
     -x CLEAVE_HOSTS_MAP "$@"
 }
 
