@@ -10,7 +10,7 @@
 set -euo pipefail
 
 cleave=$1
-source_dir=$2
+source_dir=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python=/usr/bin/python3
@@ -36,16 +36,7 @@ else
 fi
 
 # 2. The same plans give bitwise the losses of the local backend (one kernel thread per rank on both).
-same_losses() {  # LABEL LOCAL.jsonl MPI.jsonl
-  $python - "$@" <<'PY'
-import json, sys
-label, local, mpi = sys.argv[1:]
-a = [json.loads(line)["loss"] for line in open(local)]
-b = [json.loads(line)["loss"] for line in open(mpi)]
-if not a or a != b:
-    sys.exit(f"FAIL {label}: local losses {a} but mpi losses {b}")
-PY
-}
+same_losses() { $python "$source_dir/tests/e2e/same_losses.py" "$@"; }  # LABEL REFERENCE.jsonl RUN.jsonl
 plans=("mlp-dp2:mlp:--dp 2" "mlp-tp2:mlp:--tp 2" "mlp-pp2:mlp:--pp 2 --microbatches 4 --schedule 1f1b"
        "mlp-dp2xtp2:mlp:--dp 2 --tp 2" "cnn-dp2:fashion_cnn:--dp 2" "cnn-pp2:fashion_cnn:--pp 2 --microbatches 2 --schedule gpipe")
 for entry in "${plans[@]}"; do

@@ -103,17 +103,7 @@ mpirun_on_hosts() {  # SECONDS NP COMMAND...: mpirun ends after SECONDS (timeout
 }
 
 # 2. Across the hosts, bitwise the losses of one host.
-same_losses() {  # LABEL LOCAL.jsonl HOSTS.jsonl
-  $python - "$@" <<'PY'
-import json, sys
-label, local, hosts = sys.argv[1:]
-a = [json.loads(line)["loss"] for line in open(local)]
-b = [json.loads(line)["loss"] for line in open(hosts)]
-if not a or a != b:
-    sys.exit(f"FAIL {label}: one host's losses {a} but across hosts {b}")
-print(f"ok   {label}: {len(b)} losses bitwise as on one host")
-PY
-}
+same_losses() { $python "$source_dir/tests/e2e/same_losses.py" "$@"; }  # LABEL REFERENCE.jsonl RUN.jsonl
 # label:model:batch:flags:slots per host
 plans=("dp2 over 2 hosts:mlp:16:--dp 2:1 1" "tp2 over 2 hosts:mlp:16:--tp 2:1 1"
        "pp2 over 2 hosts, 1f1b:mlp:16:--pp 2 --microbatches 4 --schedule 1f1b:1 1"
