@@ -17,6 +17,7 @@ namespace {
 // writes).
 void printJobError(const Status& status) {
   std::string line = "cleave: error: " + status.message() + "\n";
+  if (status.kind() == ErrorKind::kUsage) line += "Run 'cleave run --help' for usage.\n";
   std::fputs(line.c_str(), stderr);
 }
 

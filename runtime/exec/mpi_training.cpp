@@ -34,6 +34,13 @@ Status withRank(int rank, const Status& status) {
   return status.withContext(prefix);
 }
 
+// A usage error (the command line, the environment) is every process's alike: rank 0 alone reports
+// it, without a rank, and the others exit with its code quietly.
+bool reportsItself(int rank, const Status& status) { return status.kind() != ErrorKind::kUsage || rank == 0; }
+Status asReported(int rank, const Status& status) {
+  return status.kind() == ErrorKind::kUsage ? status : withRank(rank, status);
+}
+
 }  // namespace
 
 int trainUnderMpirun(const MpiTrainingOptions& options, const MpiTrainingReports& reports) {
@@ -117,7 +124,8 @@ int trainUnderMpirun(const MpiTrainingOptions& options, const MpiTrainingReports
     communicator->abort(created.status());
     if (device_communicator) device_communicator->abort(created.status());
     job->markFailed();
-    return report(withRank(rank, created.status()));
+    return reportsItself(rank, created.status()) ? report(asReported(rank, created.status()))
+                                                 : created.status().exitCode();
   }
   RankGroup& group = **created;
 
@@ -136,7 +144,7 @@ int trainUnderMpirun(const MpiTrainingOptions& options, const MpiTrainingReports
     group.abort(trained);
     if (device_communicator) device_communicator->abort(trained);
     job->markFailed();
-    return report(withRank(rank, trained));
+    return reportsItself(rank, trained) ? report(asReported(rank, trained)) : trained.exitCode();
   }
   if (rank == 0 && reports.trained) reports.trained(**plan, train_report, job->size());
   return 0;

@@ -37,7 +37,8 @@ struct MpiTrainingReports {
 // with exit 1, rank 0 saying why; a failure rank 0 does not share is told by the rank that has it);
 // on GPUs connect the ranks through NCCL (the MPI communicator keeps the host-side collectives:
 // losses, evaluation sums, checkpoint barriers); prepare this process's rank only; train; rank 0
-// reports. A failure after start-up tells the other ranks (they stop naming this one) and leaves
+// reports. A usage error (the command line, the environment: the same in every process) is reported
+// by rank 0 alone, without a rank. A failure after start-up tells the other ranks (they stop naming this one) and leaves
 // MPI unfinalized: mpirun then ends the job. Returns this process's exit code (Status::exitCode of
 // the worst error of the job's start-up, or of this process's failure; 0 when it succeeded).
 int trainUnderMpirun(const MpiTrainingOptions& options, const MpiTrainingReports& reports);

@@ -182,7 +182,9 @@ fi
 status=0
 CLEAVE_INJECT_FAULT=fail:7:2 "${mpi[@]}" -np 2 "$cleave" run mlp-dp2.cplan --backend mpi --data synthetic --steps 2 \
   >fault-rank.log 2>&1 || status=$?
-[[ $status -eq 2 ]] && grep -q "CLEAVE_INJECT_FAULT='fail:7:2' names rank 7, but the plan has 2 ranks (0 to 1)" fault-rank.log ||
+# A usage error is the same in every process: rank 0 alone says it, with the --help line.
+[[ $status -eq 2 && $(grep -c "^cleave: error: CLEAVE_INJECT_FAULT='fail:7:2' names rank 7, but the plan has 2 ranks (0 to 1)$" fault-rank.log) -eq 1 ]] &&
+  [[ $(grep -c "^cleave: error:" fault-rank.log) -eq 1 ]] && grep -q "^Run 'cleave run --help' for usage.$" fault-rank.log ||
   fail "a fault for rank 7 of 2 under mpirun: exit $status: $(cat fault-rank.log)"
 CLEAVE_INJECT_FAULT=fail:1:2 "${mpi[@]}" -np 2 "$cleave" run mlp-dp2.cplan --backend mpi --data synthetic --steps 4 \
   >fault-fail.log 2>&1 && fail "an injected failure under mpirun exited 0"
