@@ -137,22 +137,24 @@ Status importOutputs(OnnxImportContext& ctx, const onnx::GraphProto& onnx_graph)
 
 // Converts one node through its entry in the converter table.
 // Converters read the inputs and outputs their op's schema promises, so a node with fewer than its
-// schema's least (libonnx's schema of the model's opset, or the newest it knows) is refused first:
-// libonnx's checker does not run on every model (a newer opset, an IR version it does not know), and
-// protobuf checks indices only in some builds. Where protobuf does check and throws, that too
-// becomes an error naming the node.
+// schema's least (libonnx's schema of the model's opset, or the newest it knows; one input for an op
+// newer than libonnx, Gelu) is refused first: libonnx's checker does not run on every model (a newer
+// opset, an IR version it does not know), and protobuf checks indices only in some builds. Where
+// protobuf does check and throws, that too becomes an error naming the node.
 Status importNode(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   const OnnxConverter* converter = findOnnxConverter(node.op_type(), ctx.opset());
   if (!converter) return ctx.nodeError(node, "op type is not supported");
   if (node.output_size() == 0 || node.output(0).empty()) return ctx.nodeError(node, "the node has no output");
-  if (const onnx::OpSchema* schema =
-          onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(ctx.opset()), onnx::ONNX_DOMAIN)) {
-    if (node.input_size() < schema->min_input() || node.output_size() < schema->min_output())
-      return ctx.nodeError(node, "malformed node (" + std::to_string(node.input_size()) + " inputs, " +
-                                     std::to_string(node.output_size()) + " outputs): " + node.op_type() +
-                                     " needs at least " + std::to_string(schema->min_input()) + " inputs and " +
-                                     std::to_string(schema->min_output()) + " outputs");
-  }
+  const onnx::OpSchema* schema =
+      onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(ctx.opset()), onnx::ONNX_DOMAIN);
+  const int least_inputs = schema ? schema->min_input() : 1;
+  const int least_outputs = schema ? schema->min_output() : 1;
+  auto count = [](int n, const std::string& what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+  if (node.input_size() < least_inputs || node.output_size() < least_outputs)
+    return ctx.nodeError(node, "malformed node (" + std::to_string(node.input_size()) + " inputs, " +
+                                   std::to_string(node.output_size()) + " outputs): " + node.op_type() +
+                                   " needs at least " + count(least_inputs, "input") + " and " +
+                                   count(least_outputs, "output"));
   // protobuf logs before it throws; the error below says it all.
   google::protobuf::LogHandler* previous = google::protobuf::SetLogHandler(nullptr);
   Status status;
