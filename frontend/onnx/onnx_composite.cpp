@@ -1,6 +1,9 @@
 // Writes one ONNX node as a composition of cleave ops: named intermediate steps, filled constants, the final op.
 #include "frontend/onnx/onnx_composite.h"
 
+#include <algorithm>
+#include <memory>
+
 namespace cleave {
 
 Expected<OnnxComposite> OnnxComposite::start(OnnxImportContext& ctx, const onnx::NodeProto& node) {
@@ -26,12 +29,16 @@ Status OnnxComposite::finish(OpId op, const std::vector<std::string>& inputs, At
 
 Expected<std::string> OnnxComposite::filled(double value, DType dtype, const Shape& shape) {
   CLEAVE_TRY(checkFoldedShape(shape).withContext(ctx_->where(*node_) + ": "));
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  auto data = numbersTensor(std::vector<double>(static_cast<size_t>(count), value), dtype, shape);
-  if (!data) return data.status().withContext(ctx_->where(*node_) + ": ");
+  // One element converted, then its bytes repeated: no array of doubles as large as the tensor.
+  auto element = numbersTensor({value}, dtype, {});
+  if (!element) return element.status().withContext(ctx_->where(*node_) + ": ");
+  auto data = std::make_shared<TensorData>();
+  data->type = {dtype, shape};
+  const std::vector<uint8_t>& one = (*element)->bytes;
+  data->bytes.resize(static_cast<size_t>(data->type.numel()) * one.size());
+  for (size_t at = 0; at < data->bytes.size(); at += one.size()) std::copy(one.begin(), one.end(), data->bytes.begin() + at);
   std::string name = nextName();
-  ctx_->bindConstant(name, *data);
+  ctx_->bindConstant(name, data);
   return name;
 }
 
