@@ -30,6 +30,7 @@ for target in "${targets[@]}"; do
   # A slow input counts as a hang (-timeout); an input may not make the reader allocate more
   # than 2 GiB (-rss_limit_mb, -malloc_limit_mb).
   status=0
+  start=$SECONDS
   # shellcheck disable=SC2086
   "$binary" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$build/fuzz/crashes/$target-" "${dict[@]}" ${CLEAVE_FUZZ_FLAGS:-} \
@@ -38,7 +39,7 @@ for target in "${targets[@]}"; do
   speed=$(stat average_exec_per_sec "$log")
   corpus=$(find "$work" -type f | wc -l)
   if [[ $status -eq 0 ]]; then
-    echo "fuzz $target: ${runs:-?} inputs in ${seconds} s (${speed:-?}/s), work corpus $corpus files, no crash"
+    echo "fuzz $target: ${runs:-?} inputs in $((SECONDS - start)) s (${speed:-?}/s), work corpus $corpus files, no crash"
   else
     failed=1
     echo "FAIL fuzz $target (exit $status): $(grep -m1 -E 'ERROR: |runtime error|deadly signal|Test unit written' "$log" || true)"
