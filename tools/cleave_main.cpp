@@ -39,49 +39,27 @@ constexpr int kExitInternal = static_cast<int>(ErrorKind::kInternal);
 
 // ---- number checks ----
 
-// A CLI11 check that the value is a number above 0 (`whole`: a whole number), in one short message
-// ("--dp: must be a whole number of at least 1, not -2") rather than CLI11's range text.
-CLI::Validator positive(bool whole) {
+// A CLI11 check that the value is a number (`whole`: a whole number) above 0 (`positive`) or at
+// least 0, in one short message ("--dp: must be a whole number of at least 1, not -2") rather than
+// CLI11's range text.
+CLI::Validator numberCheck(bool whole, bool positive) {
+  const std::string wanted = std::string(whole ? "a whole number of at least " : "a number ") +
+                             (positive ? (whole ? "1" : "above 0") : (whole ? "0" : "of at least 0"));
   return CLI::Validator(
-      [whole](std::string& value) -> std::string {
+      [whole, positive, wanted](std::string& value) -> std::string {
         const char* text = value.c_str();
         char* end = nullptr;
         errno = 0;
         double number = whole ? static_cast<double>(std::strtoll(text, &end, 10)) : std::strtod(text, &end);
-        const std::string wanted = whole ? "a whole number of at least 1" : "a number above 0";
         if (end == text || *end != '\0' || errno == ERANGE || !std::isfinite(number))
           return "expected " + wanted + ", not '" + value + "'";
-        return number > 0 ? "" : "must be " + wanted + ", not " + value;
+        return (positive ? number > 0 : number >= 0) ? "" : "must be " + wanted + ", not " + value;
       },
-      whole ? "INT>=1" : "NUMBER>0");
+      std::string(whole ? "INT" : "NUMBER") + (positive ? ">0" : ">=0"));
 }
-
-// A number of at least 0.
-CLI::Validator nonNegativeNumber() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        const char* text = value.c_str();
-        char* end = nullptr;
-        double number = std::strtod(text, &end);
-        if (end == text || *end != '\0' || !std::isfinite(number)) return "expected a number, not '" + value + "'";
-        return number >= 0 ? "" : "must be a number of at least 0, not " + value;
-      },
-      "NUMBER>=0");
-}
-
-// A whole number of at least 0.
-CLI::Validator nonNegativeWhole() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        const char* text = value.c_str();
-        char* end = nullptr;
-        errno = 0;
-        long long number = std::strtoll(text, &end, 10);
-        if (end == text || *end != '\0' || errno == ERANGE) return "expected a whole number, not '" + value + "'";
-        return number >= 0 ? "" : "must be a whole number of at least 0, not " + value;
-      },
-      "INT>=0");
-}
+CLI::Validator positive(bool whole) { return numberCheck(whole, true); }
+CLI::Validator nonNegativeWhole() { return numberCheck(true, false); }
+CLI::Validator nonNegativeNumber() { return numberCheck(false, false); }
 
 // ---- gen ----
 
