@@ -91,6 +91,22 @@ RankNodes rankNodes(const planpb::RankPlan& rank, const planpb::Program& program
   return out;
 }
 
+// The opening of a drawing: its title (what it shows, then `notes`, each on a line of its own) and
+// the default node and edge styles; `graph_attributes` adds to the graph's.
+std::string dotOpening(const planpb::Plan& plan, std::string_view program_name, const std::string& notes,
+                       const std::string& graph_attributes) {
+  std::string title = "model @" + plan.model_name() + ", program " + std::string(program_name) + ", " +
+                      std::to_string(plan.ranks_size()) + " rank(s), dp " + std::to_string(plan.strategy().dp()) +
+                      " x tp " + std::to_string(plan.strategy().tp()) + " x pp " +
+                      std::to_string(plan.strategy().pp()) + notes;
+  std::string out = "digraph plan {\n";
+  out += "  graph [label=" + quoted(title) + ", labelloc=t, fontname=Helvetica, newrank=true" + graph_attributes +
+         "];\n";
+  out += "  node [shape=box, style=\"rounded,filled\", fontname=Helvetica, fontsize=10];\n";
+  out += "  edge [color=\"#555555\", arrowsize=0.6];\n";
+  return out;
+}
+
 // One phase of a stage's program in the summary: the consecutive instructions of one microbatch's
 // forward or backward (pipeline plans mark them; gradient sums placed between them join them), what
 // comes before the first and after the last; in a plan without microbatches, the forward, backward
@@ -187,15 +203,10 @@ std::string planSummaryDot(const planpb::Plan& plan, std::string_view program_na
     if (options.only_rank < 0 || plan.ranks(chosen).rank() == options.only_rank) drawn[chosen] = stage;
   }
 
-  std::string title = "model @" + plan.model_name() + ", program " + std::string(program_name) + ", " +
-                      std::to_string(plan.ranks_size()) + " rank(s), dp " + std::to_string(plan.strategy().dp()) +
-                      " x tp " + std::to_string(plan.strategy().tp()) + " x pp " + std::to_string(plan.strategy().pp()) +
-                      "\nsummary: one rank per stage, its phases in program order (--dot-detail full draws every "
-                      "instruction)";
-  std::string out = "digraph plan {\n";
-  out += "  graph [label=" + quoted(title) + ", labelloc=t, fontname=Helvetica, newrank=true, rankdir=TB];\n";
-  out += "  node [shape=box, style=\"rounded,filled\", fontname=Helvetica, fontsize=10];\n";
-  out += "  edge [color=\"#555555\", arrowsize=0.6];\n";
+  std::string out = dotOpening(plan, program_name,
+                               "\nsummary: one rank per stage, its phases in program order (--dot-detail full "
+                               "draws every instruction)",
+                               ", rankdir=TB");
 
   // 2. A cluster per stage: its phases, chained in program order.
   std::map<std::pair<int, int32_t>, std::string> node_of;  // (rank index, instruction) -> phase node
@@ -270,20 +281,14 @@ std::string planDot(const planpb::Plan& plan, std::string_view program_name, con
   }
 
   // 3. The title says what is drawn and what was simplified.
-  std::string title = "model @" + plan.model_name() + ", program " + std::string(program_name) + ", " +
-                      std::to_string(plan.ranks_size()) + " rank(s), dp " + std::to_string(plan.strategy().dp()) +
-                      " x tp " + std::to_string(plan.strategy().tp()) + " x pp " + std::to_string(plan.strategy().pp());
+  std::string notes;
   if (collapse)
-    title += "\n" + std::to_string(instructions) + " instructions are over the " + std::to_string(options.max_nodes) +
+    notes += "\n" + std::to_string(instructions) + " instructions are over the " + std::to_string(options.max_nodes) +
              "-node limit: each run of consecutive compute instructions is one node";
   if (!left_out.empty())
-    title += "\n" + std::to_string(left_out.size()) + " rank(s) left out to stay under the limit (ranks " +
+    notes += "\n" + std::to_string(left_out.size()) + " rank(s) left out to stay under the limit (ranks " +
              std::to_string(left_out.front()) + ".." + std::to_string(left_out.back()) + "); use --rank R";
-
-  std::string out = "digraph plan {\n";
-  out += "  graph [label=" + quoted(title) + ", labelloc=t, fontname=Helvetica, newrank=true];\n";
-  out += "  node [shape=box, style=\"rounded,filled\", fontname=Helvetica, fontsize=10];\n";
-  out += "  edge [color=\"#555555\", arrowsize=0.6];\n";
+  std::string out = dotOpening(plan, program_name, notes, "");
 
   // 4. One cluster per rank, its nodes filled with the stage's colour.
   for (const auto& [r, nodes] : drawn) {
