@@ -5,6 +5,7 @@
 #include <numbers>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "ir/ops/float_to_integer.h"
 #include "runtime/cpu/cpu_kernel_support.h"
@@ -116,6 +117,57 @@ void mapUnary(const KernelCall& call, int64_t work_per_element, Fn fn) {
 
 // ---- Arithmetic: add, sub, mul, div, pow ----
 
+// Exponents of float pow with a fast path: the halves from -kMaxTwiceExponent/2 to
+// +kMaxTwiceExponent/2 (x^2 in RMSNorm and pow's own gradient, x^3 in GPT-2's tanh-GELU, x^0.5).
+constexpr int kMaxTwiceExponent = 8;
+
+// x^(kTwice/2) by multiplications (and one sqrt for a half): no libm call, so the loop vectorises.
+// Agrees with std::pow within a few ulp; special values as std::pow: x^0 = 1 for every x, a
+// negative base to a half power is NaN (sqrt's), and (-inf)^(k/2) and (-0)^(k/2) for odd k follow
+// pow's sign rules through the selects below.
+template <int kTwice, class T>
+CLEAVE_INLINE T powByMultiplying(T x) {
+  constexpr int kWhole = (kTwice < 0 ? -kTwice : kTwice) / 2;
+  constexpr bool kHalf = (kTwice % 2) != 0;
+  T result = T(1);
+  if constexpr (kWhole > 0) {
+    T base = x;
+    for (int bits = kWhole;;) {  // square-and-multiply, unrolled: kWhole is a constant
+      if (bits & 1) result = result * base;
+      bits >>= 1;
+      if (bits == 0) break;
+      base = base * base;
+    }
+  }
+  if constexpr (kHalf) {
+    // pow(-inf, k/2) is +inf (sqrt would give NaN); pow(-0, k/2) is +0 (sqrt gives -0).
+    const T root = x == -std::numeric_limits<T>::infinity() ? std::numeric_limits<T>::infinity() : std::sqrt(x) + T(0);
+    result = result * root;
+  }
+  if constexpr (kTwice < 0) result = T(1) / result;
+  return result;
+}
+
+// Runs broadcastBinary for a float pow whose exponent is one element equal to a small whole or
+// half number, with that exponent's multiplications; returns false (nothing done) otherwise.
+template <class T>
+bool powWithSmallExponent(const KernelCall& call) {
+  if (call.op.operands[1].numel() != 1) return false;
+  const T exponent = *call.in<T>(1);
+  const T twice = exponent * T(2);
+  if (!(twice == std::nearbyint(twice)) || std::abs(twice) > T(kMaxTwiceExponent)) return false;
+  bool done = false;
+  [&]<int... kOffsets>(std::integer_sequence<int, kOffsets...>) {
+    ((static_cast<int>(twice) == kOffsets - kMaxTwiceExponent
+          ? (broadcastBinary<T, T>(call, kSimpleWork * 4,
+                                   [](T a, T) { return powByMultiplying<kOffsets - kMaxTwiceExponent>(a); }),
+             done = true)
+          : false),
+     ...);
+  }(std::make_integer_sequence<int, 2 * kMaxTwiceExponent + 1>{});
+  return done;
+}
+
 // Integer division by zero is an error; the check runs before any result is written.
 template <class T>
 Status checkNoZeroDivisor(const KernelCall& call) {
@@ -137,7 +189,8 @@ Status arithmeticKernel(const KernelCall& call) {
       if constexpr (kOp == OpId::mul) broadcastBinary<T, T>(call, kSimpleWork, [](T a, T b) { return a * b; });
       if constexpr (kOp == OpId::div) broadcastBinary<T, T>(call, kSimpleWork, [](T a, T b) { return a / b; });
       if constexpr (kOp == OpId::pow)
-        broadcastBinary<T, T>(call, kTranscendentalWork, [](T a, T b) { return std::pow(a, b); });
+        if (!powWithSmallExponent<T>(call))
+          broadcastBinary<T, T>(call, kTranscendentalWork, [](T a, T b) { return std::pow(a, b); });
       return Status::ok();
     } else {
       if constexpr (kOp == OpId::add) broadcastBinary<T, T>(call, kSimpleWork, [](T a, T b) { return wrappingAdd(a, b); });

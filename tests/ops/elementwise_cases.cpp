@@ -31,6 +31,23 @@ CaseList elementwiseCases() {
     }
     b.add(OpId::equal, "bool " + shapes, {b.integers(DType::kBool, sa, 0, 1), b.integers(DType::kBool, sb, 0, 1)});
   }
+  // A one-element exponent that is a small whole or half number takes the kernels' multiplying path.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (double exponent : {-4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0}) {
+      const bool half = exponent != std::floor(exponent);
+      const std::string label = "exponent " + std::to_string(exponent).substr(0, 4);
+      b.add(OpId::pow, label, {b.uniform(dtype, {3, 129}, 0.25, 3), CaseBuilder::values(dtype, {}, {exponent})});
+      if (!half)
+        b.addWithoutGradient(OpId::pow, label + " negative bases",
+                             {b.uniform(dtype, {3, 129}, -3, -0.25), CaseBuilder::values(dtype, {1}, {exponent})}, {},
+                             "the exponent's gradient needs log(base)");
+      b.addWithoutGradient(OpId::pow, label + " special values",
+                           {CaseBuilder::values(dtype, {8}, {-inf, -2, -0.0, 0, 1, inf, nan, 7}), CaseBuilder::values(dtype, {1}, {exponent})},
+                           {}, "infinities and NaN have no finite differences");
+    }
+    b.add(OpId::pow, "exponent 4.5 (beyond the multiplying path)", {b.uniform(dtype, {37}, 0.5, 2), CaseBuilder::values(dtype, {}, {4.5})});
+  }
   const TensorData with_nan = CaseBuilder::values(DType::kF32, {2, 3}, {1, 2, 3, nan, 5, 6});
   const TensorData nan_row = CaseBuilder::values(DType::kF32, {3}, {2, 2, nan});
   for (OpId op : {OpId::equal, OpId::less, OpId::less_equal, OpId::greater, OpId::greater_equal})
