@@ -20,6 +20,7 @@ packages=(
   llvm-14-dev                                   # code generation for fused kernels
   libonnx-dev libprotobuf-dev protobuf-compiler # ONNX import and the plan schema
   libopenblas-dev                               # CPU math
+  libdnnl-dev                                   # f32 convolutions (oneDNN)
   libopenmpi-dev openmpi-bin                    # multi-process runs
   nlohmann-json3-dev libcli11-dev               # JSON output and command-line flags
   dataset-fashion-mnist                         # the default training data

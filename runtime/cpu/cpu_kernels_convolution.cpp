@@ -1,6 +1,7 @@
-// CPU kernels of conv2d and its gradients (conv2d_grad_input, conv2d_grad_weight): im2col + GEMM
-// through OpenBLAS, one (image, group) per work item so that each thread's column matrix stays in
-// its cache; direct loops for depthwise convolutions.
+// CPU kernels of conv2d and its gradients (conv2d_grad_input, conv2d_grad_weight): f32 through
+// oneDNN (onednn_convolution.h); otherwise im2col + GEMM through OpenBLAS, one (image, group) per
+// work item so that each thread's column matrix stays in its cache, and direct loops for depthwise
+// convolutions.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "runtime/cpu/cpu_gemm.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/onednn_convolution.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -472,15 +474,30 @@ Status conv2dGradWeightTyped(const KernelCall& call) {
   return Status::ok();
 }
 
-Status conv2dKernel(const KernelCall& call) {
+// f32 convolutions run on oneDNN unless CLEAVE_CPU_CONVOLUTION=im2col or oneDNN has no
+// implementation for the shapes; f64 and the rest on im2col + GEMM (and the depthwise loops).
+template <Status (*kOwn)(const KernelCall&)>
+Status convolutionKernel(const KernelCall& call) {
+  if (call.op.operands[0].dtype == DType::kF32) {
+    CLEAVE_ASSIGN_OR_RETURN(ConvolutionImplementation chosen, chosenConvolutionImplementation());
+    if (chosen == ConvolutionImplementation::kOneDnn)
+      if (std::optional<Status> done = runOneDnnConvolution(call)) return *done;
+  }
+  return kOwn(call);
+}
+
+Status ownConv2d(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) { return conv2dTyped<T>(call); });
 }
-Status conv2dGradInputKernel(const KernelCall& call) {
+Status ownConv2dGradInput(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) { return conv2dGradInputTyped<T>(call); });
 }
-Status conv2dGradWeightKernel(const KernelCall& call) {
+Status ownConv2dGradWeight(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) { return conv2dGradWeightTyped<T>(call); });
 }
+Status conv2dKernel(const KernelCall& call) { return convolutionKernel<ownConv2d>(call); }
+Status conv2dGradInputKernel(const KernelCall& call) { return convolutionKernel<ownConv2dGradInput>(call); }
+Status conv2dGradWeightKernel(const KernelCall& call) { return convolutionKernel<ownConv2dGradWeight>(call); }
 
 // ---- resize, resize_grad ----
 

@@ -1,6 +1,7 @@
 // Kernels: the per-device implementations of ops, keyed by op id.
 #pragma once
 
+#include <cstdint>
 #include <span>
 
 #include "ir/op_table.h"
@@ -16,6 +17,12 @@ struct KernelCall {
   std::span<const void* const> inputs;   // one pointer per operand
   std::span<void* const> outputs;        // one pointer per result
   int threads = 1;                       // parallelism to use (from --threads)
+  // Bit i set: operand i is a parameter that no instruction of the plan writes (an inference plan's
+  // weights). A kernel may keep a prepared copy of it (reordered or packed for a library) keyed by its
+  // address and constants_generation, which changes whenever the parameters may have been written
+  // from outside the plan (initialized, loaded from a checkpoint); 0: keep nothing.
+  uint32_t constant_operands = 0;
+  uint64_t constants_generation = 0;
 
   template <class T>
   const T* in(int i) const { return static_cast<const T*>(inputs[i]); }

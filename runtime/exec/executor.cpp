@@ -488,6 +488,7 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
   }
 
   // 3. Programs: every instruction prepared once, with its position and source for errors.
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> written;  // the bytes of every instruction's results
   for (const auto& program : rank_plan.programs()) {
     auto prepared = std::make_unique<PreparedProgram>();
     prepared->name = program.name();
@@ -505,6 +506,12 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
           const auto* first = static_cast<const uint8_t*>((*buffer)->data);
           inst->touched.emplace_back(first, first + (*buffer)->type.bytes());
         }
+      }
+      for (int32_t id : proto.results()) {
+        auto buffer = buffers.find(id);
+        if (!buffer) continue;
+        const auto* first = static_cast<const uint8_t*>((*buffer)->data);
+        written.emplace_back(first, first + (*buffer)->type.bytes());
       }
       std::string what = proto.kind() == planpb::KERNEL ? proto.op() : instructionKindName(proto.kind());
       inst->where = "instruction " + std::to_string(i) + " of " + program.name() + " (" + what +
@@ -535,12 +542,61 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
     }
     programs_.push_back(std::move(prepared));
   }
+
+  // 4. Kernel operands that are parameters no instruction writes.
+  markConstantOperands(written);
   return Status::ok();
+}
+
+void RankExecutor::markConstantOperands(const std::vector<std::pair<const uint8_t*, const uint8_t*>>& written) {
+  // 1. The written ranges sorted by start, with the furthest end among each prefix: a range [a, b)
+  //    overlaps a write iff some write starting before b ends after a.
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> sorted = written;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<const uint8_t*> furthest_end(sorted.size());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    furthest_end[i] = i == 0 ? sorted[i].second : std::max(furthest_end[i - 1], sorted[i].second);
+  auto isWritten = [&](const uint8_t* first, const uint8_t* last) {
+    const auto after = std::lower_bound(sorted.begin(), sorted.end(), std::make_pair(last, last),
+                                        [](const auto& a, const auto& b) { return a.first < b.first; });
+    const size_t count = static_cast<size_t>(after - sorted.begin());
+    return count > 0 && furthest_end[count - 1] > first;
+  };
+  // 2. The parameters never written, by address.
+  std::unordered_map<const void*, int64_t> constant_parameters;  // data -> bytes
+  for (const ParameterTensor& param : parameters_) {
+    const auto* first = static_cast<const uint8_t*>(param.view.data);
+    if (!isWritten(first, first + param.view.type.bytes())) constant_parameters.emplace(param.view.data, param.view.type.bytes());
+  }
+  // 3. Each kernel operand that is one of them, whole.
+  for (auto& program : programs_)
+    for (auto& inst : program->instructions) {
+      if (!inst->call) continue;
+      for (size_t i = 0; i < inst->inputs.size() && i < 32; ++i) {
+        const auto found = constant_parameters.find(inst->inputs[i]);
+        if (found != constant_parameters.end() && found->second == inst->operand_types[i].bytes())
+          inst->call->constant_operands |= uint32_t{1} << i;
+      }
+    }
+}
+
+void RankExecutor::parametersMayHaveChanged() const {
+  static std::atomic<uint64_t> next_generation{1};  // process-wide: no two executors share one
+  constants_generation_ = next_generation.fetch_add(1);
+  for (auto& program : programs_)
+    for (auto& inst : program->instructions)
+      if (inst->call) inst->call->constants_generation = constants_generation_;
+}
+
+std::span<const ParameterTensor> RankExecutor::parameters() const {
+  parametersMayHaveChanged();
+  return parameters_;
 }
 
 // Steps per parameter: run its initializer into the arena (cpu) or into host memory that is then
 // copied to the device; a block of a split tensor is cut from the whole tensor's values.
 Status RankExecutor::initializeParameters() {
+  parametersMayHaveChanged();
   const bool on_host = device_.hostAccessible();
   std::vector<uint64_t> staging;  // the values of a device that the host cannot write; 8-byte aligned
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -728,6 +784,7 @@ Expected<TensorView> RankExecutor::output(std::string_view program, std::string_
 }
 
 Expected<TensorView> RankExecutor::parameter(std::string_view name) const {
+  parametersMayHaveChanged();
   for (const auto& param : parameters_)
     if (param.name == name) return param.view;
   return Status::badInput(rankPrefix(rank_) + "no parameter '" + std::string(name) + "'");

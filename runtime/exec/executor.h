@@ -100,9 +100,10 @@ class RankExecutor {
   // One input / output of `program` by name; kBadInput naming what exists when it is missing.
   Expected<TensorView> input(std::string_view program, std::string_view name) const;
   Expected<TensorView> output(std::string_view program, std::string_view name) const;
-  // The persistent tensors, in plan order.
-  std::span<const ParameterTensor> parameters() const { return parameters_; }
-  // One persistent tensor by name.
+  // The persistent tensors, in plan order. Handing out their views counts as writing them: kernels
+  // drop what they prepared from constant weights (KernelCall::constant_operands).
+  std::span<const ParameterTensor> parameters() const;
+  // One persistent tensor by name (as parameters(), a write as far as kernels know).
   Expected<TensorView> parameter(std::string_view name) const;
 
   // The rank this executor runs.
@@ -127,6 +128,10 @@ class RankExecutor {
   Status runWithAsynchronousCommunicator(const PreparedProgram& program);
   // Runs or enqueues one instruction on the calling thread.
   Status runHere(PreparedInstruction& inst);
+  // Marks which kernel operands are parameters no instruction writes (after every program is prepared).
+  void markConstantOperands(const std::vector<std::pair<const uint8_t*, const uint8_t*>>& written);
+  // Gives the parameters a new generation: what kernels prepared from constant operands is stale.
+  void parametersMayHaveChanged() const;
 
   Device& device_;
   int rank_;
@@ -141,6 +146,7 @@ class RankExecutor {
   std::vector<std::unique_ptr<PreparedProgram>> programs_;
   std::unique_ptr<CommunicationQueue> queue_;  // the communication thread; null when no stream-1 instruction exists
   ExecutionTrace* trace_ = nullptr;
+  mutable uint64_t constants_generation_ = 0;  // see KernelCall::constants_generation
 };
 
 // Prepares the executor of a single-device plan (one rank) without a communicator; kUsage for a

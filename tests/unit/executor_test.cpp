@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -207,6 +208,90 @@ TEST(ExecutorTest, RunsAForwardProgramWithACopy) {
   EXPECT_EQ(executor->run("train").kind(), ErrorKind::kUsage);
   EXPECT_EQ(executor->input("infer", "y").status().message(), "program 'infer' has no 'y' (it has: x)");
   EXPECT_FALSE(executor->parameter("nope").hasValue());
+}
+
+// y[n,o,i,j] = Σ_c,di,dj x[n,c,i+di-1,j+dj-1] · w[o,c,di,dj]: a 3x3 convolution with padding 1.
+std::vector<float> naiveConvolution(const std::vector<float>& x, const std::vector<float>& w, int64_t batch,
+                                    int64_t channels, int64_t out_channels, int64_t size) {
+  std::vector<float> y(static_cast<size_t>(batch * out_channels * size * size), 0.0f);
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t o = 0; o < out_channels; ++o)
+      for (int64_t i = 0; i < size; ++i)
+        for (int64_t j = 0; j < size; ++j) {
+          double sum = 0;
+          for (int64_t c = 0; c < channels; ++c)
+            for (int64_t di = 0; di < 3; ++di)
+              for (int64_t dj = 0; dj < 3; ++dj) {
+                const int64_t r = i + di - 1, q = j + dj - 1;
+                if (r < 0 || r >= size || q < 0 || q >= size) continue;
+                sum += x[static_cast<size_t>(((n * channels + c) * size + r) * size + q)] *
+                       w[static_cast<size_t>(((o * channels + c) * 3 + di) * 3 + dj)];
+              }
+          y[static_cast<size_t>(((n * out_channels + o) * size + i) * size + j)] = static_cast<float>(sum);
+        }
+  return y;
+}
+
+// Kernels may keep a prepared copy of constant weights (KernelCall::constant_operands): two
+// convolutions of the same shapes with their own weights, weights rewritten through parameter(),
+// and weights that one of the plan's own programs writes must all give fresh results.
+TEST(ExecutorTest, KernelsNeverComputeWithAStaleCopyOfTheWeights) {
+  const int64_t batch = 2, channels = 3, out_channels = 8, size = 6;
+  const TensorType x_type{DType::kF32, {batch, channels, size, size}}, w_type{DType::kF32, {out_channels, channels, 3, 3}};
+  const TensorType y_type{DType::kF32, {batch, out_channels, size, size}};
+  PlanBuilder b;
+  const int32_t w_fixed = b.parameter("w_fixed", w_type, "zeros");
+  const int32_t w_other = b.parameter("w_other", w_type, "zeros");
+  const int32_t w_updated = b.parameter("w_updated", w_type, "zeros");
+  const int32_t x = b.buffer("x", x_type, planpb::BUFFER_INPUT);
+  const int32_t new_w = b.buffer("new_w", w_type, planpb::BUFFER_INPUT);
+  int32_t y[3];
+  for (int32_t& id : y) id = b.buffer("y" + std::to_string(&id - y), y_type, planpb::BUFFER_OUTPUT);
+  const AttrMap pads = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  auto* infer = b.program("infer");
+  PlanBuilder::input(infer, "x", x);
+  PlanBuilder::kernel(infer, "conv2d", {x, w_fixed}, {y[0]}, pads);
+  PlanBuilder::kernel(infer, "conv2d", {x, w_other}, {y[1]}, pads);
+  PlanBuilder::kernel(infer, "conv2d", {x, w_updated}, {y[2]}, pads);
+  for (int i = 0; i < 3; ++i) PlanBuilder::output(infer, "y" + std::to_string(i), y[i]);
+  auto* update = b.program("update");  // writes w_updated: it is not a constant
+  PlanBuilder::input(update, "new_w", new_w);
+  PlanBuilder::copy(update, new_w, w_updated);
+  planpb::Plan plan = b.finish();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  auto randomValues = [&](const TensorType& type) {
+    std::vector<float> values(static_cast<size_t>(type.numel()));
+    for (float& v : values) v = uniform(rng);
+    return values;
+  };
+  std::vector<std::vector<float>> weights = {randomValues(w_type), randomValues(w_type), randomValues(w_type)};
+  for (int i = 0; i < 3; ++i) setData<float>(plan, i, weights[static_cast<size_t>(i)]);
+  auto device = createCpuDevice();
+  auto executor = makeExecutor(plan, *device);
+  ASSERT_NE(executor, nullptr);
+  ASSERT_TRUE(executor->initializeParameters().isOk());
+  const std::vector<float> inputs = randomValues(x_type);
+  std::memcpy(executor->input("infer", "x")->data, inputs.data(), static_cast<size_t>(x_type.bytes()));
+  auto expectOutputs = [&](const std::string& when) {
+    ASSERT_TRUE(executor->run("infer").isOk());
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> expected = naiveConvolution(inputs, weights[static_cast<size_t>(i)], batch, channels,
+                                                           out_channels, size);
+      const auto* got = static_cast<const float*>(executor->output("infer", "y" + std::to_string(i))->data);
+      for (size_t k = 0; k < expected.size(); ++k)
+        ASSERT_NEAR(got[k], expected[k], 1e-4) << when << ": y" << i << " element " << k;
+    }
+  };
+  expectOutputs("first run");
+  expectOutputs("second run");
+  weights[0] = randomValues(w_type);  // written from outside the plan
+  std::memcpy(executor->parameter("w_fixed")->data, weights[0].data(), static_cast<size_t>(w_type.bytes()));
+  expectOutputs("after parameter() wrote w_fixed");
+  weights[2] = randomValues(w_type);  // written by the plan's own update program
+  std::memcpy(executor->input("update", "new_w")->data, weights[2].data(), static_cast<size_t>(w_type.bytes()));
+  ASSERT_TRUE(executor->run("update").isOk());
+  expectOutputs("after the update program wrote w_updated");
 }
 
 TEST(ExecutorTest, KernelErrorsNameRankInstructionAndSource) {

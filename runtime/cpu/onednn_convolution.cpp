@@ -1,0 +1,225 @@
+// f32 convolutions through oneDNN: primitives made once per shape and thread, buffers reordered
+// between the plan's plain layouts (NCHW, OIHW) and the blocked layouts oneDNN's kernels choose.
+#include "runtime/cpu/onednn_convolution.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernel_support.h"
+
+namespace cleave::runtime::cpu {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+const dnnl::engine& cpuEngine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// One tensor a primitive reads or writes: the plan's buffer (plain layout) and, when the primitive
+// wants another layout, a staging buffer and the reorder between the two.
+struct StagedTensor {
+  memory user;                    // the plan's buffer; its handle is set at each call
+  memory library;                 // what the primitive reads or writes (== user when no reorder)
+  std::optional<dnnl::reorder> reorder;  // user -> library for an input, library -> user for an output
+
+  void prepare(const memory::desc& user_desc, const memory::desc& wanted, bool is_input) {
+    user = memory(user_desc, cpuEngine(), DNNL_MEMORY_NONE);
+    if (wanted == user_desc) {
+      library = user;
+      return;
+    }
+    library = memory(wanted, cpuEngine());
+    reorder = is_input ? dnnl::reorder(user, library) : dnnl::reorder(library, user);
+  }
+};
+
+// A prepared convolution: its primitive, its tensors in argument order and its scratchpad.
+struct PreparedConvolution {
+  bool supported = false;
+  dnnl::primitive primitive;
+  std::vector<std::pair<int, StagedTensor>> inputs;   // (DNNL_ARG_*, tensor), reordered in before the run
+  std::vector<std::pair<int, StagedTensor>> outputs;  // reordered out after the run
+  memory scratchpad;
+  // For constant weights (KernelCall::constant_operands): the generation whose values the staged
+  // copy holds; its reorder is skipped while the call's generation is the same.
+  uint64_t staged_weights_generation = 0;
+};
+
+// The weights operand of the call when they are constant and worth keeping reordered: conv2d's
+// operand 1 (the gradients' weights are never constant in a plan that trains).
+bool hasConstantWeights(const KernelCall& call) {
+  return call.op.def.id == OpId::conv2d && call.constants_generation != 0 && (call.constant_operands & 2u) != 0;
+}
+
+// The shapes and attributes that decide a primitive: op, x, w, y shapes, window, groups, bias, threads.
+std::vector<int64_t> problemKey(const KernelCall& call, const Shape& x, const Shape& w, const Shape& y, const Window2d& window,
+                                int64_t groups) {
+  std::vector<int64_t> key = {static_cast<int64_t>(call.op.def.id), static_cast<int64_t>(call.op.operands.size()),
+                              threadCount(call), groups};
+  for (const Shape* s : {&x, &w, &y}) key.insert(key.end(), s->begin(), s->end());
+  key.insert(key.end(), {window.stride_h, window.stride_w, window.dilation_h, window.dilation_w, window.pad_top,
+                         window.pad_left, window.pad_bottom, window.pad_right});
+  // Constant weights keep their own staged copy: one entry per weights tensor.
+  if (hasConstantWeights(call)) key.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(call.inputs[1])));
+  return key;
+}
+
+// Makes the primitive of one problem; leaves `supported` false when oneDNN has none for it.
+void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape& y, const Window2d& window,
+             int64_t groups, PreparedConvolution& out) {
+  const memory::dims x_dims(x.begin(), x.end()), y_dims(y.begin(), y.end());
+  memory::dims w_dims(w.begin(), w.end());
+  Tag w_tag = Tag::oihw;
+  if (groups > 1) {  // OIHW with O = groups · O/groups is goihw's memory order
+    w_dims = {groups, w[0] / groups, w[1], w[2], w[3]};
+    w_tag = Tag::goihw;
+  }
+  const auto f32 = memory::data_type::f32;
+  const memory::desc x_plain(x_dims, f32, Tag::nchw), y_plain(y_dims, f32, Tag::nchw), w_plain(w_dims, f32, w_tag);
+  const memory::desc x_any(x_dims, f32, Tag::any), y_any(y_dims, f32, Tag::any), w_any(w_dims, f32, Tag::any);
+  const memory::dims strides = {window.stride_h, window.stride_w};
+  const memory::dims dilations = {window.dilation_h - 1, window.dilation_w - 1};  // oneDNN counts from 0
+  const memory::dims pad_low = {window.pad_top, window.pad_left}, pad_high = {window.pad_bottom, window.pad_right};
+  dnnl::primitive_attr attributes;
+  attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const auto direct = dnnl::algorithm::convolution_direct;  // never Winograd: its rounding differs
+  const bool has_bias = call.op.operands.size() == 3;
+  const memory::desc bias_plain({y[1]}, f32, Tag::x);
+  const auto forward_prop = call.op.def.id == OpId::conv2d ? dnnl::prop_kind::forward_inference
+                                                           : dnnl::prop_kind::forward_training;
+  const dnnl::convolution_forward::desc forward_desc =
+      has_bias && call.op.def.id == OpId::conv2d
+          ? dnnl::convolution_forward::desc(forward_prop, direct, x_any, w_any, bias_plain, y_any, strides, dilations,
+                                            pad_low, pad_high)
+          : dnnl::convolution_forward::desc(forward_prop, direct, x_any, w_any, y_any, strides, dilations, pad_low,
+                                            pad_high);
+  const dnnl::convolution_forward::primitive_desc forward(forward_desc, attributes, cpuEngine());
+  dnnl::primitive_desc_base chosen;
+  auto input = [&](int arg, const memory::desc& plain, const memory::desc& wanted) {
+    out.inputs.emplace_back(arg, StagedTensor{});
+    out.inputs.back().second.prepare(plain, wanted, true);
+  };
+  auto output = [&](int arg, const memory::desc& plain, const memory::desc& wanted) {
+    out.outputs.emplace_back(arg, StagedTensor{});
+    out.outputs.back().second.prepare(plain, wanted, false);
+  };
+  if (call.op.def.id == OpId::conv2d) {
+    input(DNNL_ARG_SRC, x_plain, forward.src_desc());
+    input(DNNL_ARG_WEIGHTS, w_plain, forward.weights_desc());
+    if (has_bias) input(DNNL_ARG_BIAS, bias_plain, bias_plain);
+    output(DNNL_ARG_DST, y_plain, forward.dst_desc());
+    out.primitive = dnnl::convolution_forward(forward);
+    chosen = forward;
+  } else if (call.op.def.id == OpId::conv2d_grad_input) {
+    const dnnl::convolution_backward_data::primitive_desc backward(
+        dnnl::convolution_backward_data::desc(direct, x_any, w_any, y_any, strides, dilations, pad_low, pad_high),
+        attributes, cpuEngine(), forward);
+    input(DNNL_ARG_DIFF_DST, y_plain, backward.diff_dst_desc());
+    input(DNNL_ARG_WEIGHTS, w_plain, backward.weights_desc());
+    output(DNNL_ARG_DIFF_SRC, x_plain, backward.diff_src_desc());
+    out.primitive = dnnl::convolution_backward_data(backward);
+    chosen = backward;
+  } else {
+    const dnnl::convolution_backward_weights::primitive_desc backward(
+        dnnl::convolution_backward_weights::desc(direct, x_any, w_any, y_any, strides, dilations, pad_low, pad_high),
+        attributes, cpuEngine(), forward);
+    input(DNNL_ARG_DIFF_DST, y_plain, backward.diff_dst_desc());
+    input(DNNL_ARG_SRC, x_plain, backward.src_desc());
+    output(DNNL_ARG_DIFF_WEIGHTS, w_plain, backward.diff_weights_desc());
+    out.primitive = dnnl::convolution_backward_weights(backward);
+    chosen = backward;
+  }
+  out.scratchpad = memory(chosen.scratchpad_desc(), cpuEngine());
+  out.supported = true;
+}
+
+// Sets the OpenMP thread count oneDNN's parallel regions use on this thread, and puts it back.
+class OpenMpThreads {
+ public:
+  explicit OpenMpThreads(int threads) : previous_(omp_get_max_threads()) { omp_set_num_threads(threads); }
+  ~OpenMpThreads() { omp_set_num_threads(previous_); }
+
+ private:
+  int previous_;
+};
+
+}  // namespace
+
+Expected<ConvolutionImplementation> chosenConvolutionImplementation() {
+  static const Expected<ConvolutionImplementation> chosen = []() -> Expected<ConvolutionImplementation> {
+    const char* value = std::getenv("CLEAVE_CPU_CONVOLUTION");
+    const std::string name = value ? value : "onednn";
+    if (name == "onednn") return ConvolutionImplementation::kOneDnn;
+    if (name == "im2col") return ConvolutionImplementation::kIm2colGemm;
+    return Status::usage("CLEAVE_CPU_CONVOLUTION is '" + name + "'; expected onednn or im2col");
+  }();
+  return chosen;
+}
+
+std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
+  // x, w and y in the forward convolution's terms, whichever of the three ops this is.
+  const OpId op = call.op.def.id;
+  const Shape& x = op == OpId::conv2d ? call.op.operands[0].shape
+                   : op == OpId::conv2d_grad_input ? call.op.results[0].shape : call.op.operands[1].shape;
+  const Shape& w = op == OpId::conv2d_grad_weight ? call.op.results[0].shape : call.op.operands[1].shape;
+  const Shape& y = op == OpId::conv2d ? call.op.results[0].shape : call.op.operands[0].shape;
+  for (const Shape* s : {&x, &w, &y})
+    for (int64_t d : *s)
+      if (d == 0) return std::nullopt;  // empty tensors: the caller's loops handle them
+  const Window2d window = readWindow(call.op, x, y, w[2], w[3], false);
+  const int64_t groups = call.op.getInt("groups");
+  const int threads = threadCount(call);
+  OpenMpThreads omp_threads(threads);
+
+  thread_local std::map<std::vector<int64_t>, std::unique_ptr<PreparedConvolution>> prepared;
+  std::unique_ptr<PreparedConvolution>& entry = prepared[problemKey(call, x, w, y, window, groups)];
+  if (!entry) {
+    entry = std::make_unique<PreparedConvolution>();
+    try {
+      prepare(call, x, w, y, window, groups, *entry);
+    } catch (const dnnl::error&) {
+      entry->supported = false;  // no implementation for these shapes: the caller's own kernel runs
+    }
+  }
+  if (!entry->supported) return std::nullopt;
+
+  try {
+    thread_local dnnl::stream stream(cpuEngine());
+    const int input_count = static_cast<int>(call.op.operands.size());
+    // Operand order of each op, in the primitive's terms: conv2d (x, w, bias), grad_input (dy, w),
+    // grad_weight (dy, x); prepare() listed the staged inputs in that order.
+    for (int i = 0; i < input_count; ++i)
+      entry->inputs[static_cast<size_t>(i)].second.user.set_data_handle(const_cast<void*>(call.inputs[i]));
+    entry->outputs[0].second.user.set_data_handle(call.outputs[0]);
+    std::unordered_map<int, memory> arguments;
+    const bool weights_staged = hasConstantWeights(call) && entry->staged_weights_generation == call.constants_generation;
+    for (auto& [arg, tensor] : entry->inputs) {
+      if (tensor.reorder && !(arg == DNNL_ARG_WEIGHTS && weights_staged))
+        tensor.reorder->execute(stream, tensor.user, tensor.library);
+      arguments.emplace(arg, tensor.library);
+    }
+    entry->staged_weights_generation = hasConstantWeights(call) ? call.constants_generation : 0;
+    for (auto& [arg, tensor] : entry->outputs) arguments.emplace(arg, tensor.library);
+    arguments.emplace(DNNL_ARG_SCRATCHPAD, entry->scratchpad);
+    entry->primitive.execute(stream, arguments);
+    for (auto& [arg, tensor] : entry->outputs)
+      if (tensor.reorder) tensor.reorder->execute(stream, tensor.library, tensor.user);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return Status::internal(std::string(call.op.def.name) + ": oneDNN failed: " + e.what());
+  }
+  return Status::ok();
+}
+
+}  // namespace cleave::runtime::cpu
