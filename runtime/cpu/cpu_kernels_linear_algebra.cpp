@@ -1,5 +1,7 @@
-// CPU kernels of matmul (batched, broadcasting batch dims, transposes) and gemm, through OpenBLAS.
+// CPU kernels of matmul (batched, broadcasting batch dims, transposes) and gemm, through OpenBLAS;
+// with constant f32 weights (inference), through oneDNN with the weights packed once (onednn_matmul.h).
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -7,6 +9,7 @@
 #include "runtime/cpu/cpu_gemm.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/onednn_matmul.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -74,6 +77,7 @@ Status matmulTyped(const KernelCall& call) {
 }
 
 Status matmulKernel(const KernelCall& call) {
+  if (std::optional<Status> done = runOneDnnMatmulWithConstantWeights(call)) return *done;
   return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) { return matmulTyped<T>(call); });
 }
 
@@ -123,6 +127,7 @@ Status gemmTyped(const KernelCall& call) {
 }
 
 Status gemmKernel(const KernelCall& call) {
+  if (std::optional<Status> done = runOneDnnMatmulWithConstantWeights(call)) return *done;
   return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) { return gemmTyped<T>(call); });
 }
 

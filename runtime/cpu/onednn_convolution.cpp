@@ -2,29 +2,22 @@
 // between the plan's plain layouts (NCHW, OIHW) and the blocked layouts oneDNN's kernels choose.
 #include "runtime/cpu/onednn_convolution.h"
 
-#include <omp.h>
-
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_support.h"
+#include "runtime/cpu/onednn_support.h"
 
 namespace cleave::runtime::cpu {
 namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
-
-const dnnl::engine& cpuEngine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 // One tensor a primitive reads or writes: the plan's buffer (plain layout) and, when the primitive
 // wants another layout, a staging buffer and the reorder between the two.
@@ -144,16 +137,6 @@ void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape
   out.supported = true;
 }
 
-// Sets the OpenMP thread count oneDNN's parallel regions use on this thread, and puts it back.
-class OpenMpThreads {
- public:
-  explicit OpenMpThreads(int threads) : previous_(omp_get_max_threads()) { omp_set_num_threads(threads); }
-  ~OpenMpThreads() { omp_set_num_threads(previous_); }
-
- private:
-  int previous_;
-};
-
 }  // namespace
 
 Expected<ConvolutionImplementation> chosenConvolutionImplementation() {
@@ -195,7 +178,7 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
   if (!entry->supported) return std::nullopt;
 
   try {
-    thread_local dnnl::stream stream(cpuEngine());
+    dnnl::stream& stream = threadStream();
     const int input_count = static_cast<int>(call.op.operands.size());
     // Operand order of each op, in the primitive's terms: conv2d (x, w, bias), grad_input (dy, w),
     // grad_weight (dy, x); prepare() listed the staged inputs in that order.

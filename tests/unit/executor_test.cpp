@@ -294,6 +294,93 @@ TEST(ExecutorTest, KernelsNeverComputeWithAStaleCopyOfTheWeights) {
   expectOutputs("after the update program wrote w_updated");
 }
 
+// Matrix products with constant weights run on oneDNN with the weights packed once: the products
+// of an inference plan (matmul with a batched a, a transposed b; gemm with a bias row, a [1, n]
+// bias, and alpha 2, which stays on OpenBLAS) against plain loops, before and after the weights
+// are rewritten through parameter().
+TEST(ExecutorTest, MatrixProductsWithConstantWeightsMatchPlainLoops) {
+  const int64_t m = 6, k = 40, n = 24;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  auto randomValues = [&](int64_t count) {
+    std::vector<float> values(static_cast<size_t>(count));
+    for (float& v : values) v = uniform(rng);
+    return values;
+  };
+  struct Case {
+    std::string op;
+    bool transpose_b;
+    Shape bias_shape;  // empty: no bias
+    double alpha;
+  };
+  const std::vector<Case> cases = {{"matmul", false, {}, 1.0}, {"matmul", true, {}, 1.0}, {"gemm", false, {n}, 1.0},
+                                   {"gemm", true, {1, n}, 1.0}, {"gemm", false, {n}, 2.0}};
+  PlanBuilder b;
+  std::vector<int32_t> weights_ids, bias_ids, outputs;
+  const int32_t x = b.buffer("x", {DType::kF32, {2, m / 2, k}}, planpb::BUFFER_INPUT);
+  const int32_t x2 = b.buffer("x2", {DType::kF32, {m, k}}, planpb::BUFFER_INPUT, x);  // x seen as [m, k]
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Shape w_shape = cases[i].transpose_b ? Shape{n, k} : Shape{k, n};
+    weights_ids.push_back(b.parameter("w" + std::to_string(i), {DType::kF32, w_shape}, "zeros"));
+  }
+  for (size_t i = 0; i < cases.size(); ++i)
+    bias_ids.push_back(cases[i].bias_shape.empty() ? -1 : b.parameter("b" + std::to_string(i), {DType::kF32, cases[i].bias_shape}, "zeros"));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Shape out_shape = cases[i].op == "matmul" ? Shape{2, m / 2, n} : Shape{m, n};
+    outputs.push_back(b.buffer("y" + std::to_string(i), {DType::kF32, out_shape}, planpb::BUFFER_OUTPUT));
+  }
+  auto* infer = b.program("infer");
+  PlanBuilder::input(infer, "x", x);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    AttrMap attrs = {{"transpose_b", int64_t{c.transpose_b}}};
+    if (c.op == "gemm") {
+      attrs["alpha"] = c.alpha;
+      attrs["beta"] = 1.0;
+      PlanBuilder::kernel(infer, "gemm", {x2, weights_ids[i], bias_ids[i]}, {outputs[i]}, attrs);
+    } else {
+      PlanBuilder::kernel(infer, "matmul", {x, weights_ids[i]}, {outputs[i]}, attrs);
+    }
+    PlanBuilder::output(infer, "y" + std::to_string(i), outputs[i]);
+  }
+  planpb::Plan plan = b.finish();
+  std::vector<std::vector<float>> weights, biases;
+  for (size_t i = 0; i < cases.size(); ++i) weights.push_back(randomValues(k * n));
+  for (size_t i = 0; i < cases.size(); ++i) biases.push_back(cases[i].bias_shape.empty() ? std::vector<float>{} : randomValues(n));
+  int parameter_index = 0;
+  for (size_t i = 0; i < cases.size(); ++i) setData<float>(plan, parameter_index++, weights[i]);
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (!biases[i].empty()) setData<float>(plan, parameter_index++, biases[i]);
+  auto device = createCpuDevice();
+  auto executor = makeExecutor(plan, *device);
+  ASSERT_NE(executor, nullptr);
+  ASSERT_TRUE(executor->initializeParameters().isOk());
+  const std::vector<float> inputs = randomValues(m * k);
+  std::memcpy(executor->input("infer", "x")->data, inputs.data(), inputs.size() * sizeof(float));
+  auto expectProducts = [&](const std::string& when) {
+    ASSERT_TRUE(executor->run("infer").isOk());
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const auto* got = static_cast<const float*>(executor->output("infer", "y" + std::to_string(c))->data);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t p = 0; p < k; ++p)
+            sum += inputs[static_cast<size_t>(i * k + p)] *
+                   weights[c][static_cast<size_t>(cases[c].transpose_b ? j * k + p : p * n + j)];
+          const double expected = cases[c].alpha * sum + (biases[c].empty() ? 0.0 : biases[c][static_cast<size_t>(j)]);
+          ASSERT_NEAR(got[i * n + j], expected, 1e-4) << when << ": case " << c << " (" << cases[c].op << ") [" << i << "," << j << "]";
+        }
+    }
+  };
+  expectProducts("first run");
+  expectProducts("second run");
+  for (size_t c = 0; c < cases.size(); ++c) {
+    weights[c] = randomValues(k * n);
+    std::memcpy(executor->parameter("w" + std::to_string(c))->data, weights[c].data(), weights[c].size() * sizeof(float));
+  }
+  expectProducts("after parameter() wrote the weights");
+}
+
 TEST(ExecutorTest, KernelErrorsNameRankInstructionAndSource) {
   PlanBuilder b;
   int32_t table = b.parameter("table", {DType::kF32, {5, 2}}, "ones");

@@ -1,0 +1,137 @@
+// f32 matmul and gemm on oneDNN with the constant weights packed once per weights tensor and thread.
+#include "runtime/cpu/onednn_matmul.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernel_support.h"
+#include "runtime/cpu/onednn_support.h"
+
+namespace cleave::runtime::cpu {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+// One product out[M, N] = a[M, K] · op(b)[K, N] (+ bias[N]), as the call states it.
+struct Product {
+  int64_t m = 0, k = 0, n = 0;
+  bool transpose_b = false;
+  bool has_bias = false;
+};
+
+// The product a call asks for, or nullopt when oneDNN does not take it here.
+std::optional<Product> productOf(const KernelCall& call) {
+  if (call.op.operands[0].dtype != DType::kF32 || call.constants_generation == 0 ||
+      (call.constant_operands & 2u) == 0 || call.op.getInt("transpose_a") != 0)
+    return std::nullopt;
+  const Shape& a = call.op.operands[0].shape;
+  const Shape& b = call.op.operands[1].shape;
+  const Shape& out = call.op.results[0].shape;
+  if (b.size() != 2 || a.size() < 2) return std::nullopt;
+  Product p;
+  p.transpose_b = call.op.getInt("transpose_b") != 0;
+  p.k = a.back();
+  p.n = out.back();
+  p.m = call.op.results[0].numel() / std::max<int64_t>(p.n, 1);  // matmul folds a's batch dims into m
+  if (call.op.def.id == OpId::gemm) {
+    if (call.op.getFloat("alpha") != 1.0) return std::nullopt;
+    const double beta = call.op.getFloat("beta");
+    if (call.op.operands.size() == 3 && beta != 0.0) {
+      const Shape& c = call.op.operands[2].shape;
+      const bool bias_row = (c.size() == 1 && c[0] == p.n) || (c.size() == 2 && c[0] == 1 && c[1] == p.n);
+      if (beta != 1.0 || !bias_row) return std::nullopt;
+      p.has_bias = true;
+    }
+  }
+  if (p.m == 0 || p.n == 0 || p.k == 0) return std::nullopt;
+  return p;
+}
+
+// A prepared product: the primitive, the plan's buffers as memories, the packed weights.
+struct PreparedMatmul {
+  bool supported = false;
+  dnnl::matmul primitive;
+  memory source, plain_weights, packed_weights, bias, destination, scratchpad;
+  dnnl::reorder pack;
+  uint64_t packed_generation = 0;  // the constants_generation packed_weights holds
+};
+
+void prepare(const Product& p, PreparedMatmul& out) {
+  const auto f32 = memory::data_type::f32;
+  const memory::desc source({p.m, p.k}, f32, Tag::ab), destination({p.m, p.n}, f32, Tag::ab);
+  const memory::desc plain_weights({p.k, p.n}, f32, p.transpose_b ? Tag::ba : Tag::ab);
+  const memory::desc any_weights({p.k, p.n}, f32, Tag::any);
+  const memory::desc bias({1, p.n}, f32, Tag::ab);
+  dnnl::primitive_attr attributes;
+  attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::matmul::primitive_desc pd(
+      p.has_bias ? dnnl::matmul::desc(source, any_weights, bias, destination)
+                 : dnnl::matmul::desc(source, any_weights, destination),
+      attributes, cpuEngine());
+  out.primitive = dnnl::matmul(pd);
+  out.source = memory(source, cpuEngine(), DNNL_MEMORY_NONE);
+  out.destination = memory(destination, cpuEngine(), DNNL_MEMORY_NONE);
+  out.plain_weights = memory(plain_weights, cpuEngine(), DNNL_MEMORY_NONE);
+  out.packed_weights = memory(pd.weights_desc(), cpuEngine());
+  out.pack = dnnl::reorder(out.plain_weights, out.packed_weights);
+  if (p.has_bias) out.bias = memory(bias, cpuEngine(), DNNL_MEMORY_NONE);
+  out.scratchpad = memory(pd.scratchpad_desc(), cpuEngine());
+  out.supported = true;
+}
+
+}  // namespace
+
+std::optional<Status> runOneDnnMatmulWithConstantWeights(const KernelCall& call) {
+  const std::optional<Product> product = productOf(call);
+  if (!product) return std::nullopt;
+  const Product& p = *product;
+  const int threads = threadCount(call);
+  OpenMpThreads omp_threads(threads);
+
+  // One entry per weights tensor (its address), shape and thread count.
+  const std::vector<int64_t> key = {static_cast<int64_t>(reinterpret_cast<intptr_t>(call.inputs[1])),
+                                    static_cast<int64_t>(call.op.def.id), p.m, p.k, p.n, p.transpose_b, p.has_bias,
+                                    threads};
+  thread_local std::map<std::vector<int64_t>, std::unique_ptr<PreparedMatmul>> prepared;
+  std::unique_ptr<PreparedMatmul>& entry = prepared[key];
+  if (!entry) {
+    entry = std::make_unique<PreparedMatmul>();
+    try {
+      prepare(p, *entry);
+    } catch (const dnnl::error&) {
+      entry->supported = false;  // no oneDNN implementation: OpenBLAS runs it
+    }
+  }
+  if (!entry->supported) return std::nullopt;
+
+  try {
+    dnnl::stream& stream = threadStream();
+    if (entry->packed_generation != call.constants_generation) {
+      entry->plain_weights.set_data_handle(const_cast<void*>(call.inputs[1]));
+      entry->pack.execute(stream, entry->plain_weights, entry->packed_weights);
+      entry->packed_generation = call.constants_generation;
+    }
+    entry->source.set_data_handle(const_cast<void*>(call.inputs[0]));
+    entry->destination.set_data_handle(call.outputs[0]);
+    std::unordered_map<int, memory> arguments = {{DNNL_ARG_SRC, entry->source},
+                                                 {DNNL_ARG_WEIGHTS, entry->packed_weights},
+                                                 {DNNL_ARG_DST, entry->destination},
+                                                 {DNNL_ARG_SCRATCHPAD, entry->scratchpad}};
+    if (p.has_bias) {
+      entry->bias.set_data_handle(const_cast<void*>(call.inputs[2]));
+      arguments.emplace(DNNL_ARG_BIAS, entry->bias);
+    }
+    entry->primitive.execute(stream, arguments);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return Status::internal(std::string(call.op.def.name) + ": oneDNN failed: " + e.what());
+  }
+  return Status::ok();
+}
+
+}  // namespace cleave::runtime::cpu
