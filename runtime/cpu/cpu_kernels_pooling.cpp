@@ -93,11 +93,35 @@ Status maxPoolKernel(const KernelCall& call) {
     const int64_t in_plane = w.height * w.width, out_plane = w.out_height * w.out_width;
     const T* x = call.in<T>(0);
     T* y = call.out<T>(0);
+    // Per output row: the maximum over the window's rows for every input column (a loop over whole
+    // rows, vectorised), then over each window's columns. Only the value is wanted here (the gradient
+    // finds the argmax itself), so a NaN anywhere in a window makes its maximum NaN.
     parallelFor(p.planes, threadCount(call), out_plane * w.kernel_h * w.kernel_w, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<T> column_max;
+      column_max.resize(static_cast<size_t>(w.width));
+      T* columns = column_max.data();
+      const int64_t width = w.width;
       for (int64_t plane = begin; plane < end; ++plane) {
+        const T* in = x + plane * in_plane;
         T* out = y + plane * out_plane;
-        forEachWindowMax<T>(p, x + plane * in_plane,
-                            [&](int64_t oh, int64_t ow, int64_t, T max) { out[oh * w.out_width + ow] = max; });
+        for (int64_t oh = 0; oh < w.out_height; ++oh) {
+          std::fill_n(columns, width, -std::numeric_limits<T>::infinity());
+          for (int64_t ih = p.rows.first[oh]; ih < p.rows.last[oh]; ++ih) {
+            const T* row = in + ih * width;
+            for (int64_t iw = 0; iw < width; ++iw) {
+              const T v = row[iw], m = columns[iw];
+              columns[iw] = (v > m || v != v) ? v : m;
+            }
+          }
+          for (int64_t ow = 0; ow < w.out_width; ++ow) {
+            T m = -std::numeric_limits<T>::infinity();
+            for (int64_t iw = p.columns.first[ow]; iw < p.columns.last[ow]; ++iw) {
+              const T v = columns[iw];
+              m = (v > m || v != v) ? v : m;
+            }
+            out[oh * w.out_width + ow] = m;
+          }
+        }
       }
     });
     return Status::ok();
