@@ -1,5 +1,5 @@
-// CPU kernels of matmul (batched, broadcasting batch dims, transposes) and gemm, through OpenBLAS;
-// with constant f32 weights (inference), through oneDNN with the weights packed once (onednn_matmul.h).
+// CPU kernels of matmul (batched, broadcasting batch dims, transposes) and gemm: f32 products that are
+// one 2-D GEMM through oneDNN (onednn_matmul.h), the rest through OpenBLAS.
 #include <cstring>
 #include <optional>
 #include <string>
@@ -77,7 +77,7 @@ Status matmulTyped(const KernelCall& call) {
 }
 
 Status matmulKernel(const KernelCall& call) {
-  if (std::optional<Status> done = runOneDnnMatmulWithConstantWeights(call)) return *done;
+  if (std::optional<Status> done = runOneDnnMatmul(call)) return *done;
   return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) { return matmulTyped<T>(call); });
 }
 
@@ -127,7 +127,7 @@ Status gemmTyped(const KernelCall& call) {
 }
 
 Status gemmKernel(const KernelCall& call) {
-  if (std::optional<Status> done = runOneDnnMatmulWithConstantWeights(call)) return *done;
+  if (std::optional<Status> done = runOneDnnMatmul(call)) return *done;
   return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) { return gemmTyped<T>(call); });
 }
 

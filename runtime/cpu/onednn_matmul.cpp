@@ -1,4 +1,4 @@
-// f32 matmul and gemm on oneDNN with the constant weights packed once per weights tensor and thread.
+// f32 matmul and gemm on oneDNN's matmul, constant weights packed once per weights tensor and thread.
 #include "runtime/cpu/onednn_matmul.h"
 
 #include <cstdint>
@@ -17,25 +17,27 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-// One product out[M, N] = a[M, K] · op(b)[K, N] (+ bias[N]), as the call states it.
+// One product out[M, N] = op(a)[M, K] · op(b)[K, N] (+ bias[N]), as the call states it.
 struct Product {
   int64_t m = 0, k = 0, n = 0;
-  bool transpose_b = false;
+  bool transpose_a = false, transpose_b = false;
   bool has_bias = false;
+  bool constant_weights = false;  // b is constant: packed once per generation
 };
 
-// The product a call asks for, or nullopt when oneDNN does not take it here.
+// The product a call asks for, or nullopt when oneDNN does not take it here: one 2-D GEMM after
+// folding a's batch dims into m (matmul with a 2-D b), gemm with alpha 1 and at most a bias row.
 std::optional<Product> productOf(const KernelCall& call) {
-  if (call.op.operands[0].dtype != DType::kF32 || call.constants_generation == 0 ||
-      (call.constant_operands & 2u) == 0 || call.op.getInt("transpose_a") != 0)
-    return std::nullopt;
+  if (call.op.operands[0].dtype != DType::kF32) return std::nullopt;
   const Shape& a = call.op.operands[0].shape;
   const Shape& b = call.op.operands[1].shape;
   const Shape& out = call.op.results[0].shape;
   if (b.size() != 2 || a.size() < 2) return std::nullopt;
   Product p;
+  p.transpose_a = call.op.getInt("transpose_a") != 0;
   p.transpose_b = call.op.getInt("transpose_b") != 0;
-  p.k = a.back();
+  if (p.transpose_a && a.size() != 2) return std::nullopt;  // a transposed batch does not fold into m
+  p.k = p.transpose_a ? a[0] : a.back();
   p.n = out.back();
   p.m = call.op.results[0].numel() / std::max<int64_t>(p.n, 1);  // matmul folds a's batch dims into m
   if (call.op.def.id == OpId::gemm) {
@@ -49,6 +51,7 @@ std::optional<Product> productOf(const KernelCall& call) {
     }
   }
   if (p.m == 0 || p.n == 0 || p.k == 0) return std::nullopt;
+  p.constant_weights = call.constants_generation != 0 && (call.constant_operands & 2u) != 0;
   return p;
 }
 
@@ -63,22 +66,26 @@ struct PreparedMatmul {
 
 void prepare(const Product& p, PreparedMatmul& out) {
   const auto f32 = memory::data_type::f32;
-  const memory::desc source({p.m, p.k}, f32, Tag::ab), destination({p.m, p.n}, f32, Tag::ab);
+  const memory::desc source({p.m, p.k}, f32, p.transpose_a ? Tag::ba : Tag::ab);
+  const memory::desc destination({p.m, p.n}, f32, Tag::ab);
   const memory::desc plain_weights({p.k, p.n}, f32, p.transpose_b ? Tag::ba : Tag::ab);
-  const memory::desc any_weights({p.k, p.n}, f32, Tag::any);
+  // Constant weights in the layout the kernel reads best, reordered once; others read in place.
+  const memory::desc weights = p.constant_weights ? memory::desc({p.k, p.n}, f32, Tag::any) : plain_weights;
   const memory::desc bias({1, p.n}, f32, Tag::ab);
   dnnl::primitive_attr attributes;
   attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::matmul::primitive_desc pd(
-      p.has_bias ? dnnl::matmul::desc(source, any_weights, bias, destination)
-                 : dnnl::matmul::desc(source, any_weights, destination),
+      p.has_bias ? dnnl::matmul::desc(source, weights, bias, destination)
+                 : dnnl::matmul::desc(source, weights, destination),
       attributes, cpuEngine());
   out.primitive = dnnl::matmul(pd);
   out.source = memory(source, cpuEngine(), DNNL_MEMORY_NONE);
   out.destination = memory(destination, cpuEngine(), DNNL_MEMORY_NONE);
   out.plain_weights = memory(plain_weights, cpuEngine(), DNNL_MEMORY_NONE);
-  out.packed_weights = memory(pd.weights_desc(), cpuEngine());
-  out.pack = dnnl::reorder(out.plain_weights, out.packed_weights);
+  if (p.constant_weights) {
+    out.packed_weights = memory(pd.weights_desc(), cpuEngine());
+    out.pack = dnnl::reorder(out.plain_weights, out.packed_weights);
+  }
   if (p.has_bias) out.bias = memory(bias, cpuEngine(), DNNL_MEMORY_NONE);
   out.scratchpad = memory(pd.scratchpad_desc(), cpuEngine());
   out.supported = true;
@@ -86,17 +93,17 @@ void prepare(const Product& p, PreparedMatmul& out) {
 
 }  // namespace
 
-std::optional<Status> runOneDnnMatmulWithConstantWeights(const KernelCall& call) {
+std::optional<Status> runOneDnnMatmul(const KernelCall& call) {
   const std::optional<Product> product = productOf(call);
   if (!product) return std::nullopt;
   const Product& p = *product;
   const int threads = threadCount(call);
   OpenMpThreads omp_threads(threads);
 
-  // One entry per weights tensor (its address), shape and thread count.
-  const std::vector<int64_t> key = {static_cast<int64_t>(reinterpret_cast<intptr_t>(call.inputs[1])),
-                                    static_cast<int64_t>(call.op.def.id), p.m, p.k, p.n, p.transpose_b, p.has_bias,
-                                    threads};
+  // One entry per shape, transposes and thread count; with constant weights, per weights tensor.
+  const std::vector<int64_t> key = {
+      p.constant_weights ? static_cast<int64_t>(reinterpret_cast<intptr_t>(call.inputs[1])) : 0,
+      static_cast<int64_t>(call.op.def.id), p.m, p.k, p.n, p.transpose_a, p.transpose_b, p.has_bias, threads};
   thread_local std::map<std::vector<int64_t>, std::unique_ptr<PreparedMatmul>> prepared;
   std::unique_ptr<PreparedMatmul>& entry = prepared[key];
   if (!entry) {
@@ -111,17 +118,18 @@ std::optional<Status> runOneDnnMatmulWithConstantWeights(const KernelCall& call)
 
   try {
     dnnl::stream& stream = threadStream();
-    if (entry->packed_generation != call.constants_generation) {
-      entry->plain_weights.set_data_handle(const_cast<void*>(call.inputs[1]));
+    entry->plain_weights.set_data_handle(const_cast<void*>(call.inputs[1]));
+    if (p.constant_weights && entry->packed_generation != call.constants_generation) {
       entry->pack.execute(stream, entry->plain_weights, entry->packed_weights);
       entry->packed_generation = call.constants_generation;
     }
     entry->source.set_data_handle(const_cast<void*>(call.inputs[0]));
     entry->destination.set_data_handle(call.outputs[0]);
-    std::unordered_map<int, memory> arguments = {{DNNL_ARG_SRC, entry->source},
-                                                 {DNNL_ARG_WEIGHTS, entry->packed_weights},
-                                                 {DNNL_ARG_DST, entry->destination},
-                                                 {DNNL_ARG_SCRATCHPAD, entry->scratchpad}};
+    std::unordered_map<int, memory> arguments = {
+        {DNNL_ARG_SRC, entry->source},
+        {DNNL_ARG_WEIGHTS, p.constant_weights ? entry->packed_weights : entry->plain_weights},
+        {DNNL_ARG_DST, entry->destination},
+        {DNNL_ARG_SCRATCHPAD, entry->scratchpad}};
     if (p.has_bias) {
       entry->bias.set_data_handle(const_cast<void*>(call.inputs[2]));
       arguments.emplace(DNNL_ARG_BIAS, entry->bias);
