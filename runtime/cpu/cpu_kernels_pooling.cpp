@@ -86,6 +86,22 @@ void forEachWindowMax(const PoolWindows& p, const T* plane, Visit&& visit) {
   }
 }
 
+// Windows of 2x2 with stride 2 inside the image (no padding, no dilation, none cut off): the
+// common pool of CNNs, whose windows tile the image without overlapping. Its kernels below work on
+// two input rows at a time with selects over the four elements (vectorised).
+bool isTiledTwoByTwo(const PoolWindows& p) {
+  const Window2d& w = p.window;
+  return w.kernel_h == 2 && w.kernel_w == 2 && w.stride_h == 2 && w.stride_w == 2 && w.dilation_h == 1 &&
+         w.dilation_w == 1 && w.pad_top == 0 && w.pad_left == 0 && w.pad_bottom == 0 && w.pad_right == 0 &&
+         2 * w.out_height <= w.height && 2 * w.out_width <= w.width;
+}
+
+// The larger of m and v, or v when v is NaN: a NaN anywhere in a window makes its maximum NaN.
+template <class T>
+CLEAVE_INLINE T maxKeepingNaN(T m, T v) {
+  return (v > m) | (v != v) ? v : m;
+}
+
 Status maxPoolKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     const PoolWindows p = poolWindows(call, call.op.operands[0].shape, call.op.results[0].shape);
@@ -93,6 +109,21 @@ Status maxPoolKernel(const KernelCall& call) {
     const int64_t in_plane = w.height * w.width, out_plane = w.out_height * w.out_width;
     const T* x = call.in<T>(0);
     T* y = call.out<T>(0);
+    if (isTiledTwoByTwo(p)) {
+      parallelFor(p.planes, threadCount(call), out_plane * 4, [&](int64_t begin, int64_t end) {
+        const int64_t width = w.width, out_width = w.out_width;
+        for (int64_t plane = begin; plane < end; ++plane)
+          for (int64_t oh = 0; oh < w.out_height; ++oh) {
+            const T* top = x + plane * in_plane + 2 * oh * width;
+            const T* bottom = top + width;
+            T* out = y + plane * out_plane + oh * out_width;
+            for (int64_t ow = 0; ow < out_width; ++ow)
+              out[ow] = maxKeepingNaN(maxKeepingNaN(maxKeepingNaN(top[2 * ow], top[2 * ow + 1]), bottom[2 * ow]),
+                                      bottom[2 * ow + 1]);
+          }
+      });
+      return Status::ok();
+    }
     // Per output row: the maximum over the window's rows for every input column (a loop over whole
     // rows, vectorised), then over each window's columns. Only the value is wanted here (the gradient
     // finds the argmax itself), so a NaN anywhere in a window makes its maximum NaN.
@@ -108,17 +139,11 @@ Status maxPoolKernel(const KernelCall& call) {
           std::fill_n(columns, width, -std::numeric_limits<T>::infinity());
           for (int64_t ih = p.rows.first[oh]; ih < p.rows.last[oh]; ++ih) {
             const T* row = in + ih * width;
-            for (int64_t iw = 0; iw < width; ++iw) {
-              const T v = row[iw], m = columns[iw];
-              columns[iw] = (v > m || v != v) ? v : m;
-            }
+            for (int64_t iw = 0; iw < width; ++iw) columns[iw] = maxKeepingNaN(columns[iw], row[iw]);
           }
           for (int64_t ow = 0; ow < w.out_width; ++ow) {
             T m = -std::numeric_limits<T>::infinity();
-            for (int64_t iw = p.columns.first[ow]; iw < p.columns.last[ow]; ++iw) {
-              const T v = columns[iw];
-              m = (v > m || v != v) ? v : m;
-            }
+            for (int64_t iw = p.columns.first[ow]; iw < p.columns.last[ow]; ++iw) m = maxKeepingNaN(m, columns[iw]);
             out[oh * w.out_width + ow] = m;
           }
         }
@@ -180,6 +205,43 @@ Status maxPoolGradKernel(const KernelCall& call) {
     const T* dy = call.in<T>(0);
     const T* x = call.in<T>(1);
     T* dx = call.out<T>(0);
+    if (isTiledTwoByTwo(p)) {
+      // Each input element is in one window at most: written once, with dy where it is the window's
+      // first maximum (the last NaN when there is one, as forEachWindowMax), else 0.
+      parallelFor(p.planes, threadCount(call), out_plane * 8, [&](int64_t begin, int64_t end) {
+        const int64_t width = w.width, out_width = w.out_width;
+        for (int64_t plane = begin; plane < end; ++plane) {
+          T* out = dx + plane * in_plane;
+          if (2 * w.out_height < w.height || 2 * out_width < width) std::fill_n(out, in_plane, T{0});
+          for (int64_t oh = 0; oh < w.out_height; ++oh) {
+            const T* top = x + plane * in_plane + 2 * oh * width;
+            const T* bottom = top + width;
+            const T* grad = dy + plane * out_plane + oh * out_width;
+            T* top_out = out + 2 * oh * width;
+            T* bottom_out = top_out + width;
+            for (int64_t ow = 0; ow < out_width; ++ow) {
+              const T a = top[2 * ow], b = top[2 * ow + 1], c = bottom[2 * ow], d = bottom[2 * ow + 1];
+              int which = 0;  // first strict maximum, in row-major window order
+              T best = a;
+              which = b > best ? 1 : which;
+              best = b > best ? b : best;
+              which = c > best ? 2 : which;
+              best = c > best ? c : best;
+              which = d > best ? 3 : which;
+              which = b != b ? 1 : which;  // the last NaN wins (a NaN a stays first: nothing beats it)
+              which = c != c ? 2 : which;
+              which = d != d ? 3 : which;
+              const T g = grad[ow];
+              top_out[2 * ow] = which == 0 ? g : T{0};
+              top_out[2 * ow + 1] = which == 1 ? g : T{0};
+              bottom_out[2 * ow] = which == 2 ? g : T{0};
+              bottom_out[2 * ow + 1] = which == 3 ? g : T{0};
+            }
+          }
+        }
+      });
+      return Status::ok();
+    }
     parallelFor(p.planes, threadCount(call), out_plane * w.kernel_h * w.kernel_w, [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
         const T* grad = dy + plane * out_plane;

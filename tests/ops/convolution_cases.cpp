@@ -81,6 +81,10 @@ CaseList convolutionCases() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   b.add(OpId::max_pool2d, "NaN propagates", {CaseBuilder::values(DType::kF32, {1, 1, 2, 2}, {1, nan, 3, 2})},
         {{"kernel", Ints{2, 2}}});
+  b.add(OpId::max_pool2d, "2x2 windows on odd sizes", {b.uniform(DType::kF32, {2, 3, 7, 9})}, {{"kernel", Ints{2, 2}}});
+  b.addWithoutGradient(OpId::max_pool2d, "NaN in 2x2 windows",
+                       {CaseBuilder::values(DType::kF32, {1, 1, 2, 4}, {nan, 1, 0, 2, 3, 4, 1, nan})}, {{"kernel", Ints{2, 2}}},
+                       "NaN has no finite differences");
   for (const Shape& shape : {Shape{3, 5, 17, 13}, Shape{2, 3, 4, 5}, Shape{1, 2, 1, 1}})
     for (DType dtype : {DType::kF32, DType::kF64}) b.add(OpId::global_avg_pool, shapeStr(shape), {b.uniform(dtype, shape)});
 

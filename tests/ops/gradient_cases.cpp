@@ -1,5 +1,7 @@
 // Harness cases of the gradient family (ir/ops/gradient_ops.cpp): the backward ops autodiff emits,
 // with forward results (softmax's y, pool shapes) computed from the forward op's reference.
+#include <limits>
+
 #include "tests/ops/op_cases.h"
 
 namespace cleave::op_harness {
@@ -105,6 +107,10 @@ CaseList gradientCases() {
     const TensorData dy_tie = b.uniform(dtype, {1, 1, 2, 2});
     b.add(OpId::max_pool2d_grad, dt + " tie goes to the first maximum",
           {dy_tie, CaseBuilder::values(dtype, {1, 1, 4, 4}, {1, 1, 0, 0, 0, 1, 0, 2, 3, 0, 2, 2, 0, 0, 2, 2})},
+          {{"kernel", Ints{2, 2}}});
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    b.add(OpId::max_pool2d_grad, dt + " the last NaN of a window takes its gradient",
+          {dy_tie, CaseBuilder::values(dtype, {1, 1, 4, 4}, {nan, 1, 0, nan, nan, nan, 5, 0, 3, 0, 2, 9, 0, 0, 9, nan})},
           {{"kernel", Ints{2, 2}}});
 
     // gather_grad and slice_grad.
