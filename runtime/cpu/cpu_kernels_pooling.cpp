@@ -221,21 +221,21 @@ Status maxPoolGradKernel(const KernelCall& call) {
             T* bottom_out = top_out + width;
             for (int64_t ow = 0; ow < out_width; ++ow) {
               const T a = top[2 * ow], b = top[2 * ow + 1], c = bottom[2 * ow], d = bottom[2 * ow + 1];
-              int which = 0;  // first strict maximum, in row-major window order
-              T best = a;
-              which = b > best ? 1 : which;
-              best = b > best ? b : best;
-              which = c > best ? 2 : which;
-              best = c > best ? c : best;
-              which = d > best ? 3 : which;
-              which = b != b ? 1 : which;  // the last NaN wins (a NaN a stays first: nothing beats it)
-              which = c != c ? 2 : which;
-              which = d != d ? 3 : which;
+              // The winner as masks, without branches: with a NaN the last NaN, else the first
+              // element equal to the window's maximum (row-major window order).
+              const bool nan_a = a != a, nan_b = b != b, nan_c = c != c, nan_d = d != d;
+              const bool any_nan = nan_a | nan_b | nan_c | nan_d;
+              const T ab = a > b ? a : b, cd = c > d ? c : d, m = ab > cd ? ab : cd;
+              const bool is_a = a == m, is_b = b == m, is_c = c == m;
+              const bool wins_a = any_nan ? nan_a & !nan_b & !nan_c & !nan_d : is_a;
+              const bool wins_b = any_nan ? nan_b & !nan_c & !nan_d : is_b & !is_a;
+              const bool wins_c = any_nan ? nan_c & !nan_d : is_c & !is_a & !is_b;
+              const bool wins_d = any_nan ? nan_d : !is_a & !is_b & !is_c;
               const T g = grad[ow];
-              top_out[2 * ow] = which == 0 ? g : T{0};
-              top_out[2 * ow + 1] = which == 1 ? g : T{0};
-              bottom_out[2 * ow] = which == 2 ? g : T{0};
-              bottom_out[2 * ow + 1] = which == 3 ? g : T{0};
+              top_out[2 * ow] = wins_a ? g : T{0};
+              top_out[2 * ow + 1] = wins_b ? g : T{0};
+              bottom_out[2 * ow] = wins_c ? g : T{0};
+              bottom_out[2 * ow + 1] = wins_d ? g : T{0};
             }
           }
         }
