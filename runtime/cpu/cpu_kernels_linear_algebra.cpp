@@ -1,5 +1,6 @@
 // CPU kernels of matmul (batched, broadcasting batch dims, transposes) and gemm: f32 products that are
-// one 2-D GEMM through oneDNN (onednn_matmul.h), the rest through OpenBLAS.
+// one 2-D GEMM or an unbroadcast batch of them through oneDNN (onednn_matmul.h), the rest through
+// OpenBLAS.
 #include <cstring>
 #include <optional>
 #include <string>

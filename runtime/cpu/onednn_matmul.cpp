@@ -17,25 +17,49 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-// One product out[M, N] = op(a)[M, K] · op(b)[K, N] (+ bias[N]), as the call states it.
+// One product out[M, N] = op(a)[M, K] · op(b)[K, N] (+ bias[N]) as the call states it, or `batch`
+// such products of matrices stored one after another (attention's).
 struct Product {
+  int64_t batch = 1;
   int64_t m = 0, k = 0, n = 0;
   bool transpose_a = false, transpose_b = false;
   bool has_bias = false;
   bool constant_weights = false;  // b is constant: packed once per generation
 };
 
+// The batch of a matmul whose a, b and result have the same batch dims (none broadcast), or 0.
+int64_t unbroadcastBatch(const Shape& a, const Shape& b, const Shape& out) {
+  if (a.size() < 3 || a.size() != b.size() || a.size() != out.size()) return 0;
+  int64_t batch = 1;
+  for (size_t d = 0; d + 2 < a.size(); ++d) {
+    if (a[d] != b[d] || a[d] != out[d]) return 0;
+    batch *= a[d];
+  }
+  return batch;
+}
+
 // The product a call asks for, or nullopt when oneDNN does not take it here: one 2-D GEMM after
-// folding a's batch dims into m (matmul with a 2-D b), gemm with alpha 1 and at most a bias row.
+// folding a's batch dims into m (matmul with a 2-D b), a batch of GEMMs over batch dims that a and b
+// share without broadcasting, gemm with alpha 1 and at most a bias row.
 std::optional<Product> productOf(const KernelCall& call) {
   if (call.op.operands[0].dtype != DType::kF32) return std::nullopt;
   const Shape& a = call.op.operands[0].shape;
   const Shape& b = call.op.operands[1].shape;
   const Shape& out = call.op.results[0].shape;
-  if (b.size() != 2 || a.size() < 2) return std::nullopt;
   Product p;
   p.transpose_a = call.op.getInt("transpose_a") != 0;
   p.transpose_b = call.op.getInt("transpose_b") != 0;
+  if (call.op.def.id == OpId::matmul && b.size() > 2) {
+    p.batch = unbroadcastBatch(a, b, out);
+    if (p.batch == 0) return std::nullopt;
+    p.m = out[out.size() - 2];
+    p.n = out.back();
+    p.k = p.transpose_a ? a[a.size() - 2] : a.back();
+    if (p.batch == 0 || p.m == 0 || p.n == 0 || p.k == 0) return std::nullopt;
+    p.constant_weights = call.constants_generation != 0 && (call.constant_operands & 2u) != 0;
+    return p;
+  }
+  if (b.size() != 2 || a.size() < 2) return std::nullopt;
   if (p.transpose_a && a.size() != 2) return std::nullopt;  // a transposed batch does not fold into m
   p.k = p.transpose_a ? a[0] : a.back();
   p.n = out.back();
@@ -66,11 +90,19 @@ struct PreparedMatmul {
 
 void prepare(const Product& p, PreparedMatmul& out) {
   const auto f32 = memory::data_type::f32;
-  const memory::desc source({p.m, p.k}, f32, p.transpose_a ? Tag::ba : Tag::ab);
-  const memory::desc destination({p.m, p.n}, f32, Tag::ab);
-  const memory::desc plain_weights({p.k, p.n}, f32, p.transpose_b ? Tag::ba : Tag::ab);
+  // 2-D, or 3-D with the batch outermost; a transposed operand swaps its last two dims' strides.
+  const bool batched = p.batch > 1;
+  auto dims = [&](int64_t rows, int64_t columns) {
+    return batched ? memory::dims{p.batch, rows, columns} : memory::dims{rows, columns};
+  };
+  auto tag = [&](bool transposed) {
+    return batched ? (transposed ? Tag::acb : Tag::abc) : (transposed ? Tag::ba : Tag::ab);
+  };
+  const memory::desc source(dims(p.m, p.k), f32, tag(p.transpose_a));
+  const memory::desc destination(dims(p.m, p.n), f32, tag(false));
+  const memory::desc plain_weights(dims(p.k, p.n), f32, tag(p.transpose_b));
   // Constant weights in the layout the kernel reads best, reordered once; others read in place.
-  const memory::desc weights = p.constant_weights ? memory::desc({p.k, p.n}, f32, Tag::any) : plain_weights;
+  const memory::desc weights = p.constant_weights ? memory::desc(dims(p.k, p.n), f32, Tag::any) : plain_weights;
   const memory::desc bias({1, p.n}, f32, Tag::ab);
   dnnl::primitive_attr attributes;
   attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -103,7 +135,8 @@ std::optional<Status> runOneDnnMatmul(const KernelCall& call) {
   // One entry per shape, transposes and thread count; with constant weights, per weights tensor.
   const std::vector<int64_t> key = {
       p.constant_weights ? static_cast<int64_t>(reinterpret_cast<intptr_t>(call.inputs[1])) : 0,
-      static_cast<int64_t>(call.op.def.id), p.m, p.k, p.n, p.transpose_a, p.transpose_b, p.has_bias, threads};
+      static_cast<int64_t>(call.op.def.id), p.batch, p.m, p.k, p.n, p.transpose_a, p.transpose_b, p.has_bias,
+      threads};
   thread_local std::map<std::vector<int64_t>, std::unique_ptr<PreparedMatmul>> prepared;
   std::unique_ptr<PreparedMatmul>& entry = prepared[key];
   if (!entry) {

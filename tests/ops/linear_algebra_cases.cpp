@@ -14,7 +14,10 @@ CaseList linearAlgebraCases() {
                                          {{2, 1, 5, 7}, {3, 7, 4}, 0, 0}, {{4, 7, 5}, {4, 7, 3}, 1, 0},
                                          {{4, 5, 7}, {1, 3, 7}, 0, 1},    {{7, 5}, {2, 3, 7}, 1, 1},
                                          {{3, 65, 33}, {33, 17}, 0, 0},   {{3, 4, 0}, {0, 5}, 0, 0},
-                                         {{0, 4, 6}, {6, 2}, 0, 0}};
+                                         {{0, 4, 6}, {6, 2}, 0, 0},
+                                         // batch dims a and b share (attention's products)
+                                         {{2, 3, 5, 7}, {2, 3, 7, 4}, 0, 0}, {{2, 3, 5, 7}, {2, 3, 4, 7}, 0, 1},
+                                         {{3, 7, 5}, {3, 4, 7}, 1, 1}};
   for (const Product& p : products) {
     const AttrMap attrs = {{"transpose_a", p.transpose_a}, {"transpose_b", p.transpose_b}};
     const std::string label = shapeStr(p.a) + " x " + shapeStr(p.b) + " t" + std::to_string(p.transpose_a) +
