@@ -44,6 +44,7 @@ struct PreparedConvolution {
   std::vector<std::pair<int, StagedTensor>> inputs;   // (DNNL_ARG_*, tensor), reordered in before the run
   std::vector<std::pair<int, StagedTensor>> outputs;  // reordered out after the run
   memory scratchpad;
+  std::unordered_map<int, memory> arguments;  // the primitive's arguments, made once: calls only set handles
   // For constant weights (KernelCall::constant_operands): the generation whose values the staged
   // copy holds; its reorder is skipped while the call's generation is the same.
   uint64_t staged_weights_generation = 0;
@@ -134,6 +135,9 @@ void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape
     chosen = backward;
   }
   out.scratchpad = memory(chosen.scratchpad_desc(), cpuEngine());
+  for (const auto& staged : {&out.inputs, &out.outputs})
+    for (const auto& [arg, tensor] : *staged) out.arguments.emplace(arg, tensor.library);
+  out.arguments.emplace(DNNL_ARG_SCRATCHPAD, out.scratchpad);
   out.supported = true;
 }
 
@@ -185,17 +189,12 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
     for (int i = 0; i < input_count; ++i)
       entry->inputs[static_cast<size_t>(i)].second.user.set_data_handle(const_cast<void*>(call.inputs[i]));
     entry->outputs[0].second.user.set_data_handle(call.outputs[0]);
-    std::unordered_map<int, memory> arguments;
     const bool weights_staged = hasConstantWeights(call) && entry->staged_weights_generation == call.constants_generation;
-    for (auto& [arg, tensor] : entry->inputs) {
+    for (auto& [arg, tensor] : entry->inputs)
       if (tensor.reorder && !(arg == DNNL_ARG_WEIGHTS && weights_staged))
         tensor.reorder->execute(stream, tensor.user, tensor.library);
-      arguments.emplace(arg, tensor.library);
-    }
     entry->staged_weights_generation = hasConstantWeights(call) ? call.constants_generation : 0;
-    for (auto& [arg, tensor] : entry->outputs) arguments.emplace(arg, tensor.library);
-    arguments.emplace(DNNL_ARG_SCRATCHPAD, entry->scratchpad);
-    entry->primitive.execute(stream, arguments);
+    entry->primitive.execute(stream, entry->arguments);
     for (auto& [arg, tensor] : entry->outputs)
       if (tensor.reorder) tensor.reorder->execute(stream, tensor.library, tensor.user);
     stream.wait();

@@ -55,7 +55,7 @@ std::optional<Product> productOf(const KernelCall& call) {
     p.m = out[out.size() - 2];
     p.n = out.back();
     p.k = p.transpose_a ? a[a.size() - 2] : a.back();
-    if (p.batch == 0 || p.m == 0 || p.n == 0 || p.k == 0) return std::nullopt;
+    if (p.m == 0 || p.n == 0 || p.k == 0) return std::nullopt;
     p.constant_weights = call.constants_generation != 0 && (call.constant_operands & 2u) != 0;
     return p;
   }
@@ -86,6 +86,7 @@ struct PreparedMatmul {
   memory source, plain_weights, packed_weights, bias, destination, scratchpad;
   dnnl::reorder pack;
   uint64_t packed_generation = 0;  // the constants_generation packed_weights holds
+  std::unordered_map<int, memory> arguments;  // the primitive's arguments, made once: calls only set handles
 };
 
 void prepare(const Product& p, PreparedMatmul& out) {
@@ -118,8 +119,15 @@ void prepare(const Product& p, PreparedMatmul& out) {
     out.packed_weights = memory(pd.weights_desc(), cpuEngine());
     out.pack = dnnl::reorder(out.plain_weights, out.packed_weights);
   }
-  if (p.has_bias) out.bias = memory(bias, cpuEngine(), DNNL_MEMORY_NONE);
   out.scratchpad = memory(pd.scratchpad_desc(), cpuEngine());
+  out.arguments = {{DNNL_ARG_SRC, out.source},
+                   {DNNL_ARG_WEIGHTS, p.constant_weights ? out.packed_weights : out.plain_weights},
+                   {DNNL_ARG_DST, out.destination},
+                   {DNNL_ARG_SCRATCHPAD, out.scratchpad}};
+  if (p.has_bias) {
+    out.bias = memory(bias, cpuEngine(), DNNL_MEMORY_NONE);
+    out.arguments.emplace(DNNL_ARG_BIAS, out.bias);
+  }
   out.supported = true;
 }
 
@@ -158,16 +166,8 @@ std::optional<Status> runOneDnnMatmul(const KernelCall& call) {
     }
     entry->source.set_data_handle(const_cast<void*>(call.inputs[0]));
     entry->destination.set_data_handle(call.outputs[0]);
-    std::unordered_map<int, memory> arguments = {
-        {DNNL_ARG_SRC, entry->source},
-        {DNNL_ARG_WEIGHTS, p.constant_weights ? entry->packed_weights : entry->plain_weights},
-        {DNNL_ARG_DST, entry->destination},
-        {DNNL_ARG_SCRATCHPAD, entry->scratchpad}};
-    if (p.has_bias) {
-      entry->bias.set_data_handle(const_cast<void*>(call.inputs[2]));
-      arguments.emplace(DNNL_ARG_BIAS, entry->bias);
-    }
-    entry->primitive.execute(stream, arguments);
+    if (p.has_bias) entry->bias.set_data_handle(const_cast<void*>(call.inputs[2]));
+    entry->primitive.execute(stream, entry->arguments);
     stream.wait();
   } catch (const dnnl::error& e) {
     return Status::internal(std::string(call.op.def.name) + ": oneDNN failed: " + e.what());
