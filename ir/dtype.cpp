@@ -2,6 +2,7 @@
 #include "ir/dtype.h"
 
 #include <array>
+#include <cstring>
 
 namespace cleave {
 namespace {
@@ -36,5 +37,19 @@ int64_t dtypeSize(DType dtype) { return kDTypes[static_cast<int>(dtype)].size; }
 bool isFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64; }
 
 bool isInteger(DType d) { return d == DType::kI64 || d == DType::kI32 || d == DType::kI8 || d == DType::kU8; }
+
+uint16_t bfloat16Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // keep NaN a NaN
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float bfloat16Value(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, sizeof value);
+  return value;
+}
 
 }  // namespace cleave

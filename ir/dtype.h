@@ -20,5 +20,9 @@ int64_t dtypeSize(DType dtype);
 bool isFloat(DType dtype);
 // True for i64, i32, i8, u8.
 bool isInteger(DType dtype);
+// bfloat16 bits of `value`: the top half of the f32 bits, rounded to nearest even (NaN stays NaN).
+uint16_t bfloat16Bits(float value);
+// The float a bfloat16 holds (exact).
+float bfloat16Value(uint16_t bits);
 
 }  // namespace cleave

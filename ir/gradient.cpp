@@ -23,14 +23,6 @@ uint16_t halfBits(float value) {
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));  // rebias the exponent 127 -> 15
 }
 
-// bfloat16 bits of `value`: the top half of the f32 bits, rounded to nearest even.
-uint16_t bfloat16Bits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // keep NaN a NaN
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
 template <class T>
 void storeScalar(TensorData& tensor, T value) {
   tensor.bytes.resize(sizeof(T));

@@ -24,10 +24,11 @@ constexpr std::array<OpFamily, kNumOps> kListedFamily = {
 #define CLEAVE_GRADIENT(id, name) OpFamily::kGradient,
 #define CLEAVE_OPTIMIZER(id, name) OpFamily::kOptimizer,
 #define CLEAVE_COMMUNICATION(id, name) OpFamily::kCommunication,
+#define CLEAVE_FUSED(id, name) OpFamily::kFused,
     CLEAVE_LINEAR_ALGEBRA_OPS(CLEAVE_LINEAR_ALGEBRA) CLEAVE_ELEMENTWISE_OPS(CLEAVE_ELEMENTWISE)
     CLEAVE_REDUCTION_OPS(CLEAVE_REDUCTION) CLEAVE_CONVOLUTION_OPS(CLEAVE_CONVOLUTION) CLEAVE_SHAPE_OPS(CLEAVE_SHAPE)
     CLEAVE_LOSS_OPS(CLEAVE_LOSS) CLEAVE_GRADIENT_OPS(CLEAVE_GRADIENT) CLEAVE_OPTIMIZER_OPS(CLEAVE_OPTIMIZER)
-    CLEAVE_COMMUNICATION_OPS(CLEAVE_COMMUNICATION)
+    CLEAVE_COMMUNICATION_OPS(CLEAVE_COMMUNICATION) CLEAVE_FUSED_OPS(CLEAVE_FUSED)
 #undef CLEAVE_LINEAR_ALGEBRA
 #undef CLEAVE_ELEMENTWISE
 #undef CLEAVE_REDUCTION
@@ -37,6 +38,7 @@ constexpr std::array<OpFamily, kNumOps> kListedFamily = {
 #undef CLEAVE_GRADIENT
 #undef CLEAVE_OPTIMIZER
 #undef CLEAVE_COMMUNICATION
+#undef CLEAVE_FUSED
 };
 
 // "op table: <what>: <op>".
@@ -65,6 +67,7 @@ struct OpTable {
     add_family(OpFamily::kGradient, ops::addGradientOps);
     add_family(OpFamily::kOptimizer, ops::addOptimizerOps);
     add_family(OpFamily::kCommunication, ops::addCommunicationOps);
+    add_family(OpFamily::kFused, ops::addFusedOps);
     status = checkOpDefinitions(added);
     // Each id gets its definition; on a broken table (status not ok) an id may keep an empty one.
     defs.resize(kNumOps);
@@ -91,6 +94,7 @@ std::string_view opFamilyName(OpFamily family) {
     case OpFamily::kGradient: return "gradient";
     case OpFamily::kOptimizer: return "optimizer";
     case OpFamily::kCommunication: return "communication";
+    case OpFamily::kFused: return "fused";
   }
   return "unknown";
 }

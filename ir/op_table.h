@@ -13,6 +13,7 @@
 #include "ir/ops/communication_ops.h"
 #include "ir/ops/convolution.h"
 #include "ir/ops/elementwise.h"
+#include "ir/ops/fused_ops.h"
 #include "ir/ops/gradient_ops.h"
 #include "ir/ops/linear_algebra.h"
 #include "ir/ops/loss.h"
@@ -37,7 +38,8 @@ namespace cleave {
   CLEAVE_LOSS_OPS(X)             \
   CLEAVE_GRADIENT_OPS(X)         \
   CLEAVE_OPTIMIZER_OPS(X)        \
-  CLEAVE_COMMUNICATION_OPS(X)
+  CLEAVE_COMMUNICATION_OPS(X)     \
+  CLEAVE_FUSED_OPS(X)
 
 // Op identifiers.
 enum class OpId : uint16_t {
@@ -103,7 +105,7 @@ using ReferenceSupportRule = bool (*)(const OpContext& ctx);
 
 // The family file an op is defined in (ir/ops/<family>.cpp); docs and the harness group ops by it.
 enum class OpFamily : uint8_t {
-  kElementwise, kLinearAlgebra, kReduction, kConvolution, kShape, kLoss, kGradient, kOptimizer, kCommunication
+  kElementwise, kLinearAlgebra, kReduction, kConvolution, kShape, kLoss, kGradient, kOptimizer, kCommunication, kFused
 };
 // "elementwise", "linear_algebra", ...
 std::string_view opFamilyName(OpFamily family);
@@ -137,6 +139,9 @@ struct OpDef {
   bool view = false;          // the result is operand 0's bytes under another type: lowered as an alias
   bool in_place = false;      // the kernel may write its result over a same-typed operand
   bool reshape_like = false;  // only regroups operand 0's dims (reshape, flatten, squeeze, unsqueeze)
+  // An elementwise op (f32 and bf16, operands broadcasting to its one result) that the fusion pass
+  // may merge into a fused node: the fused kernels' code generator implements each such op.
+  bool fusable = false;
   // What a reduction factor split over a mesh axis leaves each device.
   PartialReduction partial_reduction = PartialReduction::kSum;
   // The attribute that spells the result's shape (reshape's and expand's "shape"), which the

@@ -132,6 +132,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.batch = flags.batch;
   options.model_at_batch = model_at_batch;
   options.allow_replicated = flags.allow_replicated;
+  options.fusion = flags.fusion == "on";
   options.dp = flags.dp;
   options.tp = flags.tp;
   options.pp = flags.pp;

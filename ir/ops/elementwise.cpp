@@ -621,6 +621,10 @@ void addElementwiseOps(std::vector<OpDef>& table) {
   for (OpId id : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::neg, OpId::sqrt, OpId::exp, OpId::log,
                   OpId::sigmoid, OpId::tanh, OpId::relu, OpId::clip})
     appendedDef(table, id).in_place = true;
+  // Ops the fusion pass may merge into fused nodes (their code is in runtime/codegen/fused_kernel_ir.cpp).
+  for (OpId id : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::pow, OpId::neg, OpId::sqrt, OpId::exp, OpId::erf,
+                  OpId::tanh, OpId::sigmoid, OpId::relu, OpId::gelu, OpId::clip})
+    appendedDef(table, id).fusable = true;
   appendedDef(table, OpId::identity).view = true;
   appendedDef(table, OpId::dropout).random = true;
   appendedDef(table, OpId::dropout).reference = copyReference;

@@ -610,6 +610,8 @@ void addGradientOps(std::vector<OpDef>& table) {
               {optionalString("approximate", "none")});
   elementwise(OpId::tanh_grad, "tanh_grad", "dy * (1 - y^2) from tanh's result y");
   elementwise(OpId::sigmoid_grad, "sigmoid_grad", "dy * y * (1 - y) from sigmoid's result y");
+  // The activation gradients the fusion pass may merge into fused nodes.
+  for (OpId id : {OpId::relu_grad, OpId::gelu_grad, OpId::tanh_grad, OpId::sigmoid_grad}) appendedDef(table, id).fusable = true;
   table.push_back(OpDef{OpId::softmax_grad, "softmax_grad", "y * (dy - sum(dy * y)) along axis", 2, 2,
                         {optionalInt("axis", -1)}, checkedShapeRule<axisGradShape>, checkedCostRule<elementwiseGradCost>, checkedShardingRule<axisGradSharding>});
   table.push_back(OpDef{OpId::log_softmax_grad, "log_softmax_grad", "dy - exp(y) * sum(dy) along axis", 2, 2,

@@ -10,6 +10,7 @@
 #include "ir/plan.pb.h"
 #include "analysis/cost_model.h"
 #include "passes/training/gradient_buckets.h"
+#include "passes/fusion/elementwise_fusion.h"
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
@@ -119,8 +120,21 @@ Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptio
   return assignStages(forward, options.pp, model);
 }
 
-// A per-device program graph and the pipeline step of each of its nodes.
-ProgramGraph programOf(std::string name, Graph* graph, const std::vector<PipelineNodeLabel>& labels) {
+// A per-device program graph and the pipeline step of each of its nodes; with `fuse`, its
+// elementwise chains fused within each pipeline step.
+Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vector<PipelineNodeLabel>& labels, bool fuse) {
+  if (fuse) {
+    std::vector<int64_t> steps;
+    for (const PipelineNodeLabel& label : labels) steps.push_back(int64_t{label.microbatch} * 2 + (label.backward ? 1 : 0));
+    CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
+    ProgramGraph program(std::move(name), graph);
+    for (int64_t step : steps) {
+      const int64_t microbatch = step >= 0 ? step / 2 : (step - 1) / 2;  // floor division: -1 stays -1
+      program.node_microbatch.push_back(static_cast<int>(microbatch));
+      program.node_backward.push_back(step - microbatch * 2 == 1);
+    }
+    return program;
+  }
   ProgramGraph program(std::move(name), graph);
   for (const PipelineNodeLabel& label : labels) {
     program.node_microbatch.push_back(label.microbatch);
@@ -286,14 +300,17 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));
       auto eval = std::make_unique<Graph>(std::move(eval_graph));
       std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage(), options.microbatches);
-      rank.programs = {programOf("train", train.get(), train_labels), programOf("eval", eval.get(), eval_labels)};
+      CLEAVE_ASSIGN_OR_RETURN(ProgramGraph train_program, programOf("train", train.get(), train_labels, options.fusion));
+      CLEAVE_ASSIGN_OR_RETURN(ProgramGraph eval_program, programOf("eval", eval.get(), eval_labels, options.fusion));
+      rank.programs = {std::move(train_program), std::move(eval_program)};
       result.owned.push_back(std::move(train));
       result.owned.push_back(std::move(eval));
     } else {
       CLEAVE_ASSIGN_OR_RETURN(Graph infer_graph, devicePart(forward, coord, nullptr));
       auto infer = std::make_unique<Graph>(std::move(infer_graph));
       std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage(), options.microbatches);
-      rank.programs = {programOf("infer", infer.get(), labels)};
+      CLEAVE_ASSIGN_OR_RETURN(ProgramGraph infer_program, programOf("infer", infer.get(), labels, options.fusion));
+      rank.programs = {std::move(infer_program)};
       result.owned.push_back(std::move(infer));
     }
     // Batch rows, split over dp (the partitioner's layout of data inputs and outputs): every data
@@ -381,10 +398,15 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     lowering.ranks = devices.ranks;
   } else if (options.train) {
     CLEAVE_ASSIGN_OR_RETURN(training, buildTrainingGraphs(graph, options.training));
-    lowering.programs = {{"train", &training.train}, {"eval", &training.eval}};
     logits_name = training.eval.values[training.eval.outputs[0]].name;
+    if (options.fusion) {
+      CLEAVE_TRY(fuseElementwise(training.train).status());
+      CLEAVE_TRY(fuseElementwise(training.eval).status());
+    }
+    lowering.programs = {{"train", &training.train}, {"eval", &training.eval}};
   } else {
     CLEAVE_ASSIGN_OR_RETURN(inference, buildInferenceGraph(graph));
+    if (options.fusion) CLEAVE_TRY(fuseElementwise(inference).status());
     lowering.programs = {{"infer", &inference}};
   }
 

@@ -25,6 +25,7 @@ struct CompileOptions {
   int dp = 1, tp = 1, pp = 1;   // parallel degrees; their product is the device count
   bool allow_replicated = false;  // with tp > 1: weights left whole are accepted, not an error
   int64_t bucket_bytes = 25 * 1000 * 1000;  // data-parallel gradient all-reduce buckets
+  bool fusion = true;           // chains of elementwise ops become fused nodes (after partitioning)
   int microbatches = 1;
   std::string schedule = "1f1b";
   bool train = false;

@@ -20,6 +20,7 @@ const cpu::CpuKernelTable& cpuKernelTable() {
     cpu::registerLossKernels(t);
     cpu::registerGradientKernels(t);
     cpu::registerOptimizerKernels(t);
+    cpu::registerFusedKernels(t);
     cpu::registerBf16Kernels(t);
     return t;
   }();

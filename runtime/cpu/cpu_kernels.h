@@ -25,6 +25,7 @@ void registerShapeKernels(CpuKernelTable& table);           // data movement: re
 void registerLossKernels(CpuKernelTable& table);            // softmax_cross_entropy, mse
 void registerGradientKernels(CpuKernelTable& table);        // the remaining *_grad ops
 void registerOptimizerKernels(CpuKernelTable& table);       // sgd_update, adamw_update
+void registerFusedKernels(CpuKernelTable& table);           // fused: JIT-compiled with LLVM
 // Last: bf16 for matmul, gemm, conv2d, its gradients and reduce_sum, around their f32 kernels.
 void registerBf16Kernels(CpuKernelTable& table);
 

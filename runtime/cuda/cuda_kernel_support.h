@@ -25,6 +25,7 @@ void registerShapeKernels(CudaKernelTable& table);
 void registerLossKernels(CudaKernelTable& table);
 void registerGradientKernels(CudaKernelTable& table);
 void registerOptimizerKernels(CudaKernelTable& table);
+void registerFusedKernels(CudaKernelTable& table);  // PTX from LLVM (runtime/cuda/cuda_kernels_fused.cpp)
 
 // "<op>: <dtype> not supported on cuda yet" (kBadInput).
 Status unsupportedOnCuda(const KernelCall& call, DType dtype);

@@ -17,6 +17,7 @@ const cuda::CudaKernelTable& cudaKernelTable() {
     cuda::registerLossKernels(t);
     cuda::registerGradientKernels(t);
     cuda::registerOptimizerKernels(t);
+    cuda::registerFusedKernels(t);
     return t;
   }();
   return table;

@@ -15,6 +15,7 @@ CaseList shapeCases();
 CaseList lossCases();
 CaseList gradientCases();
 CaseList optimizerCases();
+CaseList fusedCases();
 
 // Every family's cases, grouped by op (built once).
 const std::map<OpId, CaseList>& casesByOp();

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "ir/ops/fused_body.h"
 #include "runtime/device/kernel.h"
 #include "tests/ops/op_cases.h"
 
@@ -88,6 +89,58 @@ TEST(OpHarnessTable, CasesCoverTheTable) {
   std::printf("op harness: %zu ops with %zu cases, %zu communication ops declared, %d ops in the table\n", ops, cases,
               communication, kNumOps);
   EXPECT_EQ(ops + communication, static_cast<size_t>(kNumOps));
+}
+
+// Every f32 case of a fusable op, run as the one step of a fused node (JIT-compiled with LLVM),
+// gives the op's own kernel's results within 1e-6 relative; a one-element operand of rank 0 is
+// also tried as a literal of the body (pow's multiplying path, constants folded into bodies).
+TEST(FusedKernels, EveryFusableCaseMatchesItsUnfusedKernel) {
+  int compared = 0;
+  for (const auto& [op, list] : casesByOp()) {
+    if (!opDef(op).fusable) continue;
+    for (const OpCase& c : list) {
+      auto types = resultTypes(c);
+      if (!types || types->size() != 1 || (*types)[0].dtype != DType::kF32) continue;
+      bool all_f32 = true;
+      for (const TensorData& t : c.operands) all_f32 = all_f32 && t.type.dtype == DType::kF32;
+      if (!all_f32) continue;
+      SCOPED_TRACE(c.describe());
+      auto unfused = runCpuKernel(c);
+      ASSERT_TRUE(unfused) << unfused.status().message();
+      for (bool literals : {false, true}) {
+        FusedBody body;
+        FusedStep step{op, {}, c.attrs};
+        OpCase fused;
+        fused.op = OpId::fused;
+        fused.label = c.label + (literals ? " (literals)" : "");
+        bool literal_used = false;
+        for (size_t a = 0; a < c.operands.size(); ++a) {
+          const TensorData& t = c.operands[a];
+          if (literals && t.type.rank() == 0 && a > 0) {
+            step.args.push_back({FusedArg::Kind::kLiteral, 0, static_cast<double>(*t.as<float>())});
+            literal_used = true;
+          } else {
+            step.args.push_back({FusedArg::Kind::kOperand, static_cast<int>(fused.operands.size()), 0.0});
+            fused.operands.push_back(t);
+          }
+        }
+        if (literals && !literal_used) continue;
+        // A broadcast that widens the result past every operand's rank keeps its own kernel.
+        body.steps.push_back(step);
+        body.returned = {0};
+        fused.attrs = {{"body", printFusedBody(body)}};
+        auto fused_types = resultTypes(fused);
+        if (!fused_types || (*fused_types)[0] != (*types)[0]) continue;
+        auto result = runCpuKernel(fused, 2);
+        ASSERT_TRUE(result) << printFusedBody(body) << ": " << result.status().message();
+        const std::string diff = compareTensors((*result)[0], (*unfused)[0], Tolerance{1e-6, 1e-7});
+        EXPECT_TRUE(diff.empty()) << printFusedBody(body) << ": " << diff;
+        ++compared;
+      }
+    }
+  }
+  std::printf("fused kernels: %d cases of fusable ops compared with their unfused kernels\n", compared);
+  EXPECT_GT(compared, 50);
 }
 
 // Perf mode: CPU kernel time per case, with GB/s and GFLOP/s from the op's cost rule.

@@ -132,6 +132,7 @@ TEST(OpTable, EachOpSitsInTheFamilyWhoseHeaderListsIt) {
 #define CLEAVE_LIST_GR(id, name) listed.emplace_back(OpId::id, OpFamily::kGradient);
 #define CLEAVE_LIST_OP(id, name) listed.emplace_back(OpId::id, OpFamily::kOptimizer);
 #define CLEAVE_LIST_CM(id, name) listed.emplace_back(OpId::id, OpFamily::kCommunication);
+#define CLEAVE_LIST_FU(id, name) listed.emplace_back(OpId::id, OpFamily::kFused);
   CLEAVE_LINEAR_ALGEBRA_OPS(CLEAVE_LIST_LA)
   CLEAVE_ELEMENTWISE_OPS(CLEAVE_LIST_EW)
   CLEAVE_REDUCTION_OPS(CLEAVE_LIST_RE)
@@ -141,6 +142,7 @@ TEST(OpTable, EachOpSitsInTheFamilyWhoseHeaderListsIt) {
   CLEAVE_GRADIENT_OPS(CLEAVE_LIST_GR)
   CLEAVE_OPTIMIZER_OPS(CLEAVE_LIST_OP)
   CLEAVE_COMMUNICATION_OPS(CLEAVE_LIST_CM)
+  CLEAVE_FUSED_OPS(CLEAVE_LIST_FU)
 #undef CLEAVE_LIST_LA
 #undef CLEAVE_LIST_EW
 #undef CLEAVE_LIST_RE
@@ -150,6 +152,7 @@ TEST(OpTable, EachOpSitsInTheFamilyWhoseHeaderListsIt) {
 #undef CLEAVE_LIST_GR
 #undef CLEAVE_LIST_OP
 #undef CLEAVE_LIST_CM
+#undef CLEAVE_LIST_FU
   ASSERT_EQ(static_cast<int>(listed.size()), kNumOps);
   for (int i = 0; i < kNumOps; ++i) {
     EXPECT_EQ(static_cast<int>(listed[i].first), i);  // the family lists, in order, give the ids

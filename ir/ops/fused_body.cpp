@@ -1,0 +1,260 @@
+// Parsing, printing and typing the body of a fused node (the "body" attribute of op fused).
+#include "ir/ops/fused_body.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+#include "ir/op_table.h"
+
+namespace cleave {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split(std::string_view s, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == separator) {
+      parts.push_back(trim(s.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  return parts;
+}
+
+// "x3" or "t12": the number after the letter, or -1.
+int indexAfter(std::string_view token, char letter) {
+  if (token.size() < 2 || token[0] != letter) return -1;
+  int value = 0;
+  auto [end, error] = std::from_chars(token.data() + 1, token.data() + token.size(), value);
+  return error == std::errc() && end == token.data() + token.size() && value >= 0 ? value : -1;
+}
+
+std::optional<double> parseNumber(std::string_view token) {
+  if (token.empty()) return std::nullopt;
+  std::string text(token);
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) return std::nullopt;
+  return value;
+}
+
+// The shortest decimal text that reads back as exactly `value`.
+std::string numberText(double value) {
+  char text[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value || std::isnan(value)) break;
+  }
+  return text;
+}
+
+Status stepError(std::string_view step, const std::string& message) {
+  return Status::badInput("fused body: step '" + std::string(step) + "': " + message);
+}
+
+// One "name=value" attribute, its kind taken from the op's AttrSpec.
+Status parseAttribute(const OpDef& def, std::string_view text, std::string_view step, AttrMap& attrs) {
+  const size_t equals = text.find('=');
+  if (equals == std::string_view::npos) return stepError(step, "attribute '" + std::string(text) + "' has no '='");
+  const std::string name(trim(text.substr(0, equals)));
+  const std::string_view value = trim(text.substr(equals + 1));
+  const AttrSpec* spec = def.findAttr(name);
+  if (!spec) return stepError(step, std::string(def.name) + " has no attribute '" + name + "'");
+  switch (spec->kind) {
+    case AttrKind::kString: attrs[name] = std::string(value); return Status::ok();
+    case AttrKind::kFloat:
+    case AttrKind::kInt: {
+      std::optional<double> number = parseNumber(value);
+      if (!number) return stepError(step, "attribute '" + name + "' is '" + std::string(value) + "', not a number");
+      if (spec->kind == AttrKind::kFloat) attrs[name] = *number;
+      else attrs[name] = static_cast<int64_t>(*number);
+      return Status::ok();
+    }
+    default: return stepError(step, "attribute '" + name + "' has a kind a fused body cannot spell");
+  }
+}
+
+Expected<FusedStep> parseStep(std::string_view text, int position) {
+  const size_t equals = text.find('=');
+  const size_t open = text.find('(');
+  const size_t close = text.find(')');
+  if (equals == std::string_view::npos || open == std::string_view::npos || close == std::string_view::npos ||
+      !(equals < open && open < close))
+    return stepError(text, "expected 'tN = op(args)'");
+  if (indexAfter(trim(text.substr(0, equals)), 't') != position)
+    return stepError(text, "should define t" + std::to_string(position));
+  const std::string_view op_name = trim(text.substr(equals + 1, open - equals - 1));
+  std::optional<OpId> op = lookupOp(op_name);
+  if (!op) return stepError(text, "no op named '" + std::string(op_name) + "'");
+  FusedStep step{*op, {}, {}};
+  for (std::string_view arg : split(text.substr(open + 1, close - open - 1), ',')) {
+    if (int operand = indexAfter(arg, 'x'); operand >= 0) {
+      step.args.push_back({FusedArg::Kind::kOperand, operand, 0.0});
+    } else if (int earlier = indexAfter(arg, 't'); earlier >= 0) {
+      if (earlier >= position) return stepError(text, "reads t" + std::to_string(earlier) + " before it is defined");
+      step.args.push_back({FusedArg::Kind::kStep, earlier, 0.0});
+    } else if (std::optional<double> number = parseNumber(arg)) {
+      step.args.push_back({FusedArg::Kind::kLiteral, 0, *number});
+    } else {
+      return stepError(text, "argument '" + std::string(arg) + "' is not xN, tN or a number");
+    }
+  }
+  std::string_view rest = trim(text.substr(close + 1));
+  if (!rest.empty()) {
+    if (rest.front() != '[' || rest.back() != ']') return stepError(text, "expected [attributes] after the arguments");
+    for (std::string_view attr : split(rest.substr(1, rest.size() - 2), ','))
+      CLEAVE_TRY(parseAttribute(opDef(*op), attr, text, step.attrs));
+  }
+  return step;
+}
+
+std::string attributeText(const Attribute& value) {
+  switch (attrKind(value)) {
+    case AttrKind::kInt: return std::to_string(std::get<int64_t>(value));
+    case AttrKind::kFloat: return numberText(std::get<double>(value));
+    case AttrKind::kString: return std::get<std::string>(value);
+    default: return "?";
+  }
+}
+
+// The shape `a` and `b` broadcast to, or nullopt.
+std::optional<Shape> broadcastShapes(const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) return std::nullopt;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace
+
+int FusedBody::operandCount() const {
+  int count = 0;
+  for (const FusedStep& step : steps)
+    for (const FusedArg& arg : step.args)
+      if (arg.kind == FusedArg::Kind::kOperand) count = std::max(count, arg.index + 1);
+  return count;
+}
+
+Expected<FusedBody> parseFusedBody(std::string_view text) {
+  FusedBody body;
+  std::vector<std::string_view> statements = split(text, ';');
+  if (statements.empty() || statements.back().substr(0, 7) != "return ")
+    return Status::badInput("fused body: must end with 'return tN, ...'");
+  for (size_t i = 0; i + 1 < statements.size(); ++i) {
+    CLEAVE_ASSIGN_OR_RETURN(FusedStep step, parseStep(statements[i], static_cast<int>(i)));
+    body.steps.push_back(std::move(step));
+  }
+  for (std::string_view name : split(statements.back().substr(7), ',')) {
+    const int step = indexAfter(name, 't');
+    if (step < 0 || step >= static_cast<int>(body.steps.size()))
+      return Status::badInput("fused body: returns '" + std::string(name) + "', which no step defines");
+    body.returned.push_back(step);
+  }
+  if (body.steps.empty()) return Status::badInput("fused body: has no steps");
+  return body;
+}
+
+std::string printFusedBody(const FusedBody& body) {
+  std::string text;
+  for (size_t i = 0; i < body.steps.size(); ++i) {
+    const FusedStep& step = body.steps[i];
+    text += "t" + std::to_string(i) + " = " + std::string(opName(step.op)) + "(";
+    for (size_t a = 0; a < step.args.size(); ++a) {
+      const FusedArg& arg = step.args[a];
+      if (a) text += ", ";
+      switch (arg.kind) {
+        case FusedArg::Kind::kOperand: text += "x" + std::to_string(arg.index); break;
+        case FusedArg::Kind::kStep: text += "t" + std::to_string(arg.index); break;
+        case FusedArg::Kind::kLiteral: text += numberText(arg.literal); break;
+      }
+    }
+    text += ")";
+    if (!step.attrs.empty()) {
+      text += "[";
+      bool first = true;
+      for (const auto& [name, value] : step.attrs) {
+        text += (first ? "" : ", ") + name + "=" + attributeText(value);
+        first = false;
+      }
+      text += "]";
+    }
+    text += "; ";
+  }
+  text += "return ";
+  for (size_t r = 0; r < body.returned.size(); ++r) text += (r ? ", t" : "t") + std::to_string(body.returned[r]);
+  return text;
+}
+
+TensorType fusedLiteralType(DType dtype) { return TensorType{dtype, {}}; }
+
+Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types) {
+  if (body.operandCount() != static_cast<int>(operand_types.size()))
+    return Status::badInput("fused body reads " + std::to_string(body.operandCount()) + " operands, the node has " +
+                            std::to_string(operand_types.size()));
+  std::vector<TensorType> types;
+  std::optional<DType> dtype;
+  auto stepName = [](size_t i) { return "fused body: step t" + std::to_string(i); };
+  for (size_t i = 0; i < body.steps.size(); ++i) {
+    const FusedStep& step = body.steps[i];
+    const OpDef& def = opDef(step.op);
+    if (!def.fusable) return Status::badInput(stepName(i) + ": " + std::string(def.name) + " is not fusable");
+    std::vector<TensorType> arg_types(step.args.size());
+    std::optional<DType> arg_dtype;
+    for (size_t a = 0; a < step.args.size(); ++a) {
+      const FusedArg& arg = step.args[a];
+      if (arg.kind == FusedArg::Kind::kOperand) arg_types[a] = operand_types[arg.index];
+      if (arg.kind == FusedArg::Kind::kStep) arg_types[a] = types[arg.index];
+      if (arg.kind != FusedArg::Kind::kLiteral && !arg_dtype) arg_dtype = arg_types[a].dtype;
+    }
+    if (!arg_dtype) return Status::badInput(stepName(i) + ": has only literal arguments");
+    for (size_t a = 0; a < step.args.size(); ++a)
+      if (step.args[a].kind == FusedArg::Kind::kLiteral) arg_types[a] = fusedLiteralType(*arg_dtype);
+    auto results = inferResultTypes(def, arg_types, step.attrs);
+    if (!results) return results.status().withContext(stepName(i) + ": ");
+    if (results->size() != 1) return Status::badInput(stepName(i) + ": " + std::string(def.name) + " has several results");
+    const TensorType& result = (*results)[0];
+    if (result.dtype != DType::kF32 && result.dtype != DType::kBF16)
+      return Status::badInput(stepName(i) + ": gives " + result.str() + "; fused steps compute f32 or bf16");
+    if (dtype && result.dtype != *dtype)
+      return Status::badInput(stepName(i) + ": gives " + result.str() + ", the steps before it " + std::string(dtypeName(*dtype)));
+    dtype = result.dtype;
+    types.push_back(result);
+  }
+  // Every operand and step broadcasts to the returned steps' common shape.
+  if (body.returned.empty()) return Status::badInput("fused body: returns nothing");
+  const Shape& shape = types[body.returned[0]].shape;
+  for (int r : body.returned)
+    if (types[r].shape != shape)
+      return Status::badInput("fused body: returns t" + std::to_string(r) + " of shape " + types[r].str() + " and t" +
+                              std::to_string(body.returned[0]) + " of " + types[body.returned[0]].str() +
+                              "; returned steps share one shape");
+  auto reaches = [&](const Shape& s) {
+    std::optional<Shape> joined = broadcastShapes(s, shape);
+    return joined && *joined == shape;
+  };
+  for (size_t i = 0; i < types.size(); ++i)
+    if (!reaches(types[i].shape))
+      return Status::badInput(stepName(i) + ": shape " + types[i].str() + " does not broadcast to the result shape");
+  for (size_t o = 0; o < operand_types.size(); ++o)
+    if (!reaches(operand_types[o].shape))
+      return Status::badInput("fused body: operand x" + std::to_string(o) + " " + operand_types[o].str() +
+                              " does not broadcast to the result shape");
+  return types;
+}
+
+}  // namespace cleave

@@ -1,0 +1,63 @@
+// The body of a fused node: the elementwise steps it computes, as one line of text a plan can hold.
+//
+// Grammar (docs/ops.md, "fused"): steps separated by "; ", then the returned steps:
+//   t0 = mul(x0, 0.5); t1 = gelu(t0)[approximate=tanh]; t2 = add(t1, x1); return t1, t2
+// xI is the fused node's operand I, tJ an earlier step's result, a number a scalar literal of the
+// step's dtype (a folded constant); [name=value, ...] are the step op's attributes, written bare.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/attribute.h"
+#include "ir/status.h"
+#include "ir/tensor_type.h"
+
+namespace cleave {
+
+enum class OpId : uint16_t;
+
+// One argument of a step: an operand of the fused node, an earlier step, or a scalar literal.
+struct FusedArg {
+  enum class Kind : uint8_t { kOperand, kStep, kLiteral };
+  Kind kind = Kind::kOperand;
+  int index = 0;         // operand or step index
+  double literal = 0.0;  // kLiteral: the value, exactly representable in the step's dtype
+
+  bool operator==(const FusedArg&) const = default;
+};
+
+// One elementwise op application inside a fused node.
+struct FusedStep {
+  OpId op;
+  std::vector<FusedArg> args;
+  AttrMap attrs;
+};
+
+// The steps of a fused node and which of them it returns, in result order.
+struct FusedBody {
+  std::vector<FusedStep> steps;
+  std::vector<int> returned;
+
+  // One more than the largest operand index a step reads (the fused node's operand count).
+  int operandCount() const;
+};
+
+// Parses a body; errors (kBadInput) quote the step at fault.
+Expected<FusedBody> parseFusedBody(std::string_view text);
+// The body as text; parseFusedBody(printFusedBody(b)) gives b back.
+std::string printFusedBody(const FusedBody& body);
+
+// The type of every step, for operands of `operand_types`: each step's op's shape rule on its
+// arguments' types, a literal being a scalar of the step's first non-literal argument's dtype.
+// Errors name the step. Also checks what the kernels assume: every step's op is fusable, every
+// returned step has the shape every operand and step broadcasts to, and all share one float dtype.
+Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types);
+
+// The type of a literal argument of a step whose other arguments have `dtype`: a scalar.
+TensorType fusedLiteralType(DType dtype);
+
+}  // namespace cleave

@@ -1,0 +1,161 @@
+// The fused op: a chain of elementwise steps (ir/ops/fused_body.h) computed in one pass over memory.
+#include "ir/ops/fused_ops.h"
+
+#include "ir/op_table.h"
+#include "ir/ops/fused_body.h"
+#include "ir/ops/op_rules.h"
+#include "ir/ops/reference_support.h"
+
+namespace cleave::ops {
+namespace {
+
+using Types = std::vector<TensorType>;
+
+struct TypedBody {
+  FusedBody body;
+  Types step_types;
+};
+
+Expected<TypedBody> typedBody(const OpContext& ctx) {
+  auto body = parseFusedBody(ctx.getString("body"));
+  if (!body) return body.status().withContext("fused: ");
+  auto types = inferFusedStepTypes(*body, ctx.operands);
+  if (!types) return types.status().withContext("fused: ");
+  return TypedBody{std::move(*body), std::move(*types)};
+}
+
+// The operand types of step `s` (literals as scalars of the step's dtype).
+Types stepOperandTypes(const TypedBody& typed, std::span<const TensorType> operands, size_t s) {
+  const FusedStep& step = typed.body.steps[s];
+  Types types;
+  for (const FusedArg& arg : step.args) {
+    switch (arg.kind) {
+      case FusedArg::Kind::kOperand: types.push_back(operands[arg.index]); break;
+      case FusedArg::Kind::kStep: types.push_back(typed.step_types[arg.index]); break;
+      case FusedArg::Kind::kLiteral: types.push_back(fusedLiteralType(typed.step_types[s].dtype)); break;
+    }
+  }
+  return types;
+}
+
+Expected<Types> fusedShape(const OpContext& ctx) {
+  CLEAVE_ASSIGN_OR_RETURN(TypedBody typed, typedBody(ctx));
+  Types results;
+  for (int r : typed.body.returned) results.push_back(typed.step_types[r]);
+  return results;
+}
+
+// The steps' FLOPs (each by its own op's cost rule); bytes: the operands read and results written once.
+OpCost fusedCost(const OpContext& ctx) {
+  auto typed = typedBody(ctx);
+  if (!typed) return {};
+  OpCost cost;
+  for (size_t s = 0; s < typed->body.steps.size(); ++s) {
+    const FusedStep& step = typed->body.steps[s];
+    const OpDef& def = opDef(step.op);
+    const Types operands = stepOperandTypes(*typed, ctx.operands, s);
+    const Types result{typed->step_types[s]};
+    cost.flops += def.cost(OpContext{def, operands, result, step.attrs}).flops;
+  }
+  Types results;
+  for (int r : typed->body.returned) results.push_back(typed->step_types[r]);
+  cost.bytes = operandAndResultBytes(ctx, results);
+  return cost;
+}
+
+// A bf16 tensor's values as f32 (exact), and an f32 tensor rounded to bf16 (nearest even).
+TensorData widenedToF32(const TensorData& t) {
+  if (t.type.dtype != DType::kBF16) return t;
+  TensorData out{TensorType{DType::kF32, t.type.shape}, std::vector<uint8_t>(static_cast<size_t>(t.type.numel()) * 4)};
+  for (int64_t i = 0; i < t.type.numel(); ++i) out.as<float>()[i] = bfloat16Value(t.as<uint16_t>()[i]);
+  return out;
+}
+TensorData roundedToBf16(const TensorData& t) {
+  TensorData out{TensorType{DType::kBF16, t.type.shape}, std::vector<uint8_t>(static_cast<size_t>(t.type.numel()) * 2)};
+  for (int64_t i = 0; i < t.type.numel(); ++i) out.as<uint16_t>()[i] = bfloat16Bits(t.as<float>()[i]);
+  return out;
+}
+
+// Evaluates the steps one by one with their own ops' references.
+Expected<std::vector<TensorData>> fusedReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  CLEAVE_ASSIGN_OR_RETURN(TypedBody typed, typedBody(ctx));
+  std::vector<TensorData> values(typed.body.steps.size());
+  for (size_t s = 0; s < typed.body.steps.size(); ++s) {
+    const FusedStep& step = typed.body.steps[s];
+    const OpDef& def = opDef(step.op);
+    const Types operand_types = stepOperandTypes(typed, ctx.operands, s);
+    std::vector<TensorData> literals;
+    literals.reserve(step.args.size());
+    std::vector<const TensorData*> args;
+    for (size_t a = 0; a < step.args.size(); ++a) {
+      const FusedArg& arg = step.args[a];
+      if (arg.kind == FusedArg::Kind::kOperand) args.push_back(operands[arg.index]);
+      if (arg.kind == FusedArg::Kind::kStep) args.push_back(&values[arg.index]);
+      if (arg.kind == FusedArg::Kind::kLiteral) {
+        literals.push_back(operand_types[a].dtype == DType::kBF16
+                               ? roundedToBf16(referenceTensor(fusedLiteralType(DType::kF32), {arg.literal}))
+                               : referenceTensor(operand_types[a], {arg.literal}));
+        args.push_back(&literals.back());
+      }
+    }
+    const Types result{typed.step_types[s]};
+    const OpContext step_ctx{def, operand_types, result, step.attrs};
+    if (!def.reference) return referenceError(ctx, "step t" + std::to_string(s) + " (" + std::string(def.name) + ") has no reference");
+    if (!def.reference_supports || def.reference_supports(step_ctx)) {
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> step_results, def.reference(step_ctx, args));
+      values[s] = std::move(step_results[0]);
+      continue;
+    }
+    // A bf16 step whose op has no bf16 reference: computed in f32 and rounded to bf16, as the
+    // fused kernels compute it.
+    Types widened_types = operand_types;
+    std::vector<TensorData> widened;
+    widened.reserve(args.size());
+    std::vector<const TensorData*> widened_args;
+    for (size_t a = 0; a < args.size(); ++a) {
+      widened_types[a].dtype = DType::kF32;
+      widened.push_back(widenedToF32(*args[a]));
+      widened_args.push_back(&widened.back());
+    }
+    const Types widened_result{TensorType{DType::kF32, result[0].shape}};
+    const OpContext widened_ctx{def, widened_types, widened_result, step.attrs};
+    if (def.reference_supports && !def.reference_supports(widened_ctx))
+      return referenceError(ctx, "step t" + std::to_string(s) + " (" + std::string(def.name) + ") has no reference for its dtype");
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> step_results, def.reference(widened_ctx, widened_args));
+    values[s] = roundedToBf16(step_results[0]);
+  }
+  std::vector<TensorData> results;
+  for (int r : typed.body.returned) results.push_back(values[r]);
+  return results;
+}
+
+}  // namespace
+
+double fusedBytesSaved(const OpContext& ctx) {
+  auto typed = typedBody(ctx);
+  if (!typed) return 0;
+  double unfused = 0;
+  for (size_t s = 0; s < typed->body.steps.size(); ++s) {
+    const FusedStep& step = typed->body.steps[s];
+    const OpDef& def = opDef(step.op);
+    const Types operands = stepOperandTypes(*typed, ctx.operands, s);
+    const Types result{typed->step_types[s]};
+    unfused += def.cost(OpContext{def, operands, result, step.attrs}).bytes;
+  }
+  return std::max(0.0, unfused - fusedCost(ctx).bytes);
+}
+
+void addFusedOps(std::vector<OpDef>& table) {
+  table.push_back(OpDef{.id = OpId::fused,
+                        .name = "fused",
+                        .summary = "the elementwise steps of `body` in one pass (made by the fusion pass)",
+                        .min_operands = 1,
+                        .max_operands = -1,
+                        .attrs = {requiredAttr("body", AttrKind::kString)},
+                        .shape = checkedShapeRule<fusedShape>,
+                        .cost = fusedCost,
+                        .sharding = broadcastShardingRule,
+                        .reference = fusedReference});
+}
+
+}  // namespace cleave::ops

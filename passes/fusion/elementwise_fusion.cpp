@@ -1,0 +1,204 @@
+// Elementwise fusion: groups chains of fusable nodes and rewrites each group as one fused node.
+#include "passes/fusion/elementwise_fusion.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "ir/ops/fused_body.h"
+#include "ir/ops/reference_support.h"
+
+namespace cleave {
+namespace {
+
+// A group of nodes becoming one fused node: its members in program order.
+struct FusionGroup {
+  std::vector<int32_t> members;
+  Shape shape;
+  DType dtype;
+  int64_t label;
+};
+
+class ElementwiseFusion {
+ public:
+  ElementwiseFusion(Graph& graph, std::vector<int64_t>* node_group)
+      : graph_(graph), node_group_(node_group), users_(graph.computeUsers()), group_of_(graph.nodes.size(), -1) {
+    is_root_.assign(graph.values.size(), false);
+    for (ValueId v : graph.outputs) is_root_[v] = true;
+    for (const StateUpdate& update : graph.updates) is_root_[update.new_value] = true;
+  }
+
+  Expected<FusionReport> run() {
+    // 1. Grow groups in program order.
+    for (int32_t i = 0; i < static_cast<int32_t>(graph_.nodes.size()); ++i) {
+      if (!isCandidate(i)) continue;
+      const int target = groupOfFirstOperand(i);
+      if (target >= 0 && canJoin(target, i)) {
+        groups_[target].members.push_back(i);
+        group_of_[i] = target;
+        continue;
+      }
+      const Value& result = graph_.values[graph_.nodes[i].results[0]];
+      group_of_[i] = static_cast<int>(groups_.size());
+      groups_.push_back(FusionGroup{{i}, result.type.shape, result.type.dtype, labelOf(i)});
+    }
+    // 2. Rewrite each group of two or more as a fused node in its last member's place.
+    FusionReport report;
+    std::vector<bool> dead(graph_.nodes.size(), false);
+    for (const FusionGroup& group : groups_) {
+      if (group.members.size() < 2) continue;
+      CLEAVE_TRY(rewrite(group, dead));
+      ++report.fused_nodes;
+      report.nodes_replaced += static_cast<int>(group.members.size());
+    }
+    if (report.fused_nodes == 0) return report;
+    // 3. Scalar constants that only the fused bodies read go too.
+    std::vector<int> uses(graph_.values.size(), 0);
+    for (size_t i = 0; i < graph_.nodes.size(); ++i)
+      if (!dead[i])
+        for (ValueId v : graph_.nodes[i].operands) ++uses[v];
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      const Node& node = graph_.nodes[i];
+      if (node.op == OpId::constant && !dead[i] && !is_root_[node.results[0]] && uses[node.results[0]] == 0 &&
+          scalarConstant(node.results[0]))
+        dead[i] = true;
+    }
+    if (node_group_ && !node_group_->empty()) {
+      std::vector<int64_t> kept;
+      for (size_t i = 0; i < dead.size(); ++i)
+        if (!dead[i]) kept.push_back((*node_group_)[i]);
+      *node_group_ = std::move(kept);
+    }
+    graph_.eraseNodes(dead);
+    return report;
+  }
+
+ private:
+  int64_t labelOf(int32_t node) const { return node_group_ && !node_group_->empty() ? (*node_group_)[node] : 0; }
+
+  // The value of a one-element float constant, which a body holds as a literal.
+  std::optional<double> scalarConstant(ValueId v) const {
+    const Value& value = graph_.values[v];
+    if (value.producer < 0 || value.type.numel() != 1) return std::nullopt;
+    const Node& node = graph_.nodes[value.producer];
+    if (node.op != OpId::constant) return std::nullopt;
+    auto attr = node.attrs.find("value");
+    if (attr == node.attrs.end() || attrKind(attr->second) != AttrKind::kTensor) return std::nullopt;
+    const auto& data = std::get<std::shared_ptr<const TensorData>>(attr->second);
+    if (!data || data->type.numel() != 1) return std::nullopt;
+    return ops::referenceValues(*data)[0];
+  }
+
+  // A literal keeps the step's result type only when the constant adds no dims to it.
+  bool isLiteral(const Node& node, size_t operand) const {
+    const ValueId v = node.operands[operand];
+    if (!scalarConstant(v)) return false;
+    return graph_.values[v].type.rank() <= graph_.values[node.results[0]].type.rank() &&
+           graph_.values[v].type.dtype == graph_.values[node.results[0]].type.dtype;
+  }
+
+  bool isCandidate(int32_t i) const {
+    const Node& node = graph_.nodes[i];
+    if (!opDef(node.op).fusable || node.results.size() != 1) return false;
+    const TensorType& result = graph_.values[node.results[0]].type;
+    if (result.dtype != DType::kF32 && result.dtype != DType::kBF16) return false;
+    bool reads_a_tensor = false;
+    for (size_t a = 0; a < node.operands.size(); ++a) {
+      if (graph_.values[node.operands[a]].type.dtype != result.dtype) return false;
+      if (!isLiteral(node, a)) reads_a_tensor = true;
+    }
+    return reads_a_tensor;  // all literals: constant folding's work
+  }
+
+  int groupOfFirstOperand(int32_t i) const {
+    for (ValueId v : graph_.nodes[i].operands) {
+      const int32_t producer = graph_.values[v].producer;
+      if (producer >= 0 && group_of_[producer] >= 0) return group_of_[producer];
+    }
+    return -1;
+  }
+
+  // Node i may join `g` when it has the group's shape, dtype and label, and no node outside the
+  // group that reads a member's result comes before i (the fused node will stand at i).
+  bool canJoin(int g, int32_t i) const {
+    const FusionGroup& group = groups_[g];
+    const TensorType& result = graph_.values[graph_.nodes[i].results[0]].type;
+    if (result.shape != group.shape || result.dtype != group.dtype || labelOf(i) != group.label) return false;
+    for (int32_t member : group.members)
+      for (int32_t user : users_[graph_.nodes[member].results[0]])
+        if (user != i && group_of_[user] != g && user < i) return false;
+    return true;
+  }
+
+  bool usedOutside(const FusionGroup& group, int g, int32_t member) const {
+    const ValueId v = graph_.nodes[member].results[0];
+    if (is_root_[v]) return true;
+    for (int32_t user : users_[v])
+      if (group_of_[user] != g) return true;
+    return false;
+  }
+
+  Status rewrite(const FusionGroup& group, std::vector<bool>& dead) {
+    const int g = group_of_[group.members[0]];
+    FusedBody body;
+    std::vector<ValueId> operands;
+    std::vector<int> step_of(graph_.nodes.size(), -1);
+    for (int32_t member : group.members) {
+      const Node& node = graph_.nodes[member];
+      FusedStep step{node.op, {}, node.attrs};
+      for (size_t a = 0; a < node.operands.size(); ++a) {
+        const ValueId v = node.operands[a];
+        const int32_t producer = graph_.values[v].producer;
+        if (producer >= 0 && group_of_[producer] == g) {
+          step.args.push_back({FusedArg::Kind::kStep, step_of[producer], 0.0});
+        } else if (isLiteral(node, a)) {
+          step.args.push_back({FusedArg::Kind::kLiteral, 0, *scalarConstant(v)});
+        } else {
+          auto at = std::find(operands.begin(), operands.end(), v);
+          if (at == operands.end()) at = operands.insert(operands.end(), v);
+          step.args.push_back({FusedArg::Kind::kOperand, static_cast<int>(at - operands.begin()), 0.0});
+        }
+      }
+      step_of[member] = static_cast<int>(body.steps.size());
+      body.steps.push_back(std::move(step));
+    }
+    std::vector<ValueId> results;
+    for (int32_t member : group.members) {
+      if (!usedOutside(group, g, member)) continue;
+      body.returned.push_back(step_of[member]);
+      results.push_back(graph_.nodes[member].results[0]);
+    }
+    Node& last = graph_.nodes[group.members.back()];
+    Node fused{OpId::fused, operands, results, {{"body", printFusedBody(body)}}, last.loc};
+    // The body must type as the nodes it replaces did (a build bug otherwise).
+    std::vector<TensorType> operand_types;
+    for (ValueId v : operands) operand_types.push_back(graph_.values[v].type);
+    auto types = inferResultTypes(opDef(OpId::fused), operand_types, fused.attrs);
+    if (!types) return Status::internal("fusion: " + nodeContext(graph_, last) + types.status().message());
+    for (size_t r = 0; r < results.size(); ++r)
+      if ((*types)[r] != graph_.values[results[r]].type)
+        return Status::internal("fusion: " + nodeContext(graph_, last) + "fused result " + std::to_string(r) + " types as " +
+                                (*types)[r].str() + ", the node it replaces gave " + graph_.values[results[r]].type.str());
+    for (int32_t member : group.members) dead[member] = true;
+    dead[group.members.back()] = false;
+    last = std::move(fused);
+    return Status::ok();
+  }
+
+  Graph& graph_;
+  std::vector<int64_t>* node_group_;
+  std::vector<std::vector<int32_t>> users_;
+  std::vector<int> group_of_;
+  std::vector<bool> is_root_;
+  std::vector<FusionGroup> groups_;
+};
+
+}  // namespace
+
+Expected<FusionReport> fuseElementwise(Graph& graph, std::vector<int64_t>* node_group) {
+  if (node_group && !node_group->empty() && node_group->size() != graph.nodes.size())
+    return Status::internal("fusion: " + std::to_string(node_group->size()) + " node groups for " +
+                            std::to_string(graph.nodes.size()) + " nodes");
+  return ElementwiseFusion(graph, node_group).run();
+}
+
+}  // namespace cleave

@@ -1,0 +1,27 @@
+// Elementwise fusion: chains of fusable elementwise nodes become one fused node (op `fused`).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/status.h"
+
+namespace cleave {
+
+// What fuseElementwise did to a graph.
+struct FusionReport {
+  int fused_nodes = 0;     // fused nodes made
+  int nodes_replaced = 0;  // elementwise nodes they replaced
+};
+
+// Replaces chains of fusable ops (OpDef::fusable) of one float dtype and result shape by fused
+// nodes, in a graph that is final (after autodiff and partitioning: a fusion never crosses a
+// collective, which is not fusable). A node joins the chain of the producer of its first operand
+// when it has the chain's result shape and every other user of the chain's values comes after it;
+// the fused node takes the chain's last node's place. Scalar constants become literals of the
+// body. `node_group`, when not empty, gives each node a group (a pipeline step): only nodes of one
+// group fuse, and the vector is updated to the new node list. Chains of one node stay as they are.
+Expected<FusionReport> fuseElementwise(Graph& graph, std::vector<int64_t>* node_group = nullptr);
+
+}  // namespace cleave

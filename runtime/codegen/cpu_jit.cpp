@@ -1,0 +1,97 @@
+// ORC LLJIT for fused kernels: one JIT per process, kernels cached by key, compiled at -O3 for the host.
+#include "runtime/codegen/cpu_jit.h"
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include "runtime/codegen/fused_kernel_ir.h"
+
+namespace cleave::runtime::codegen {
+namespace {
+
+std::string llvmMessage(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+class HostJit {
+ public:
+  Expected<FusedCpuFunction> kernel(const OpContext& ctx) {
+    const std::string key = fusedKernelKey(ctx);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    CLEAVE_TRY(start());
+    CLEAVE_ASSIGN_OR_RETURN(FusedKernelSpec spec, fusedKernelSpec(ctx));
+    const std::string name = "cleave_fused_" + std::to_string(cache_.size());
+    auto context = std::make_unique<llvm::LLVMContext>();
+    CLEAVE_ASSIGN_OR_RETURN(std::unique_ptr<llvm::Module> module,
+                            buildFusedKernelModule(spec, FusedTarget::kHostCpu, name, *context));
+    module->setDataLayout(jit_->getDataLayout());
+    module->setTargetTriple(machine_->getTargetTriple().str());
+    for (llvm::Function& function : *module) {
+      if (function.isDeclaration()) continue;
+      function.addFnAttr("target-cpu", machine_->getTargetCPU());
+      function.addFnAttr("target-features", machine_->getTargetFeatureString());
+    }
+    optimizeModule(*module, *machine_);
+    if (llvm::Error error = jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
+      return Status::internal("fused kernel: LLVM's JIT rejected the module: " + llvmMessage(std::move(error)));
+    auto symbol = jit_->lookup(name);
+    if (!symbol) return Status::internal("fused kernel: LLVM's JIT lost " + name + ": " + llvmMessage(symbol.takeError()));
+    auto function = reinterpret_cast<FusedCpuFunction>(static_cast<uintptr_t>(symbol->getAddress()));
+    cache_.emplace(key, function);
+    compiled_.fetch_add(1, std::memory_order_relaxed);
+    return function;
+  }
+
+  int64_t compiled() const { return compiled_.load(std::memory_order_relaxed); }
+
+ private:
+  // Makes the JIT and the host's target machine at the first kernel.
+  Status start() {
+    if (jit_) return Status::ok();
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    auto host = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!host) return Status::internal("fused kernels: LLVM cannot describe this CPU: " + llvmMessage(host.takeError()));
+    host->setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+    auto machine = host->createTargetMachine();
+    if (!machine) return Status::internal("fused kernels: no LLVM target for this CPU: " + llvmMessage(machine.takeError()));
+    auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*host).create();
+    if (!jit) return Status::internal("fused kernels: LLVM's JIT did not start: " + llvmMessage(jit.takeError()));
+    // Symbols a kernel calls (powf) resolve to this process's libm.
+    auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess((*jit)->getDataLayout().getGlobalPrefix());
+    if (!process) return Status::internal("fused kernels: " + llvmMessage(process.takeError()));
+    (*jit)->getMainJITDylib().addGenerator(std::move(*process));
+    machine_ = std::move(*machine);
+    jit_ = std::move(*jit);
+    return Status::ok();
+  }
+
+  std::mutex mutex_;
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  std::unique_ptr<llvm::TargetMachine> machine_;
+  std::unordered_map<std::string, FusedCpuFunction> cache_;
+  std::atomic<int64_t> compiled_{0};
+};
+
+// One JIT for the process, never destroyed: kernels may run until exit.
+HostJit& hostJit() {
+  static HostJit* jit = new HostJit();
+  return *jit;
+}
+
+}  // namespace
+
+Expected<FusedCpuFunction> hostFusedKernel(const OpContext& ctx) { return hostJit().kernel(ctx); }
+
+int64_t hostFusedKernelsCompiled() { return hostJit().compiled(); }
+
+}  // namespace cleave::runtime::codegen

@@ -1,0 +1,23 @@
+// Fused kernels for the host CPU: LLVM IR from runtime/codegen/fused_kernel_ir.h, optimised for
+// this CPU (its vector width and instruction set) and compiled by ORC's LLJIT, once per process.
+#pragma once
+
+#include <cstdint>
+
+#include "ir/op_table.h"
+#include "ir/status.h"
+
+namespace cleave::runtime::codegen {
+
+// A compiled fused kernel: computes result elements [begin, end) of its node (row-major).
+using FusedCpuFunction = void (*)(const void* const* operands, void* const* results, int64_t begin, int64_t end);
+
+// The compiled kernel of fused node `ctx`, compiling it on first use. Kernels are cached by their
+// body and operand types (fusedKernelKey) and shared by every thread and rank of the process.
+// Errors: an invalid body (kBadInput), LLVM failing (kInternal, with LLVM's message).
+Expected<FusedCpuFunction> hostFusedKernel(const OpContext& ctx);
+
+// How many fused kernels this process has compiled (for tests and traces).
+int64_t hostFusedKernelsCompiled();
+
+}  // namespace cleave::runtime::codegen

@@ -1,0 +1,537 @@
+// LLVM IR for fused nodes: the element computation of each fusable op, the host CPU's loop nest and
+// the GPU's grid-stride loop around it.
+#include "runtime/codegen/fused_kernel_ir.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numbers>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Support/raw_ostream.h>
+
+namespace cleave::runtime::codegen {
+namespace {
+
+using llvm::Value;
+
+// The type of `dim`s aligned to the right of a rank-`rank` shape (numpy broadcasting).
+std::vector<int64_t> alignedShape(const Shape& shape, size_t rank) {
+  std::vector<int64_t> aligned(rank - shape.size(), 1);
+  aligned.insert(aligned.end(), shape.begin(), shape.end());
+  return aligned;
+}
+
+// The default of attribute `name` of `op` when `attrs` lacks it.
+const Attribute& attributeOf(OpId op, const AttrMap& attrs, const std::string& name) {
+  auto it = attrs.find(name);
+  return it != attrs.end() ? it->second : opDef(op).findAttr(name)->default_value;
+}
+
+// Emits the f32 computation of each step, one element at a time.
+class ElementEmitter {
+ public:
+  ElementEmitter(llvm::IRBuilder<>& b, llvm::Module& module, FusedTarget target)
+      : b_(b), module_(module), target_(target), f32_(b.getFloatTy()), i32_(b.getInt32Ty()) {}
+
+  // The returned steps' values from the operands' values (loaded and widened to f32).
+  Expected<std::vector<Value*>> steps(const FusedKernelSpec& spec, const std::vector<Value*>& operands) {
+    std::vector<Value*> values;
+    for (size_t s = 0; s < spec.body.steps.size(); ++s) {
+      const FusedStep& step = spec.body.steps[s];
+      std::vector<Value*> args;
+      std::vector<const FusedArg*> literal_of;
+      for (const FusedArg& arg : step.args) {
+        switch (arg.kind) {
+          case FusedArg::Kind::kOperand: args.push_back(operands[arg.index]); break;
+          case FusedArg::Kind::kStep: args.push_back(values[arg.index]); break;
+          case FusedArg::Kind::kLiteral: args.push_back(constant(arg.literal)); break;
+        }
+        literal_of.push_back(arg.kind == FusedArg::Kind::kLiteral ? &arg : nullptr);
+      }
+      CLEAVE_ASSIGN_OR_RETURN(Value * value, step_value(step, args, literal_of, s));
+      // A bf16 step stores its result as bf16 when unfused: round it the same way here.
+      if (spec.steps[s].dtype == DType::kBF16) value = fromBf16(toBf16(value));
+      values.push_back(value);
+    }
+    std::vector<Value*> returned;
+    for (int r : spec.body.returned) returned.push_back(values[r]);
+    return returned;
+  }
+
+  // bf16 bits (i16) -> f32, exactly.
+  Value* fromBf16(Value* bits) {
+    Value* word = b_.CreateShl(b_.CreateZExt(bits, i32_), 16);
+    return b_.CreateBitCast(word, f32_);
+  }
+  // f32 -> bf16 bits, rounding to nearest even; a NaN stays a quiet NaN (as floatToBfloat16).
+  Value* toBf16(Value* value) {
+    Value* word = b_.CreateBitCast(value, i32_);
+    Value* nan = b_.CreateICmpUGT(b_.CreateAnd(word, 0x7fffffffu), b_.getInt32(0x7f800000u));
+    Value* odd = b_.CreateAnd(b_.CreateLShr(word, 16), 1u);
+    Value* rounded = b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(word, b_.getInt32(0x7fffu)), odd), 16);
+    Value* quiet = b_.CreateOr(b_.CreateLShr(word, 16), 0x40u);
+    return b_.CreateTrunc(b_.CreateSelect(nan, quiet, rounded), b_.getInt16Ty());
+  }
+
+ private:
+  Value* constant(double v) { return llvm::ConstantFP::get(f32_, static_cast<double>(static_cast<float>(v))); }
+  Value* c(float v) { return llvm::ConstantFP::get(f32_, static_cast<double>(v)); }
+  Value* add(Value* a, Value* x) { return b_.CreateFAdd(a, x); }
+  Value* sub(Value* a, Value* x) { return b_.CreateFSub(a, x); }
+  Value* mul(Value* a, Value* x) { return b_.CreateFMul(a, x); }
+  Value* div(Value* a, Value* x) { return b_.CreateFDiv(a, x); }
+  Value* lt(Value* a, Value* x) { return b_.CreateFCmpOLT(a, x); }
+  Value* gt(Value* a, Value* x) { return b_.CreateFCmpOGT(a, x); }
+  Value* select(Value* cond, Value* a, Value* x) { return b_.CreateSelect(cond, a, x); }
+  Value* intrinsic(llvm::Intrinsic::ID id, Value* x) { return b_.CreateUnaryIntrinsic(id, x); }
+  Value* abs(Value* x) { return intrinsic(llvm::Intrinsic::fabs, x); }
+  Value* sqrt(Value* x) { return intrinsic(llvm::Intrinsic::sqrt, x); }
+
+  // p·x + k for each coefficient k after the first, as the kernels' Horner loops write it.
+  Value* horner(Value* x, std::initializer_list<float> coefficients) {
+    auto it = coefficients.begin();
+    Value* p = c(*it++);
+    for (; it != coefficients.end(); ++it) p = add(mul(p, x), c(*it));
+    return p;
+  }
+
+  // expFloat of runtime/cpu/cpu_vector_math.h, operation for operation.
+  Value* exp(Value* x) {
+    Value* is_nan = b_.CreateFCmpUNO(x, x);
+    Value* clamped = select(lt(x, c(-104.0f)), c(-104.0f), x);
+    clamped = select(gt(clamped, c(89.0f)), c(89.0f), clamped);
+    clamped = select(is_nan, c(0.0f), clamped);
+    const float round = 12582912.0f;
+    Value* n = sub(add(mul(clamped, c(1.44269504088896341f)), c(round)), c(round));
+    Value* r = sub(clamped, mul(n, c(0.693359375f)));
+    r = sub(r, mul(n, c(-2.12194440e-4f)));
+    Value* p = horner(r, {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+                          5.0000001201e-1f});
+    p = add(add(mul(p, mul(r, r)), r), c(1.0f));
+    Value* exponent = b_.CreateFPToSI(n, i32_);
+    Value* half = b_.CreateAShr(exponent, 1);
+    Value* low = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(half, b_.getInt32(127)), 23), f32_);
+    Value* high = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(b_.CreateSub(exponent, half), b_.getInt32(127)), 23), f32_);
+    return select(is_nan, x, mul(mul(p, low), high));
+  }
+
+  // tanhFloat.
+  Value* tanh(Value* x) {
+    Value* z = mul(x, x);
+    Value* small = horner(z, {-5.70498872745e-3f, 2.06390887954e-2f});
+    small = sub(mul(small, z), c(5.37397155531e-2f));
+    small = add(mul(small, z), c(1.33314422036e-1f));
+    small = sub(mul(small, z), c(3.33332819422e-1f));
+    small = add(mul(mul(small, z), x), x);
+    Value* magnitude = sub(c(1.0f), div(c(2.0f), add(exp(mul(c(2.0f), abs(x))), c(1.0f))));
+    Value* large = select(lt(x, c(0.0f)), b_.CreateFNeg(magnitude), magnitude);
+    return select(lt(abs(x), c(0.625f)), small, large);
+  }
+
+  // erfFloat.
+  Value* erf(Value* x) {
+    Value* z = mul(x, x);
+    Value* tail = c(1.2055332981e-4f);
+    tail = sub(mul(tail, z), c(8.5483270768e-4f));
+    tail = add(mul(tail, z), c(5.2239776254e-3f));
+    tail = sub(mul(tail, z), c(2.6866170645e-2f));
+    tail = add(mul(tail, z), c(1.1283791671e-1f));
+    tail = sub(mul(tail, z), c(3.7612638903e-1f));
+    tail = add(mul(tail, z), c(1.2837916709551257e-1f));
+    Value* series = add(x, mul(x, tail));
+    Value* a = abs(x);
+    Value* t = div(c(1.0f), add(c(1.0f), mul(c(0.5f), a)));
+    Value* p = c(0.17087277f);
+    p = sub(mul(p, t), c(0.82215223f));
+    p = add(mul(p, t), c(1.48851587f));
+    p = sub(mul(p, t), c(1.13520398f));
+    p = add(mul(p, t), c(0.27886807f));
+    p = sub(mul(p, t), c(0.18628806f));
+    p = add(mul(p, t), c(0.09678418f));
+    p = add(mul(p, t), c(0.37409196f));
+    p = add(mul(p, t), c(1.00002368f));
+    p = sub(mul(p, t), c(1.26551223f));
+    Value* complement = mul(t, exp(sub(p, mul(a, a))));
+    Value* magnitude = sub(c(1.0f), complement);
+    Value* large = select(lt(x, c(0.0f)), b_.CreateFNeg(magnitude), magnitude);
+    return select(lt(a, c(0.5f)), series, large);
+  }
+
+  // powByMultiplying<twice> of cpu_kernels_elementwise.cpp.
+  Value* powByMultiplying(Value* x, int twice) {
+    const int whole = (twice < 0 ? -twice : twice) / 2;
+    Value* result = c(1.0f);
+    if (whole > 0) {
+      Value* base = x;
+      for (int bits = whole;;) {
+        if (bits & 1) result = mul(result, base);
+        bits >>= 1;
+        if (bits == 0) break;
+        base = mul(base, base);
+      }
+    }
+    if (twice % 2 != 0) {
+      const float inf = std::numeric_limits<float>::infinity();
+      Value* root = select(b_.CreateFCmpOEQ(x, c(-inf)), c(inf), add(sqrt(x), c(0.0f)));
+      result = mul(result, root);
+    }
+    if (twice < 0) result = div(c(1.0f), result);
+    return result;
+  }
+
+  Expected<Value*> pow(Value* x, Value* exponent, const FusedArg* literal) {
+    if (literal) {
+      const double twice = 2.0 * static_cast<float>(literal->literal);
+      if (twice == std::nearbyint(twice) && std::abs(twice) <= 8) return powByMultiplying(x, static_cast<int>(twice));
+    }
+    if (target_ == FusedTarget::kNvptx)
+      return Status::badInput("fused: pow with an exponent other than a literal multiple of 0.5 in [-4, 4] has no GPU code");
+    llvm::FunctionCallee powf = module_.getOrInsertFunction("powf", f32_, f32_, f32_);
+    return static_cast<Value*>(b_.CreateCall(powf, {x, exponent}));
+  }
+
+  Value* geluExact(Value* x) {
+    Value* cdf = add(c(1.0f), erf(mul(x, c(static_cast<float>(std::numbers::sqrt2 / 2)))));
+    return mul(mul(x, c(0.5f)), cdf);
+  }
+  Value* geluTanh(Value* x) {
+    const float beta = static_cast<float>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
+    Value* cube = mul(mul(x, x), x);
+    Value* inner = mul(c(beta), add(x, mul(c(0.044715f), cube)));
+    return mul(mul(c(0.5f), x), add(c(1.0f), tanh(inner)));
+  }
+  Value* geluGradExact(Value* dy, Value* x) {
+    Value* cdf = mul(c(0.5f), add(c(1.0f), erf(mul(x, c(static_cast<float>(std::numbers::sqrt2 / 2))))));
+    Value* pdf = mul(exp(mul(mul(c(-0.5f), x), x)), c(static_cast<float>(std::numbers::inv_sqrtpi / std::numbers::sqrt2)));
+    return mul(dy, add(cdf, mul(x, pdf)));
+  }
+  Value* geluGradTanh(Value* dy, Value* x) {
+    const float beta = static_cast<float>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
+    const float kappa = 0.044715f;
+    Value* x_sq = mul(x, x);
+    Value* inner = mul(c(beta), add(x, mul(mul(c(kappa), x_sq), x)));
+    Value* t = tanh(inner);
+    Value* left = mul(c(0.5f), x);
+    Value* right = add(c(1.0f), t);
+    Value* left_derivative = mul(c(0.5f), right);
+    Value* right_derivative =
+        mul(mul(mul(left, sub(c(1.0f), mul(t, t))), c(beta)), add(c(1.0f), mul(c(3.0f * kappa), x_sq)));
+    return mul(dy, add(left_derivative, right_derivative));
+  }
+
+  Expected<Value*> step_value(const FusedStep& step, const std::vector<Value*>& a,
+                              const std::vector<const FusedArg*>& literal_of, size_t index) {
+    switch (step.op) {
+      case OpId::add: return add(a[0], a[1]);
+      case OpId::sub: return sub(a[0], a[1]);
+      case OpId::mul: return mul(a[0], a[1]);
+      case OpId::div: return div(a[0], a[1]);
+      case OpId::pow: return pow(a[0], a[1], literal_of[1]);
+      case OpId::neg: return b_.CreateFNeg(a[0]);
+      case OpId::sqrt: return sqrt(a[0]);
+      case OpId::exp: return exp(a[0]);
+      case OpId::erf: return erf(a[0]);
+      case OpId::tanh: return tanh(a[0]);
+      case OpId::sigmoid: return div(c(1.0f), add(c(1.0f), exp(b_.CreateFNeg(a[0]))));
+      case OpId::relu: return select(lt(a[0], c(0.0f)), c(0.0f), a[0]);
+      case OpId::gelu:
+        return std::get<std::string>(attributeOf(step.op, step.attrs, "approximate")) == "tanh" ? geluTanh(a[0])
+                                                                                                 : geluExact(a[0]);
+      case OpId::clip: {
+        Value* lo = constant(std::get<double>(attributeOf(step.op, step.attrs, "min")));
+        Value* hi = constant(std::get<double>(attributeOf(step.op, step.attrs, "max")));
+        Value* raised = select(lt(a[0], lo), lo, a[0]);
+        return select(gt(raised, hi), hi, raised);
+      }
+      case OpId::relu_grad: return select(gt(a[1], c(0.0f)), a[0], c(0.0f));
+      case OpId::gelu_grad:
+        return std::get<std::string>(attributeOf(step.op, step.attrs, "approximate")) == "tanh"
+                   ? geluGradTanh(a[0], a[1])
+                   : geluGradExact(a[0], a[1]);
+      case OpId::tanh_grad: return mul(a[0], sub(c(1.0f), mul(a[1], a[1])));
+      case OpId::sigmoid_grad: return mul(mul(a[0], sub(c(1.0f), a[1])), a[1]);
+      default:
+        return Status::internal("fused: step t" + std::to_string(index) + ": no code for op " +
+                                std::string(opName(step.op)) + ", which the op table marks fusable");
+    }
+  }
+
+  llvm::IRBuilder<>& b_;
+  llvm::Module& module_;
+  FusedTarget target_;
+  llvm::Type* f32_;
+  llvm::Type* i32_;
+};
+
+// The element type a tensor of `dtype` is stored as.
+llvm::Type* storageType(llvm::IRBuilder<>& b, DType dtype) {
+  return dtype == DType::kBF16 ? static_cast<llvm::Type*>(b.getInt16Ty()) : b.getFloatTy();
+}
+
+// for (iv = start; iv < end; ++iv) body(iv).
+void emitLoop(llvm::IRBuilder<>& b, Value* start, Value* end, Value* step, const char* name,
+              const std::function<Status(Value*)>& body, Status& status) {
+  llvm::Function* function = b.GetInsertBlock()->getParent();
+  llvm::LLVMContext& context = b.getContext();
+  llvm::BasicBlock* before = b.GetInsertBlock();
+  llvm::BasicBlock* loop = llvm::BasicBlock::Create(context, name, function);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(context, std::string(name) + ".exit", function);
+  b.CreateCondBr(b.CreateICmpSLT(start, end), loop, exit);
+  b.SetInsertPoint(loop);
+  llvm::PHINode* iv = b.CreatePHI(b.getInt64Ty(), 2, std::string(name) + ".iv");
+  iv->addIncoming(start, before);
+  if (status.isOk()) status = body(iv);
+  Value* next = b.CreateAdd(iv, step, "", /*HasNUW=*/true, /*HasNSW=*/true);
+  iv->addIncoming(next, b.GetInsertBlock());
+  b.CreateCondBr(b.CreateICmpSLT(next, end), loop, exit);
+  b.SetInsertPoint(exit);
+}
+
+// Emits the loads, the steps and the stores of result element `index`, operand k being read at
+// offsets[k].
+Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
+                   const std::vector<Value*>& operand_pointers, const std::vector<Value*>& result_pointers,
+                   const std::vector<Value*>& offsets, Value* index) {
+  std::vector<Value*> operands;
+  for (size_t k = 0; k < spec.operands.size(); ++k) {
+    llvm::Type* type = storageType(b, spec.operands[k].dtype);
+    Value* loaded = b.CreateLoad(type, b.CreateInBoundsGEP(type, operand_pointers[k], offsets[k]));
+    operands.push_back(spec.operands[k].dtype == DType::kBF16 ? emitter.fromBf16(loaded) : loaded);
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<Value*> values, emitter.steps(spec, operands));
+  for (size_t r = 0; r < spec.results.size(); ++r) {
+    llvm::Type* type = storageType(b, spec.results[r].dtype);
+    Value* stored = spec.results[r].dtype == DType::kBF16 ? emitter.toBf16(values[r]) : values[r];
+    b.CreateStore(stored, b.CreateInBoundsGEP(type, result_pointers[r], index));
+  }
+  return Status::ok();
+}
+
+// Each operand's offset for row `row` of the collapsed space (all dims but the last).
+std::vector<Value*> rowOffsets(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, Value* row) {
+  std::vector<Value*> offsets(spec.operands.size(), b.getInt64(0));
+  Value* rest = row;
+  for (int d = static_cast<int>(spec.dims.size()) - 2; d >= 0; --d) {
+    Value* index = b.CreateURem(rest, b.getInt64(spec.dims[d]));
+    rest = b.CreateUDiv(rest, b.getInt64(spec.dims[d]));
+    for (size_t k = 0; k < spec.operands.size(); ++k)
+      if (spec.operand_strides[k][d] != 0)
+        offsets[k] = b.CreateAdd(offsets[k], b.CreateMul(index, b.getInt64(spec.operand_strides[k][d])));
+  }
+  return offsets;
+}
+
+// offsets[k] + column · (operand k's stride along the last dim).
+std::vector<Value*> elementOffsets(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std::vector<Value*>& row,
+                                   Value* column) {
+  std::vector<Value*> offsets;
+  for (size_t k = 0; k < spec.operands.size(); ++k) {
+    const int64_t stride = spec.operand_strides[k].back();
+    offsets.push_back(stride == 0 ? row[k] : b.CreateAdd(row[k], b.CreateMul(column, b.getInt64(stride))));
+  }
+  return offsets;
+}
+
+// The host function: rows of the collapsed space, the last dim as the inner (vectorised) loop.
+Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module) {
+  llvm::LLVMContext& context = module.getContext();
+  llvm::IRBuilder<> b(context);
+  llvm::Type* i64 = b.getInt64Ty();
+  llvm::Type* bytes = b.getInt8PtrTy();
+  // 1. The body, with each tensor a noalias parameter (the plan never aliases a fused node's
+  //    results with its operands: the op is not in_place).
+  std::vector<llvm::Type*> params;
+  for (const TensorType& t : spec.operands) params.push_back(storageType(b, t.dtype)->getPointerTo());
+  for (const TensorType& t : spec.results) params.push_back(storageType(b, t.dtype)->getPointerTo());
+  params.push_back(i64);
+  params.push_back(i64);
+  auto* body_type = llvm::FunctionType::get(b.getVoidTy(), params, false);
+  auto* body = llvm::Function::Create(body_type, llvm::Function::InternalLinkage, name + ".body", module);
+  body->addFnAttr(llvm::Attribute::NoInline);
+  body->addFnAttr(llvm::Attribute::NoUnwind);
+  const size_t tensors = spec.operands.size() + spec.results.size();
+  for (size_t p = 0; p < tensors; ++p) body->addParamAttr(static_cast<unsigned>(p), llvm::Attribute::NoAlias);
+  b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", body));
+  std::vector<Value*> operand_pointers, result_pointers;
+  for (size_t p = 0; p < spec.operands.size(); ++p) operand_pointers.push_back(body->getArg(p));
+  for (size_t p = 0; p < spec.results.size(); ++p) result_pointers.push_back(body->getArg(spec.operands.size() + p));
+  Value* begin = body->getArg(tensors);
+  Value* end = body->getArg(tensors + 1);
+  Value* columns = b.getInt64(spec.dims.back());
+  ElementEmitter emitter(b, module, FusedTarget::kHostCpu);
+  Status status;
+  Value* first_row = b.CreateUDiv(begin, columns);
+  Value* end_row = b.CreateUDiv(b.CreateAdd(end, b.getInt64(spec.dims.back() - 1)), columns);
+  emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
+    Value* row_start = b.CreateMul(row, columns);
+    Value* from = b.CreateSelect(b.CreateICmpSGT(begin, row_start), b.CreateSub(begin, row_start), b.getInt64(0));
+    Value* to = b.CreateSelect(b.CreateICmpSLT(b.CreateSub(end, row_start), columns), b.CreateSub(end, row_start), columns);
+    const std::vector<Value*> row_offsets = rowOffsets(b, spec, row);
+    Status inner;
+    emitLoop(b, from, to, b.getInt64(1), "column", [&](Value* column) -> Status {
+      return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
+                         b.CreateAdd(row_start, column));
+    }, inner);
+    return inner;
+  }, status);
+  CLEAVE_TRY(status);
+  b.CreateRetVoid();
+
+  // 2. The entry point: pointers from the two arrays, then the body.
+  auto* entry_type = llvm::FunctionType::get(b.getVoidTy(), {bytes->getPointerTo(), bytes->getPointerTo(), i64, i64}, false);
+  auto* entry = llvm::Function::Create(entry_type, llvm::Function::ExternalLinkage, name, module);
+  entry->addFnAttr(llvm::Attribute::NoUnwind);
+  b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", entry));
+  std::vector<Value*> args;
+  auto pointerAt = [&](Value* array, size_t index, llvm::Type* element) {
+    Value* slot = b.CreateInBoundsGEP(bytes, array, b.getInt64(index));
+    return b.CreateBitCast(b.CreateLoad(bytes, slot), element->getPointerTo());
+  };
+  for (size_t k = 0; k < spec.operands.size(); ++k)
+    args.push_back(pointerAt(entry->getArg(0), k, storageType(b, spec.operands[k].dtype)));
+  for (size_t r = 0; r < spec.results.size(); ++r)
+    args.push_back(pointerAt(entry->getArg(1), r, storageType(b, spec.results[r].dtype)));
+  args.push_back(entry->getArg(2));
+  args.push_back(entry->getArg(3));
+  b.CreateCall(body, args);
+  b.CreateRetVoid();
+  return Status::ok();
+}
+
+// The GPU kernel: one result element per thread and iteration of a grid-stride loop.
+Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module) {
+  llvm::LLVMContext& context = module.getContext();
+  llvm::IRBuilder<> b(context);
+  llvm::Type* i64 = b.getInt64Ty();
+  std::vector<llvm::Type*> params;
+  for (const TensorType& t : spec.operands) params.push_back(storageType(b, t.dtype)->getPointerTo());
+  for (const TensorType& t : spec.results) params.push_back(storageType(b, t.dtype)->getPointerTo());
+  params.push_back(i64);
+  auto* type = llvm::FunctionType::get(b.getVoidTy(), params, false);
+  auto* kernel = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
+  const size_t tensors = spec.operands.size() + spec.results.size();
+  for (size_t p = 0; p < tensors; ++p) kernel->addParamAttr(static_cast<unsigned>(p), llvm::Attribute::NoAlias);
+  b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", kernel));
+  std::vector<Value*> operand_pointers, result_pointers;
+  for (size_t p = 0; p < spec.operands.size(); ++p) operand_pointers.push_back(kernel->getArg(p));
+  for (size_t p = 0; p < spec.results.size(); ++p) result_pointers.push_back(kernel->getArg(spec.operands.size() + p));
+  Value* count = kernel->getArg(tensors);
+  auto special = [&](llvm::Intrinsic::ID id) {
+    return b.CreateZExt(b.CreateCall(llvm::Intrinsic::getDeclaration(&module, id)), i64);
+  };
+  Value* thread = special(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  Value* block = special(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  Value* block_size = special(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+  Value* grid_size = special(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+  Value* first = b.CreateAdd(b.CreateMul(block, block_size), thread);
+  Value* stride = b.CreateMul(grid_size, block_size);
+  Value* columns = b.getInt64(spec.dims.back());
+  ElementEmitter emitter(b, module, FusedTarget::kNvptx);
+  Status status;
+  emitLoop(b, first, count, stride, "element", [&](Value* index) -> Status {
+    const std::vector<Value*> row_offsets = rowOffsets(b, spec, b.CreateUDiv(index, columns));
+    return emitElement(b, emitter, spec, operand_pointers, result_pointers,
+                       elementOffsets(b, spec, row_offsets, b.CreateURem(index, columns)), index);
+  }, status);
+  CLEAVE_TRY(status);
+  b.CreateRetVoid();
+  // Marks the function a kernel (an entry point the driver can launch).
+  llvm::Metadata* annotation[] = {llvm::ValueAsMetadata::get(kernel), llvm::MDString::get(context, "kernel"),
+                                  llvm::ValueAsMetadata::get(b.getInt32(1))};
+  module.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(llvm::MDNode::get(context, annotation));
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
+  FusedKernelSpec spec;
+  CLEAVE_ASSIGN_OR_RETURN(spec.body, parseFusedBody(ctx.getString("body")));
+  spec.operands.assign(ctx.operands.begin(), ctx.operands.end());
+  CLEAVE_ASSIGN_OR_RETURN(spec.steps, inferFusedStepTypes(spec.body, spec.operands));
+  for (int r : spec.body.returned) spec.results.push_back(spec.steps[r]);
+  const Shape& shape = spec.results[0].shape;
+  spec.numel = spec.results[0].numel();
+  // 1. Each operand's row-major strides over the result's rank, 0 along broadcast dims.
+  const size_t rank = shape.size();
+  std::vector<std::vector<int64_t>> strides;
+  for (const TensorType& operand : spec.operands) {
+    const std::vector<int64_t> aligned = alignedShape(operand.shape, rank);
+    std::vector<int64_t> s(rank, 0);
+    int64_t step = 1;
+    for (size_t d = rank; d-- > 0;) {
+      s[d] = aligned[d] == shape[d] && shape[d] != 1 ? step : 0;
+      step *= aligned[d];
+    }
+    strides.push_back(std::move(s));
+  }
+  // 2. Drop size-1 dims; merge a dim into the one before it where every operand either steps
+  //    through both contiguously or is broadcast along both.
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> merged(spec.operands.size());
+  for (size_t d = 0; d < rank; ++d) {
+    if (shape[d] == 1) continue;
+    bool mergeable = !dims.empty();
+    for (size_t k = 0; k < spec.operands.size() && mergeable; ++k) {
+      const int64_t previous = merged[k].back();
+      mergeable = (previous == 0 && strides[k][d] == 0) || (previous != 0 && previous == strides[k][d] * shape[d]);
+    }
+    if (mergeable) {
+      dims.back() *= shape[d];
+      for (size_t k = 0; k < spec.operands.size(); ++k) merged[k].back() = strides[k][d];
+    } else {
+      dims.push_back(shape[d]);
+      for (size_t k = 0; k < spec.operands.size(); ++k) merged[k].push_back(strides[k][d]);
+    }
+  }
+  if (dims.empty()) {  // a one-element result
+    dims.push_back(1);
+    for (auto& s : merged) s.push_back(0);
+  }
+  spec.dims = std::move(dims);
+  spec.operand_strides = std::move(merged);
+  return spec;
+}
+
+std::string fusedKernelKey(const OpContext& ctx) {
+  std::string key = ctx.getString("body");
+  for (const TensorType& t : ctx.operands) key += "|" + t.str();
+  return key;
+}
+
+Expected<std::unique_ptr<llvm::Module>> buildFusedKernelModule(const FusedKernelSpec& spec, FusedTarget target,
+                                                               const std::string& name, llvm::LLVMContext& context) {
+  auto module = std::make_unique<llvm::Module>(name, context);
+  if (target == FusedTarget::kHostCpu) CLEAVE_TRY(buildHostKernel(spec, name, *module));
+  else CLEAVE_TRY(buildNvptxKernel(spec, name, *module));
+  std::string problems;
+  llvm::raw_string_ostream out(problems);
+  if (llvm::verifyModule(*module, &out))
+    return Status::internal("fused kernel " + name + ": invalid LLVM IR: " + out.str());
+  return module;
+}
+
+void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine) {
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager call_graph;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PassBuilder builder(&machine);
+  builder.registerModuleAnalyses(modules);
+  builder.registerCGSCCAnalyses(call_graph);
+  builder.registerFunctionAnalyses(functions);
+  builder.registerLoopAnalyses(loops);
+  builder.crossRegisterProxies(loops, functions, call_graph, modules);
+  builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, modules);
+}
+
+}  // namespace cleave::runtime::codegen

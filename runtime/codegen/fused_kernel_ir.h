@@ -1,0 +1,58 @@
+// One LLVM IR generator for fused nodes, for the host CPU (ORC JIT) and for NVIDIA GPUs (NVPTX).
+// Only the .cpp files of runtime/codegen include LLVM headers; this header forward-declares.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/op_table.h"
+#include "ir/ops/fused_body.h"
+#include "ir/status.h"
+
+namespace llvm {
+class LLVMContext;
+class Module;
+class TargetMachine;
+}  // namespace llvm
+
+namespace cleave::runtime::codegen {
+
+// A fused node ready for code generation: its body and types, and its iteration space, the result
+// shape with size-1 dims dropped and neighbouring dims merged where every operand either steps
+// through both or is broadcast along both.
+struct FusedKernelSpec {
+  FusedBody body;
+  std::vector<TensorType> operands;
+  std::vector<TensorType> steps;    // each step's result type
+  std::vector<TensorType> results;  // the returned steps' types (all of one shape)
+  std::vector<int64_t> dims;        // the collapsed iteration space (at least one dim)
+  // Per operand, per collapsed dim: the operand's element stride (0 where it is broadcast).
+  std::vector<std::vector<int64_t>> operand_strides;
+  int64_t numel = 0;  // result elements
+};
+
+// The spec of the fused node `ctx` (op fused); errors name the body's fault.
+Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx);
+
+// The text that identifies a fused kernel: its body and operand types (kernels are cached by it).
+std::string fusedKernelKey(const OpContext& ctx);
+
+enum class FusedTarget { kHostCpu, kNvptx };
+
+// Builds the kernel of `spec` into a new module of `context`, as function `name`:
+// - kHostCpu: void name(const void* const* operands, void* const* results, int64_t begin, int64_t end),
+//   computing result elements [begin, end) (row-major), vectorisable along the last collapsed dim;
+// - kNvptx: kernel name(operand pointers..., result pointers..., int64_t count), a grid-stride loop
+//   over all `count` result elements.
+// Arithmetic is f32 in the order the unfused kernels use (their exp, tanh and erf polynomials); a
+// bf16 step's result is rounded to bf16 as the unfused op would store it. Errors: a step the target
+// cannot compute (pow with an exponent other than a small literal on the GPU).
+Expected<std::unique_ptr<llvm::Module>> buildFusedKernelModule(const FusedKernelSpec& spec, FusedTarget target,
+                                                               const std::string& name, llvm::LLVMContext& context);
+
+// Runs LLVM's -O3 pipeline over `module` for `machine` (whose vector width the vectoriser uses).
+void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine);
+
+}  // namespace cleave::runtime::codegen

@@ -1,0 +1,64 @@
+// The CUDA kernel of fused nodes: PTX from LLVM's NVPTX backend (runtime/codegen/ptx_compiler.h),
+// loaded once per node kind and device with the runtime's library API, launched as a grid-stride loop.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/codegen/fused_kernel_ir.h"
+#include "runtime/codegen/ptx_compiler.h"
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/cuda/cuda_kernel_support.h"
+
+namespace cleave::runtime::cuda {
+namespace {
+
+constexpr const char* kKernelName = "cleave_fused";
+constexpr int kThreadsPerBlock = 256;
+constexpr int64_t kMaxBlocks = 65535;
+
+// The loaded kernel of a fused node on the current device, loading it on first use.
+Expected<cudaKernel_t> loadedKernel(const KernelCall& call) {
+  static std::mutex mutex;
+  static std::map<std::string, cudaKernel_t> kernels;
+  int device = 0;
+  CLEAVE_TRY(cudaStatus(cudaGetDevice(&device), "fused: cudaGetDevice"));
+  const std::string key = codegen::fusedKernelKey(call.op) + "|device " + std::to_string(device);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = kernels.find(key); it != kernels.end()) return it->second;
+  CLEAVE_ASSIGN_OR_RETURN(std::string ptx, codegen::fusedKernelPtx(call.op, kKernelName));
+  cudaLibrary_t library = nullptr;
+  CLEAVE_TRY(cudaStatus(cudaLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+                        "fused: loading the kernel's PTX"));
+  cudaKernel_t kernel = nullptr;
+  CLEAVE_TRY(cudaStatus(cudaLibraryGetKernel(&kernel, library, kKernelName), "fused: finding the kernel in its PTX"));
+  kernels.emplace(key, kernel);
+  return kernel;
+}
+
+Status fusedKernel(const KernelCall& call, CudaContext& context) {
+  CLEAVE_ASSIGN_OR_RETURN(cudaKernel_t kernel, loadedKernel(call));
+  const int64_t count = call.op.results[0].numel();
+  if (count == 0) return Status::ok();
+  // Kernel parameters: every operand pointer, every result pointer, then the element count.
+  std::vector<const void*> pointers(call.inputs.begin(), call.inputs.end());
+  pointers.insert(pointers.end(), call.outputs.begin(), call.outputs.end());
+  std::vector<void*> args;
+  for (const void*& pointer : pointers) args.push_back(static_cast<void*>(&pointer));
+  int64_t elements = count;
+  args.push_back(&elements);
+  const int64_t blocks = std::min(kMaxBlocks, (count + kThreadsPerBlock - 1) / kThreadsPerBlock);
+  CLEAVE_TRY(cudaStatus(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(blocks)),
+                                         dim3(kThreadsPerBlock), args.data(), 0, context.compute()),
+                        "fused: kernel launch"));
+  return Status::ok();
+}
+
+}  // namespace
+
+void registerFusedKernels(CudaKernelTable& table) { table[static_cast<int>(OpId::fused)] = fusedKernel; }
+
+}  // namespace cleave::runtime::cuda

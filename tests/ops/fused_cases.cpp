@@ -1,0 +1,63 @@
+// Harness cases of the fused family (ir/ops/fused_ops.cpp): bodies the fusion pass makes (bias and
+// gelu, activation gradients, several results), every fusable op in one body, broadcasting across
+// several dims, literals, scalars, empty tensors and bf16.
+#include <cmath>
+#include <limits>
+
+#include "tests/ops/op_cases.h"
+
+namespace cleave::op_harness {
+namespace {
+
+AttrMap body(const std::string& text) { return {{"body", text}}; }
+
+}  // namespace
+
+CaseList fusedCases() {
+  CaseBuilder b(110);
+  const DType f32 = DType::kF32;
+  const auto no_gradient = "fused nodes are made after autodiff";
+  b.addWithoutGradient(OpId::fused, "bias, tanh gelu, scale", {b.uniform(f32, {4, 33}), b.uniform(f32, {33})},
+                       body("t0 = add(x0, x1); t1 = gelu(t0)[approximate=tanh]; t2 = mul(t1, 0.5); return t2"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "gpt-2 gelu with pow 3",
+                       {b.uniform(f32, {2, 3, 130}, -4, 4)},
+                       body("t0 = pow(x0, 3); t1 = mul(t0, 0.044715); t2 = add(x0, t1); t3 = mul(t2, 0.7978845608); "
+                            "t4 = tanh(t3); t5 = add(t4, 1); t6 = mul(x0, 0.5); t7 = mul(t6, t5); return t7"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "every unary op",
+                       {b.uniform(f32, {5, 67}, -3, 3)},
+                       body("t0 = exp(x0); t1 = erf(x0); t2 = tanh(t1); t3 = sigmoid(t2); t4 = relu(x0); "
+                            "t5 = sqrt(t4); t6 = neg(t5); t7 = clip(t6)[max=1, min=-1.5]; t8 = gelu(t7); "
+                            "t9 = div(t8, t0); t10 = sub(t9, t3); t11 = pow(t0, 1.7); t12 = pow(t0, -0.5); "
+                            "t13 = add(t11, t12); return t10, t13"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "activation gradients",
+                       {b.uniform(f32, {3, 129}), b.uniform(f32, {3, 129}, -3, 3)},
+                       body("t0 = gelu_grad(x0, x1); t1 = gelu_grad(x0, x1)[approximate=tanh]; t2 = relu_grad(t0, x1); "
+                            "t3 = tanh(x1); t4 = tanh_grad(t1, t3); t5 = sigmoid(x1); t6 = sigmoid_grad(t4, t5); "
+                            "t7 = add(t2, t6); return t7, t1"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "broadcast over several dims",
+                       {b.uniform(f32, {4, 1, 5}), b.uniform(f32, {3, 1}), b.uniform(f32, {}), b.uniform(f32, {4, 3, 5})},
+                       body("t0 = mul(x0, x1); t1 = add(t0, x2); t2 = sub(x3, t1); t3 = exp(t2); return t3, t2"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "a smaller step broadcast to the result",
+                       {b.uniform(f32, {7}), b.uniform(f32, {2, 7})},
+                       body("t0 = neg(x0); t1 = exp(t0); t2 = mul(t1, x1); return t2"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "scalar", {b.uniform(f32, {}), b.uniform(f32, {})},
+                       body("t0 = add(x0, x1); t1 = sigmoid(t0); return t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "empty", {b.uniform(f32, {0, 5}), b.uniform(f32, {5})},
+                       body("t0 = add(x0, x1); t1 = relu(t0); return t1"), no_gradient);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  b.addWithoutGradient(OpId::fused, "special values",
+                       {CaseBuilder::values(f32, {8}, {nan, inf, -inf, 0.0, -0.0, 100.0, -100.0, 1e-30})},
+                       body("t0 = exp(x0); t1 = tanh(x0); t2 = erf(x0); t3 = relu(x0); t4 = add(t0, t1); "
+                            "t5 = sub(t2, t3); return t4, t5"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "bf16", {b.uniform(DType::kBF16, {3, 40}), b.uniform(DType::kBF16, {40})},
+                       body("t0 = add(x0, x1); t1 = gelu(t0); t2 = mul(t1, 1.5); return t2, t0"), no_gradient);
+  return b.take();
+}
+
+}  // namespace cleave::op_harness
