@@ -37,6 +37,8 @@ Expected<Types> elementwiseGradShape(const OpContext& c) {
 }
 
 OpCost elementwiseGradCost(const OpContext& c) { return perElementCost(c, 4); }
+// gelu's derivative evaluates erf and exp (or tanh) per element: two transcendental functions.
+OpCost geluGradCost(const OpContext& c) { return perElementCost(c, 16); }
 
 // Every operand and result dimension is one pass-through factor, by position (same-shape ops).
 ShardingRule sameShapeRule(const OpContext& c, int need_replication_axis = -1) {
@@ -608,6 +610,7 @@ void addGradientOps(std::vector<OpDef>& table) {
   elementwise(OpId::relu_grad, "relu_grad", "dy where x > 0, else 0");
   elementwise(OpId::gelu_grad, "gelu_grad", "dy times the derivative of gelu at x",
               {optionalString("approximate", "none")});
+  appendedDef(table, OpId::gelu_grad).cost = checkedCostRule<geluGradCost>;
   elementwise(OpId::tanh_grad, "tanh_grad", "dy * (1 - y^2) from tanh's result y");
   elementwise(OpId::sigmoid_grad, "sigmoid_grad", "dy * y * (1 - y) from sigmoid's result y");
   // The activation gradients the fusion pass may merge into fused nodes.

@@ -45,7 +45,7 @@ class ElementwiseFusion {
     FusionReport report;
     std::vector<bool> dead(graph_.nodes.size(), false);
     for (const FusionGroup& group : groups_) {
-      if (group.members.size() < 2) continue;
+      if (group.members.size() < 2 && !isTranscendental(group.members[0])) continue;
       CLEAVE_TRY(rewrite(group, dead));
       ++report.fused_nodes;
       report.nodes_replaced += static_cast<int>(group.members.size());
@@ -127,6 +127,18 @@ class ElementwiseFusion {
       for (int32_t user : users_[graph_.nodes[member].results[0]])
         if (user != i && group_of_[user] != g && user < i) return false;
     return true;
+  }
+
+  // A lone node of a transcendental op (its cost counts at least 8 FLOPs per element) still becomes
+  // a fused node: the generated code, vectorised for the host CPU, beats the generic kernel.
+  bool isTranscendental(int32_t i) const {
+    const Node& node = graph_.nodes[i];
+    std::vector<TensorType> operands, results;
+    for (ValueId v : node.operands) operands.push_back(graph_.values[v].type);
+    for (ValueId v : node.results) results.push_back(graph_.values[v].type);
+    const OpDef& def = opDef(node.op);
+    const double elements = static_cast<double>(results[0].numel());
+    return elements > 0 && def.cost(OpContext{def, operands, results, node.attrs}).flops >= 8 * elements;
   }
 
   bool usedOutside(const FusionGroup& group, int g, int32_t member) const {

@@ -2,6 +2,7 @@
 #include "runtime/codegen/cpu_jit.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -12,6 +13,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
 #include "runtime/codegen/fused_kernel_ir.h"
@@ -41,6 +43,7 @@ class HostJit {
       function.addFnAttr("target-features", machine_->getTargetFeatureString());
     }
     optimizeModule(*module, *machine_);
+    if (std::getenv("CLEAVE_PRINT_FUSED_IR")) module->print(llvm::errs(), nullptr);
     if (llvm::Error error = jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
       return Status::internal("fused kernel: LLVM's JIT rejected the module: " + llvmMessage(std::move(error)));
     auto symbol = jit_->lookup(name);

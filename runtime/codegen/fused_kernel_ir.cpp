@@ -40,7 +40,13 @@ const Attribute& attributeOf(OpId op, const AttrMap& attrs, const std::string& n
 class ElementEmitter {
  public:
   ElementEmitter(llvm::IRBuilder<>& b, llvm::Module& module, FusedTarget target)
-      : b_(b), module_(module), target_(target), f32_(b.getFloatTy()), i32_(b.getInt32Ty()) {}
+      : b_(b), module_(module), target_(target), f32_(b.getFloatTy()), i32_(b.getInt32Ty()) {
+    // Multiplies and adds may fuse into FMAs (one rounding fewer), as g++ contracts the unfused
+    // kernels' loops; nothing else is relaxed (no reassociation, NaNs and infinities kept).
+    llvm::FastMathFlags flags;
+    flags.setAllowContract(true);
+    b_.setFastMathFlags(flags);
+  }
 
   // The returned steps' values from the operands' values (loaded and widened to f32).
   Expected<std::vector<Value*>> steps(const FusedKernelSpec& spec, const std::vector<Value*>& operands) {

@@ -57,6 +57,20 @@ CaseList fusedCases() {
                        no_gradient);
   b.addWithoutGradient(OpId::fused, "bf16", {b.uniform(DType::kBF16, {3, 40}), b.uniform(DType::kBF16, {40})},
                        body("t0 = add(x0, x1); t1 = gelu(t0); t2 = mul(t1, 1.5); return t2, t0"), no_gradient);
+  // Perf mode's large cases, beside the unfused ops' "large (perf)" cases of the same shapes.
+  const TensorData big = b.uniform(f32, {1024, 1024}, -2, 2), row = b.uniform(f32, {1024}, -2, 2);
+  for (const char* text : {"t0 = gelu(x0); return t0", "t0 = exp(x0); return t0", "t0 = add(x0, x1); return t0"}) {
+    OpCase& c = b.addWithoutGradient(OpId::fused, std::string("large (perf) ") + text,
+                                     text[5] == 'a' ? std::vector<TensorData>{big, row} : std::vector<TensorData>{big},
+                                     body(text), no_gradient);
+    c.perf = true;
+  }
+  OpCase& chain = b.addWithoutGradient(OpId::fused, "large (perf) bias, gelu", {big, row},
+                                       body("t0 = add(x0, x1); t1 = gelu(t0); return t1"), no_gradient);
+  chain.perf = true;
+  OpCase& gradient = b.addWithoutGradient(OpId::fused, "large (perf) gelu_grad", {big, big},
+                                          body("t0 = gelu_grad(x0, x1); return t0"), no_gradient);
+  gradient.perf = true;
   return b.take();
 }
 
