@@ -12,6 +12,7 @@
 #include "analysis/cluster_json.h"
 #include "analysis/cost_model.h"
 #include "analysis/plan_dot.h"
+#include "analysis/plan_fusion.h"
 #include "analysis/plan_report.h"
 #include "analysis/plan_timeline.h"
 #include "tools/cli_common.h"
@@ -154,7 +155,43 @@ nlohmann::ordered_json weightsJson(const planpb::RankPlan& rank) {
   return weights;
 }
 
-nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& rank,
+// The fused nodes of `program` on the first of `ranks` (all ranks of a data-parallel plan fuse
+// alike), with what each saves; nothing when the program has none.
+Expected<std::string> fusionText(const std::vector<const planpb::RankPlan*>& ranks, const std::string& program) {
+  if (ranks.empty()) return std::string();
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<FusedNodeReport> nodes, fusedNodes(*ranks[0], program));
+  if (nodes.empty()) return std::string();
+  double moved = 0, saved = 0;
+  for (const FusedNodeReport& node : nodes) {
+    moved += node.bytes;
+    saved += node.bytes_saved;
+  }
+  std::string text = "\nfused nodes of " + program + " on rank " + std::to_string(ranks[0]->rank()) + ": " +
+                     std::to_string(nodes.size()) + ", moving " + bytesText(moved) + " per run, " + bytesText(saved) +
+                     " less than their steps as separate kernels\n";
+  char line[96];
+  std::snprintf(line, sizeof line, "%-6s %-12s %-12s %s\n", "instr", "moves", "saves", "body (source)");
+  text += line;
+  for (const FusedNodeReport& node : nodes) {
+    std::snprintf(line, sizeof line, "%-6d %-12s %-12s ", node.instruction, bytesText(node.bytes).c_str(),
+                  bytesText(node.bytes_saved).c_str());
+    text += line + node.body + " (" + node.source + ")\n";
+  }
+  return text;
+}
+
+nlohmann::ordered_json fusedNodesJson(const std::vector<FusedNodeReport>& nodes) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const FusedNodeReport& node : nodes)
+    list.push_back({{"instruction", node.instruction},
+                    {"body", node.body},
+                    {"source", node.source},
+                    {"bytes", std::llround(node.bytes)},
+                    {"bytes_saved", std::llround(node.bytes_saved)}});
+  return list;
+}
+
+nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& rank, const std::string& program,
                                 const Expected<ProgramTimeline>& timeline) {
   nlohmann::ordered_json by_kind;
   for (int k = 0; k < kNumCommKinds; ++k)
@@ -165,6 +202,8 @@ nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& ran
                         {"instructions", program.instructions_size()},
                         {"peak_memory_bytes", program.peak_bytes()}});
   std::optional<double> end = rankEnd(timeline, r.rank);
+  auto fused = fusedNodes(rank, program);
+  auto kernel_bytes = kernelBytes(rank, program);
   return {{"rank", r.rank},
           {"stage", r.stage},
           {"dp_index", r.dp_index},
@@ -179,7 +218,9 @@ nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& ran
           {"comm_bytes_by_kind", by_kind},
           {"predicted_step_time_s", end ? nlohmann::ordered_json(*end) : nlohmann::ordered_json(nullptr)},
           {"programs", programs},
-          {"weights", weightsJson(rank)}};
+          {"weights", weightsJson(rank)},
+          {"kernel_bytes", kernel_bytes ? nlohmann::ordered_json(std::llround(*kernel_bytes)) : nlohmann::ordered_json(nullptr)},
+          {"fused_nodes", fused ? fusedNodesJson(*fused) : nlohmann::ordered_json::array()}};
 }
 
 }  // namespace
@@ -251,7 +292,7 @@ int runInspectPlan(const InspectPlanFlags& flags) {
     json["predicted_step_time_s"] =
         timeline ? nlohmann::ordered_json(timeline->step_time_s) : nlohmann::ordered_json(nullptr);
     json["ranks"] = nlohmann::ordered_json::array();
-    for (size_t k = 0; k < reports.size(); ++k) json["ranks"].push_back(rankJson(reports[k], *ranks[k], timeline));
+    for (size_t k = 0; k < reports.size(); ++k) json["ranks"].push_back(rankJson(reports[k], *ranks[k], program, timeline));
     output = json.dump(2) + "\n";
   } else {
     output = headerText(plan, flags.path);
@@ -259,6 +300,9 @@ int runInspectPlan(const InspectPlanFlags& flags) {
               (timeline ? durationText(timeline->step_time_s) : std::string("- (see the error below)")) +
               " (cost model: " + cluster->name + ")\n";
     output += tablesText(reports, program, timeline);
+    auto fusion = fusionText(ranks, program);
+    if (!fusion) return reportError(fusion.status().withContext(flags.path + ": "));
+    output += *fusion;
     output += searchText(plan.strategy());
     if (flags.weights) output += weightsText(ranks);
   }

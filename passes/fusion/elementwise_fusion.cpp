@@ -46,7 +46,8 @@ class ElementwiseFusion {
     std::vector<bool> dead(graph_.nodes.size(), false);
     for (const FusionGroup& group : groups_) {
       if (group.members.size() < 2 && !isTranscendental(group.members[0])) continue;
-      CLEAVE_TRY(rewrite(group, dead));
+      CLEAVE_ASSIGN_OR_RETURN(bool rewritten, rewrite(group, dead));
+      if (!rewritten) continue;
       ++report.fused_nodes;
       report.nodes_replaced += static_cast<int>(group.members.size());
     }
@@ -117,12 +118,19 @@ class ElementwiseFusion {
     return -1;
   }
 
-  // Node i may join `g` when it has the group's shape, dtype and label, and no node outside the
-  // group that reads a member's result comes before i (the fused node will stand at i).
+  // Node i may join `g` when it has the group's shape, dtype and label, follows the group's last
+  // member with only views and constants between them, and no node outside the group that reads a
+  // member's result comes before i (the fused node will stand at i). Adjacency keeps the fused
+  // node from holding its operands longer than the nodes it replaces did (a chain over gradients of
+  // several microbatches would keep them all alive to the end).
   bool canJoin(int g, int32_t i) const {
     const FusionGroup& group = groups_[g];
     const TensorType& result = graph_.values[graph_.nodes[i].results[0]].type;
     if (result.shape != group.shape || result.dtype != group.dtype || labelOf(i) != group.label) return false;
+    for (int32_t between = group.members.back() + 1; between < i; ++between) {
+      const Node& node = graph_.nodes[between];
+      if (!opDef(node.op).view && node.op != OpId::constant) return false;
+    }
     for (int32_t member : group.members)
       for (int32_t user : users_[graph_.nodes[member].results[0]])
         if (user != i && group_of_[user] != g && user < i) return false;
@@ -149,7 +157,8 @@ class ElementwiseFusion {
     return false;
   }
 
-  Status rewrite(const FusionGroup& group, std::vector<bool>& dead) {
+  // Rewrites `group` as one fused node; false (nothing changed) when no value of it is read.
+  Expected<bool> rewrite(const FusionGroup& group, std::vector<bool>& dead) {
     const int g = group_of_[group.members[0]];
     FusedBody body;
     std::vector<ValueId> operands;
@@ -179,6 +188,7 @@ class ElementwiseFusion {
       body.returned.push_back(step_of[member]);
       results.push_back(graph_.nodes[member].results[0]);
     }
+    if (results.empty()) return false;  // nothing reads the chain (dead code is dce's): left as it is
     Node& last = graph_.nodes[group.members.back()];
     Node fused{OpId::fused, operands, results, {{"body", printFusedBody(body)}}, last.loc};
     // The body must type as the nodes it replaces did (a build bug otherwise).
@@ -193,7 +203,7 @@ class ElementwiseFusion {
     for (int32_t member : group.members) dead[member] = true;
     dead[group.members.back()] = false;
     last = std::move(fused);
-    return Status::ok();
+    return true;
   }
 
   Graph& graph_;

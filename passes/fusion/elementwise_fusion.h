@@ -18,8 +18,9 @@ struct FusionReport {
 // Replaces chains of fusable ops (OpDef::fusable) of one float dtype and result shape by fused
 // nodes, in a graph that is final (after autodiff and partitioning: a fusion never crosses a
 // collective, which is not fusable). A node joins the chain of the producer of its first operand
-// when it has the chain's result shape and every other user of the chain's values comes after it;
-// the fused node takes the chain's last node's place. Scalar constants become literals of the
+// when it has the chain's result shape, follows the chain's last node (views and constants aside)
+// and every other user of the chain's values comes after it; the fused node takes the chain's last
+// node's place. Scalar constants become literals of the
 // body. `node_group`, when not empty, gives each node a group (a pipeline step): only nodes of one
 // group fuse, and the vector is updated to the new node list. A chain of one node stays as it is
 // unless its op is transcendental (8 or more FLOPs per element by its cost rule: exp, erf, gelu, ...).

@@ -40,13 +40,7 @@ const Attribute& attributeOf(OpId op, const AttrMap& attrs, const std::string& n
 class ElementEmitter {
  public:
   ElementEmitter(llvm::IRBuilder<>& b, llvm::Module& module, FusedTarget target)
-      : b_(b), module_(module), target_(target), f32_(b.getFloatTy()), i32_(b.getInt32Ty()) {
-    // Multiplies and adds may fuse into FMAs (one rounding fewer), as g++ contracts the unfused
-    // kernels' loops; nothing else is relaxed (no reassociation, NaNs and infinities kept).
-    llvm::FastMathFlags flags;
-    flags.setAllowContract(true);
-    b_.setFastMathFlags(flags);
-  }
+      : b_(b), module_(module), target_(target), f32_(b.getFloatTy()), i32_(b.getInt32Ty()) {}
 
   // The returned steps' values from the operands' values (loaded and widened to f32).
   Expected<std::vector<Value*>> steps(const FusedKernelSpec& spec, const std::vector<Value*>& operands) {
@@ -236,6 +230,15 @@ class ElementEmitter {
 
   Expected<Value*> step_value(const FusedStep& step, const std::vector<Value*>& a,
                               const std::vector<const FusedArg*>& literal_of, size_t index) {
+    // Inside a transcendental function (exp, erf, tanh and what is built on them) multiplies and
+    // adds may fuse into FMAs, as in any vectorised libm; between steps every op rounds, as the
+    // unfused kernels (and PyTorch) round each op's result. Nothing else is relaxed.
+    llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
+    if (isTranscendentalStep(step.op)) {
+      llvm::FastMathFlags contract;
+      contract.setAllowContract(true);
+      b_.setFastMathFlags(contract);
+    }
     switch (step.op) {
       case OpId::add: return add(a[0], a[1]);
       case OpId::sub: return sub(a[0], a[1]);
@@ -268,6 +271,18 @@ class ElementEmitter {
       default:
         return Status::internal("fused: step t" + std::to_string(index) + ": no code for op " +
                                 std::string(opName(step.op)) + ", which the op table marks fusable");
+    }
+  }
+
+  static bool isTranscendentalStep(OpId op) {
+    switch (op) {
+      case OpId::exp:
+      case OpId::erf:
+      case OpId::tanh:
+      case OpId::sigmoid:
+      case OpId::gelu:
+      case OpId::gelu_grad: return true;
+      default: return false;
     }
   }
 

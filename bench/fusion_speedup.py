@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Training steps with fused kernels against the same plans unfused (`cleave compile --fusion on|off`),
+in the same run: the GPT of bench/peers/train_throughput.py (4 layers, 256 wide, seq 64, batch 8) and
+the fashion convnet (examples/fashion_cnn.cir, batch 64), at 1 and 2 threads. Runs alternate
+(unfused, fused, ...) and each figure is the median of --reps runs; the load average is printed beside.
+Also: the losses of both plans step by step (fusion must not change them beyond 1e-5 relative) and the
+bytes the kernels move per step by the cost model (`cleave inspect --json`: kernel_bytes, fused_nodes).
+Needs only the build (no PyTorch). Usage: bench/fusion_speedup.py [--reps 5] [--threads 1,2]
+[--models gpt,cnn] -> $OUT/fusion_speedup.json and a table on stdout."""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+from common import CLEAVE, MAIN, OUT, fmt, loadavg, median, run, save  # noqa: E402
+
+MODELS = {  # name: (batch, timed steps, gen args or None for the example convnet)
+    "gpt": (8, 30, ["gpt", "--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "64", "--vocab", "1024",
+                    "--batch", "8"]),
+    "cnn": (64, 30, None),
+}
+WARMUP = 10
+
+
+def compile_plans(model, work):
+    batch, _, gen = MODELS[model]
+    cir = os.path.join(MAIN, "examples", "fashion_cnn.cir")
+    if gen:
+        cir = os.path.join(work, f"{model}.cir")
+        rc, _, err, _ = run([CLEAVE, "gen", *gen, "-o", cir])
+        assert rc == 0, err
+    plans = {}
+    for fusion in ("off", "on"):
+        plan = os.path.join(work, f"{model}-{fusion}.cplan")
+        rc, _, err, _ = run([CLEAVE, "compile", cir, "--train", "--loss", "softmax_cross_entropy", "--batch", str(batch),
+                             "--optimizer", "sgd:lr=0.01,momentum=0.9", "--fusion", fusion, "-o", plan])
+        assert rc == 0, err
+        plans[fusion] = plan
+    return plans
+
+
+def traffic(plan):
+    """(kernel bytes per step, fused nodes, bytes they save) of rank 0's train program."""
+    rc, out, err, _ = run([CLEAVE, "inspect", plan, "--json"])
+    assert rc == 0, err
+    rank = json.loads(out)["ranks"][0]
+    return rank["kernel_bytes"], len(rank["fused_nodes"]), sum(n["bytes_saved"] for n in rank["fused_nodes"])
+
+
+def step_rate(plan, model, threads, work):
+    """(samples/s after the warm-up steps, the losses of every step)."""
+    batch, steps, _ = MODELS[model]
+    metrics = os.path.join(work, "metrics.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    rc, _, err, _ = run([CLEAVE, "run", plan, "--data", "synthetic", "--steps", str(WARMUP + steps), "--threads",
+                         str(threads), "--progress", "never", "--metrics", metrics])
+    assert rc == 0, err[-800:]
+    rows = [json.loads(line) for line in open(metrics)]
+    elapsed = rows[-1]["elapsed_s"] - rows[WARMUP - 1]["elapsed_s"]
+    return (len(rows) - WARMUP) * batch / elapsed, [r["loss"] for r in rows]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--models", default="gpt,cnn")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="fusion-", dir=OUT)
+    results = {"loadavg_before": loadavg(), "rows": []}
+    print(f"fused against unfused training steps, median of {args.reps} alternating runs; load average {loadavg()}")
+    print(f"{'model':6} {'threads':>7} {'unfused/s':>10} {'fused/s':>10} {'speed-up':>9} {'loss diff':>10} "
+          f"{'MB/step unfused':>16} {'fused':>8} {'fused nodes':>12}")
+    for model in args.models.split(","):
+        plans = compile_plans(model, work)
+        bytes_off, _, _ = traffic(plans["off"])
+        bytes_on, nodes, saved = traffic(plans["on"])
+        for threads in [int(t) for t in args.threads.split(",")]:
+            rates = {"off": [], "on": []}
+            losses = {}
+            for _ in range(args.reps):
+                for fusion in ("off", "on"):
+                    rate, losses[fusion] = step_rate(plans[fusion], model, threads, work)
+                    rates[fusion].append(rate)
+            diff = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses["on"], losses["off"]))
+            off, on = median(rates["off"]), median(rates["on"])
+            row = {"model": model, "threads": threads, "unfused_samples_per_s": off, "fused_samples_per_s": on,
+                   "speedup": on / off, "max_relative_loss_difference": diff, "kernel_bytes_unfused": bytes_off,
+                   "kernel_bytes_fused": bytes_on, "fused_nodes": nodes, "fused_bytes_saved": saved,
+                   "runs": rates, "loadavg": loadavg()}
+            results["rows"].append(row)
+            print(f"{model:6} {threads:>7} {fmt(off):>10} {fmt(on):>10} {on / off:>8.2f}x {diff:>10.1e} "
+                  f"{bytes_off / 1e6:>16.1f} {bytes_on / 1e6:>8.1f} {nodes:>12}   (load {loadavg()})")
+    print("wrote", save("fusion_speedup.json", results))
+
+
+if __name__ == "__main__":
+    main()

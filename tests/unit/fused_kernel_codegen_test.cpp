@@ -1,0 +1,111 @@
+// Fused kernels' code generation: the host JIT's results and cache, and PTX for the GPU checked by
+// ptxas for sm_90 (the H100/H200 architecture; no GPU needed), skipped where CUDA is not installed.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "ir/op_table.h"
+#include "runtime/codegen/cpu_jit.h"
+#include "runtime/codegen/fused_kernel_ir.h"
+#include "runtime/codegen/ptx_compiler.h"
+
+namespace cleave::runtime::codegen {
+namespace {
+
+// A fused node's context: its body and operand types (results from the shape rule).
+struct FusedNode {
+  std::vector<TensorType> operands;
+  AttrMap attrs;
+  std::vector<TensorType> results;
+
+  FusedNode(std::vector<TensorType> operand_types, const std::string& body)
+      : operands(std::move(operand_types)), attrs{{"body", body}} {
+    auto types = inferResultTypes(opDef(OpId::fused), operands, attrs);
+    EXPECT_TRUE(types) << types.status().message();
+    if (types) results = *types;
+  }
+  OpContext context() const { return OpContext{opDef(OpId::fused), operands, results, attrs}; }
+};
+
+const TensorType kRows{DType::kF32, {64, 256}};
+const TensorType kBias{DType::kF32, {256}};
+
+TEST(FusedKernelSpec, MergesDimsThatStepTogetherAndKeepsBroadcastOnes) {
+  FusedNode bias({{DType::kF32, {8, 64, 256}}, kBias}, "t0 = add(x0, x1); t1 = gelu(t0); return t1");
+  auto spec = fusedKernelSpec(bias.context());
+  ASSERT_TRUE(spec) << spec.status().message();
+  EXPECT_EQ(spec->dims, (std::vector<int64_t>{512, 256}));
+  EXPECT_EQ(spec->operand_strides[0], (std::vector<int64_t>{256, 1}));
+  EXPECT_EQ(spec->operand_strides[1], (std::vector<int64_t>{0, 1}));
+  FusedNode column({{DType::kF32, {4, 1, 5}}, {DType::kF32, {3, 1}}}, "t0 = mul(x0, x1); return t0");
+  spec = fusedKernelSpec(column.context());
+  ASSERT_TRUE(spec) << spec.status().message();
+  EXPECT_EQ(spec->dims, (std::vector<int64_t>{4, 3, 5}));
+  EXPECT_EQ(spec->operand_strides[0], (std::vector<int64_t>{5, 0, 1}));
+  EXPECT_EQ(spec->operand_strides[1], (std::vector<int64_t>{0, 1, 0}));
+}
+
+TEST(HostFusedKernel, CompilesOncePerBodyAndTypes) {
+  FusedNode node({kRows, kBias}, "t0 = add(x0, x1); t1 = relu(t0); return t1");
+  const int64_t before = hostFusedKernelsCompiled();
+  auto first = hostFusedKernel(node.context());
+  ASSERT_TRUE(first) << first.status().message();
+  auto again = hostFusedKernel(node.context());
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*first, *again);
+  EXPECT_EQ(hostFusedKernelsCompiled(), before + 1);
+  // Partial ranges: elements [3, 300) only.
+  std::vector<float> x(64 * 256), b(256), y(64 * 256, -7.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) - 6.0f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.5f * static_cast<float>(i % 3);
+  const void* inputs[] = {x.data(), b.data()};
+  void* outputs[] = {y.data()};
+  (*first)(inputs, outputs, 3, 300);
+  for (size_t i = 0; i < y.size(); ++i) {
+    const float expected = i < 3 || i >= 300 ? -7.0f : std::max(0.0f, x[i] + b[i % 256]);
+    ASSERT_EQ(y[i], expected) << "element " << i;
+  }
+}
+
+// PTX for a fused node, written to a file for ptxas.
+std::string ptxFile(const FusedNode& node, const std::string& name) {
+  auto ptx = fusedKernelPtx(node.context(), "cleave_fused");
+  EXPECT_TRUE(ptx) << ptx.status().message();
+  if (!ptx) return "";
+  EXPECT_NE(ptx->find(".entry cleave_fused"), std::string::npos) << *ptx;
+  EXPECT_NE(ptx->find(".target sm_80"), std::string::npos);
+  const std::string path = ::testing::TempDir() + name + ".ptx";
+  std::ofstream(path) << *ptx;
+  return path;
+}
+
+TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
+  const std::vector<FusedNode> nodes = {
+      FusedNode({kRows, kBias}, "t0 = add(x0, x1); t1 = gelu(t0)[approximate=tanh]; t2 = mul(t1, 0.5); return t2"),
+      FusedNode({kRows, kRows}, "t0 = gelu_grad(x0, x1); t1 = sigmoid(t0); t2 = erf(t1); t3 = pow(t2, 3); "
+                                "t4 = pow(t3, -0.5); t5 = clip(t4)[min=-1, max=1]; return t5, t0"),
+      FusedNode({{DType::kBF16, {4, 1, 5}}, {DType::kBF16, {3, 1}}}, "t0 = mul(x0, x1); t1 = exp(t0); return t1"),
+  };
+  std::vector<std::string> files;
+  for (size_t n = 0; n < nodes.size(); ++n) files.push_back(ptxFile(nodes[n], "fused_" + std::to_string(n)));
+  // A general power has no GPU code: a clear error, not a broken kernel.
+  FusedNode general({kRows, kRows}, "t0 = pow(x0, x1); return t0");
+  auto ptx = fusedKernelPtx(general.context(), "cleave_fused");
+  ASSERT_FALSE(ptx);
+  EXPECT_NE(ptx.status().message().find("has no GPU code"), std::string::npos) << ptx.status().message();
+
+  const std::string ptxas = CLEAVE_PTXAS;
+  if (ptxas.empty()) GTEST_SKIP() << "no ptxas (CUDA is not installed): PTX generated, not assembled";
+  for (const std::string& file : files) {
+    if (file.empty()) continue;
+    const std::string command = ptxas + " -arch=sm_90 " + file + " -o " + file + ".cubin 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  }
+}
+
+}  // namespace
+}  // namespace cleave::runtime::codegen
