@@ -107,9 +107,9 @@ class ElementEmitter {
   // expFloat of runtime/cpu/cpu_vector_math.h, operation for operation.
   Value* exp(Value* x) {
     Value* is_nan = b_.CreateFCmpUNO(x, x);
-    Value* clamped = select(lt(x, c(-104.0f)), c(-104.0f), x);
-    clamped = select(gt(clamped, c(89.0f)), c(89.0f), clamped);
-    clamped = select(is_nan, c(0.0f), clamped);
+    Value* underflows = lt(x, c(-104.0f));
+    Value* clamped = select(gt(x, c(89.0f)), c(89.0f), x);
+    clamped = select(b_.CreateOr(is_nan, underflows), c(0.0f), clamped);
     const float round = 12582912.0f;
     Value* n = sub(add(mul(clamped, c(1.44269504088896341f)), c(round)), c(round));
     Value* r = sub(clamped, mul(n, c(0.693359375f)));
@@ -121,7 +121,7 @@ class ElementEmitter {
     Value* half = b_.CreateAShr(exponent, 1);
     Value* low = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(half, b_.getInt32(127)), 23), f32_);
     Value* high = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(b_.CreateSub(exponent, half), b_.getInt32(127)), 23), f32_);
-    return select(is_nan, x, mul(mul(p, low), high));
+    return select(is_nan, x, select(underflows, c(0.0f), mul(mul(p, low), high)));
   }
 
   // tanhFloat.

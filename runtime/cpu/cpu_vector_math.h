@@ -44,12 +44,14 @@ CLEAVE_INLINE void withWidestVectors(const Body& body) {
 // e^x for float: x = n·ln2 + r with |r| ≤ ln2/2 (Cody–Waite), e^r by Cephes' expf polynomial, 2^n
 // built in the exponent bits as two factors so that results down to the subnormal range round once.
 CLEAVE_INLINE float expFloat(float x) {
-  // Beyond [-104, 89] the result is 0 or inf; a NaN computes with 0 and is returned at the end.
-  // (Plain selects rather than std::min/max, whose references to constants stop vectorisation.)
+  // Beyond [-104, 89] the result is 0 or inf. Below -104 (a masked attention score) and for a NaN
+  // the arithmetic runs on 0, whose steps stay normal (subnormal intermediates cost a microcode
+  // assist each), and the result is chosen at the end. (Plain selects rather than std::min/max,
+  // whose references to constants stop vectorisation.)
   const bool is_nan = x != x;
-  float clamped = x < -104.0f ? -104.0f : x;
-  clamped = clamped > 89.0f ? 89.0f : clamped;
-  clamped = is_nan ? 0.0f : clamped;
+  const bool underflows = x < -104.0f;
+  float clamped = x > 89.0f ? 89.0f : x;
+  clamped = is_nan || underflows ? 0.0f : clamped;
   constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding and subtracting it rounds to an integer
   const float n = (clamped * 1.44269504088896341f + kRound) - kRound;
   float r = clamped - n * 0.693359375f;
@@ -66,7 +68,7 @@ CLEAVE_INLINE float expFloat(float x) {
   const float scale_low = std::bit_cast<float>((half + 127) << 23);
   const float scale_high = std::bit_cast<float>((exponent - half + 127) << 23);
   const float result = p * scale_low * scale_high;
-  return is_nan ? x : result;
+  return is_nan ? x : underflows ? 0.0f : result;
 }
 
 // tanh for float: Cephes' odd polynomial for |x| < 0.625, else 1 − 2/(e^{2|x|} + 1) with x's sign.
