@@ -108,6 +108,34 @@ PY
 [[ $nccl == ok* ]] || fail "fashion_cnn losses through --backend nccl differ from the CPU's: $nccl"
 row "fashion_cnn nccl (1 rank) vs cpu" ok "${nccl#ok }"
 
+# 4b. Fused kernels (PTX from LLVM's NVPTX backend, loaded by the CUDA runtime): the GPT trained
+#     fused and unfused on the GPU, 30 steps each: losses within 1e-5 of each other (the first 5
+#     within 1e-3 of the CPU's) and the fused plan's speed against the unfused one.
+echo "== fused against unfused GPT training on the GPU"
+"$cleave" gen gpt --layers 4 --hidden 512 --heads 8 --seq 128 --vocab 2048 --batch 16 -o "$work/gpt_fusion.cir"
+for fusion in on off; do
+  "$cleave" compile "$work/gpt_fusion.cir" --train --optimizer sgd:lr=0.01,momentum=0.9 --fusion $fusion \
+    -o "$work/gpt_fusion_$fusion.cplan" >/dev/null
+  "$cleave" run "$work/gpt_fusion_$fusion.cplan" --device cuda --data synthetic --steps 30 --progress never \
+    --metrics "$work/gpt_fusion_$fusion.jsonl" >/dev/null || fail "cleave run --device cuda (GPT, --fusion $fusion)"
+done
+"$cleave" run "$work/gpt_fusion_on.cplan" --data synthetic --steps 5 --progress never \
+  --metrics "$work/gpt_fusion_cpu.jsonl" >/dev/null || fail "cleave run on the cpu (fused GPT)"
+fusion=$($python - "$work/gpt_fusion_on.jsonl" "$work/gpt_fusion_off.jsonl" "$work/gpt_fusion_cpu.jsonl" <<'PY'
+import json, sys
+on, off, cpu = ([json.loads(l) for l in open(p)] for p in sys.argv[1:4])
+same = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(on, off))
+vs_cpu = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(on, cpu))
+rate = lambda rows: sum(r["samples_per_s"] for r in rows[5:]) / len(rows[5:])
+ok = same <= 1e-5 and vs_cpu <= 1e-3 and len(on) == len(off) == 30
+print(f"{'ok' if ok else 'FAILED'} fused {rate(on):.0f} vs unfused {rate(off):.0f} samples/s "
+      f"({rate(on) / rate(off):.2f}x); losses within {same:.1e} of unfused, {vs_cpu:.1e} of the cpu's")
+PY
+)
+echo "$fusion"
+[[ $fusion == ok* ]] || fail "fused GPT on the GPU: $fusion"
+row "fused vs unfused GPT (cuda)" ok "${fusion#ok }"
+
 # 5. GEMM-bound training: an MLP of 8192-wide layers, batch 8192, its data from .npy (no
 #    generation in the step). FLOPs per step from the cost model (cleave simulate), 90% GEMMs.
 echo "== GEMM-bound training TFLOP/s"

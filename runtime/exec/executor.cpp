@@ -16,6 +16,7 @@
 #include "ir/op_table.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
+#include "runtime/codegen/cpu_jit.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/rank_activity.h"
 #include "runtime/exec/execution_trace.h"
@@ -304,6 +305,9 @@ Status prepareKernel(const planpb::Instruction& proto, const BufferTable& buffer
   // 5. The call, pointing into this instruction's own vectors.
   inst.call.emplace(KernelCall{OpContext{*inst.def, inst.operand_types, inst.result_types, inst.attrs},
                                inst.inputs, inst.outputs, 1});
+  // 6. A fused node's CPU code is compiled now, at plan load (once per body and types in the
+  //    process), so no step pays for it and a kernel LLVM cannot build fails before the run.
+  if (device.kind() == DeviceKind::kCpu && *op == OpId::fused) CLEAVE_TRY(codegen::hostFusedKernel(inst.call->op).status());
   return Status::ok();
 }
 
