@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ir/plan.h"
+#include "analysis/plan_kernels.h"
 #include "analysis/plan_report.h"
 
 namespace cleave {
@@ -12,30 +13,9 @@ namespace {
 // FLOPs of the kernels of `program` on `rank`, by their ops' cost rules.
 Expected<double> programFlops(const planpb::RankPlan& rank, const planpb::Program& program) {
   double flops = 0;
-  auto typesOf = [&](const google::protobuf::RepeatedField<int32_t>& ids) -> Expected<std::vector<TensorType>> {
-    std::vector<TensorType> types;
-    for (int32_t id : ids) {
-      if (id < 0 || id >= rank.buffers_size())
-        return Status::badInput("rank " + std::to_string(rank.rank()) + ": buffer id " + std::to_string(id) +
-                                " is out of range");
-      CLEAVE_ASSIGN_OR_RETURN(TensorType type, fromProto(rank.buffers(id).type()));
-      types.push_back(std::move(type));
-    }
-    return types;
-  };
-  for (const planpb::Instruction& instruction : program.instructions()) {
-    if (instruction.kind() != planpb::KERNEL) continue;
-    std::optional<OpId> op = lookupOp(instruction.op());
-    if (!op) return Status::badInput("rank " + std::to_string(rank.rank()) + ": unknown op '" + instruction.op() + "'");
-    CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorType> operands, typesOf(instruction.operands()));
-    CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorType> results, typesOf(instruction.results()));
-    AttrMap attrs;
-    for (const auto& [name, attr] : instruction.attrs()) {
-      CLEAVE_ASSIGN_OR_RETURN(Attribute value, fromProto(attr));
-      attrs.emplace(name, std::move(value));
-    }
-    flops += opDef(*op).cost(OpContext{opDef(*op), operands, results, attrs}).flops;
-  }
+  CLEAVE_TRY(forEachKernel(rank, program, [&](int, const planpb::Instruction&, const OpContext& op) {
+    flops += op.def.cost(op).flops;
+  }));
   return flops;
 }
 

@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "ir/ops/fused_body.h"
-#include "ir/ops/reference_support.h"
 
 namespace cleave {
 namespace {
@@ -86,7 +85,9 @@ class ElementwiseFusion {
     if (attr == node.attrs.end() || attrKind(attr->second) != AttrKind::kTensor) return std::nullopt;
     const auto& data = std::get<std::shared_ptr<const TensorData>>(attr->second);
     if (!data || data->type.numel() != 1) return std::nullopt;
-    return ops::referenceValues(*data)[0];
+    if (data->type.dtype == DType::kF32) return static_cast<double>(data->as<float>()[0]);
+    if (data->type.dtype == DType::kBF16) return static_cast<double>(bfloat16Value(data->as<uint16_t>()[0]));
+    return std::nullopt;
   }
 
   // A literal keeps the step's result type only when the constant adds no dims to it.
