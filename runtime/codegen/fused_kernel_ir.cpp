@@ -193,9 +193,10 @@ class ElementEmitter {
       const double twice = 2.0 * static_cast<float>(literal->literal);
       if (twice == std::nearbyint(twice) && std::abs(twice) <= 8) return powByMultiplying(x, static_cast<int>(twice));
     }
-    if (target_ == FusedTarget::kNvptx)
-      return Status::badInput("fused: pow with an exponent other than a literal multiple of 0.5 in [-4, 4] has no GPU code");
-    llvm::FunctionCallee powf = module_.getOrInsertFunction("powf", f32_, f32_, f32_);
+    // Any other exponent: libm's powf on the CPU (what the unfused kernel calls), libdevice's
+    // __nv_powf on the GPU (what CUDA's powf is; ptx_compiler.cpp links libdevice in).
+    const char* name = target_ == FusedTarget::kNvptx ? kLibdevicePow : "powf";
+    llvm::FunctionCallee powf = module_.getOrInsertFunction(name, f32_, f32_, f32_);
     return static_cast<Value*>(b_.CreateCall(powf, {x, exponent}));
   }
 

@@ -41,14 +41,17 @@ std::string fusedKernelKey(const OpContext& ctx);
 
 enum class FusedTarget { kHostCpu, kNvptx };
 
+// The libdevice function a GPU kernel calls for a general pow (CUDA's own powf).
+inline constexpr const char* kLibdevicePow = "__nv_powf";
+
 // Builds the kernel of `spec` into a new module of `context`, as function `name`:
 // - kHostCpu: void name(const void* const* operands, void* const* results, int64_t begin, int64_t end),
 //   computing result elements [begin, end) (row-major), vectorisable along the last collapsed dim;
 // - kNvptx: kernel name(operand pointers..., result pointers..., int64_t count), a grid-stride loop
 //   over all `count` result elements.
 // Arithmetic is f32 in the order the unfused kernels use (their exp, tanh and erf polynomials); a
-// bf16 step's result is rounded to bf16 as the unfused op would store it. Errors: a step the target
-// cannot compute (pow with an exponent other than a small literal on the GPU).
+// bf16 step's result is rounded to bf16 as the unfused op would store it. A general pow calls powf
+// (host) or libdevice's __nv_powf (GPU, which ptx_compiler.cpp links in).
 Expected<std::unique_ptr<llvm::Module>> buildFusedKernelModule(const FusedKernelSpec& spec, FusedTarget target,
                                                                const std::string& name, llvm::LLVMContext& context);
 
