@@ -212,7 +212,10 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
   for (size_t i = 0; i < body.steps.size(); ++i) {
     const FusedStep& step = body.steps[i];
     const OpDef& def = opDef(step.op);
-    if (!def.fusable) return Status::badInput(stepName(i) + ": " + std::string(def.name) + " is not fusable");
+    const bool last_axis = def.fusable_along_last_axis;
+    if (!def.fusable && !last_axis) return Status::badInput(stepName(i) + ": " + std::string(def.name) + " is not fusable");
+    if (last_axis && i + 1 != body.steps.size())
+      return Status::badInput(stepName(i) + ": " + std::string(def.name) + " must be the body's last step");
     std::vector<TensorType> arg_types(step.args.size());
     std::optional<DType> arg_dtype;
     for (size_t a = 0; a < step.args.size(); ++a) {
@@ -228,6 +231,17 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
     if (!results) return results.status().withContext(stepName(i) + ": ");
     if (results->size() != 1) return Status::badInput(stepName(i) + ": " + std::string(def.name) + " has several results");
     const TensorType& result = (*results)[0];
+    if (last_axis) {
+      const auto& axis = step.attrs.find("axis");
+      const int64_t rank = result.rank();
+      const int64_t a = axis == step.attrs.end() ? std::get<int64_t>(def.findAttr("axis")->default_value)
+                                                 : std::get<int64_t>(axis->second);
+      if (rank == 0 || (a != -1 && a != rank - 1))
+        return Status::badInput(stepName(i) + ": " + std::string(def.name) + " runs along axis " + std::to_string(a) +
+                                "; in a fused body only along the last");
+      if (result.dtype != DType::kF32 || step.args.size() != 1 || step.args[0].kind == FusedArg::Kind::kLiteral)
+        return Status::badInput(stepName(i) + ": " + std::string(def.name) + " in a fused body takes one f32 tensor");
+    }
     if (result.dtype != DType::kF32 && result.dtype != DType::kBF16)
       return Status::badInput(stepName(i) + ": gives " + result.str() + "; fused steps compute f32 or bf16");
     if (dtype && result.dtype != *dtype)
@@ -237,6 +251,11 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
   }
   // Every operand and step broadcasts to the returned steps' common shape.
   if (body.returned.empty()) return Status::badInput("fused body: returns nothing");
+  const int last = static_cast<int>(body.steps.size()) - 1;
+  if (opDef(body.steps[last].op).fusable_along_last_axis &&
+      std::find(body.returned.begin(), body.returned.end(), last) == body.returned.end())
+    return Status::badInput("fused body: its last step t" + std::to_string(last) + " (" +
+                            std::string(opName(body.steps[last].op)) + ") must be returned");
   const Shape& shape = types[body.returned[0]].shape;
   for (int r : body.returned)
     if (types[r].shape != shape)

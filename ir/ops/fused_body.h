@@ -53,8 +53,9 @@ std::string printFusedBody(const FusedBody& body);
 
 // The type of every step, for operands of `operand_types`: each step's op's shape rule on its
 // arguments' types, a literal being a scalar of the step's first non-literal argument's dtype.
-// Errors name the step. Also checks what the kernels assume: every step's op is fusable, every
-// returned step has the shape every operand and step broadcasts to, and all share one float dtype.
+// Errors name the step. Also checks what the kernels assume: every step's op is fusable, or
+// fusable along the last axis (softmax) as the last step, along the last axis, on f32; every
+// returned step has the shape every operand and step broadcasts to; all share one float dtype.
 Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types);
 
 // The type of a literal argument of a step whose other arguments have `dtype`: a scalar.

@@ -536,6 +536,7 @@ void addReductionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::reduce_max).partial_reduction = PartialReduction::kNone;
   appendedDef(table, OpId::cumsum).gradient = cumsumGradient;
   appendedDef(table, OpId::softmax).reference = softmaxReference<false>;
+  appendedDef(table, OpId::softmax).fusable_along_last_axis = true;
   appendedDef(table, OpId::log_softmax).reference = softmaxReference<true>;
   appendedDef(table, OpId::layer_norm).reference = layerNormReference;
   appendedDef(table, OpId::batch_norm).reference = batchNormReference;

@@ -15,6 +15,7 @@ struct FusionGroup {
   Shape shape;
   DType dtype;
   int64_t label;
+  bool closed = false;  // ended by a step along the last axis (softmax): nothing joins after it
 };
 
 class ElementwiseFusion {
@@ -30,12 +31,15 @@ class ElementwiseFusion {
     // 1. Grow groups in program order.
     for (int32_t i = 0; i < static_cast<int32_t>(graph_.nodes.size()); ++i) {
       if (!isCandidate(i)) continue;
+      const bool ends_chain = opDef(graph_.nodes[i].op).fusable_along_last_axis;
       const int target = groupOfFirstOperand(i);
-      if (target >= 0 && canJoin(target, i)) {
+      if (target >= 0 && !groups_[target].closed && canJoin(target, i)) {
         groups_[target].members.push_back(i);
+        groups_[target].closed = ends_chain;
         group_of_[i] = target;
         continue;
       }
+      if (ends_chain) continue;  // a softmax alone keeps its own kernel
       const Value& result = graph_.values[graph_.nodes[i].results[0]];
       group_of_[i] = static_cast<int>(groups_.size());
       groups_.push_back(FusionGroup{{i}, result.type.shape, result.type.dtype, labelOf(i)});
@@ -100,8 +104,17 @@ class ElementwiseFusion {
 
   bool isCandidate(int32_t i) const {
     const Node& node = graph_.nodes[i];
-    if (!opDef(node.op).fusable || node.results.size() != 1) return false;
+    const OpDef& def = opDef(node.op);
+    if (node.results.size() != 1) return false;
     const TensorType& result = graph_.values[node.results[0]].type;
+    if (def.fusable_along_last_axis) {  // softmax along the last axis, in f32, ending a chain
+      auto axis = node.attrs.find("axis");
+      const int64_t a = axis == node.attrs.end() ? std::get<int64_t>(def.findAttr("axis")->default_value)
+                                                 : std::get<int64_t>(axis->second);
+      return result.dtype == DType::kF32 && result.rank() > 0 && (a == -1 || a == result.rank() - 1) &&
+             node.operands.size() == 1;
+    }
+    if (!def.fusable) return false;
     if (result.dtype != DType::kF32 && result.dtype != DType::kBF16) return false;
     bool reads_a_tensor = false;
     for (size_t a = 0; a < node.operands.size(); ++a) {

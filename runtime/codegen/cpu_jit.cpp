@@ -25,7 +25,7 @@ std::string llvmMessage(llvm::Error error) { return llvm::toString(std::move(err
 
 class HostJit {
  public:
-  Expected<FusedCpuFunction> kernel(const OpContext& ctx) {
+  Expected<HostFusedKernel> kernel(const OpContext& ctx) {
     const std::string key = fusedKernelKey(ctx);
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
@@ -48,10 +48,11 @@ class HostJit {
       return Status::internal("fused kernel: LLVM's JIT rejected the module: " + llvmMessage(std::move(error)));
     auto symbol = jit_->lookup(name);
     if (!symbol) return Status::internal("fused kernel: LLVM's JIT lost " + name + ": " + llvmMessage(symbol.takeError()));
-    auto function = reinterpret_cast<FusedCpuFunction>(static_cast<uintptr_t>(symbol->getAddress()));
-    cache_.emplace(key, function);
+    HostFusedKernel kernel{reinterpret_cast<FusedCpuFunction>(static_cast<uintptr_t>(symbol->getAddress())),
+                           spec.along_last_axis ? spec.dims.back() : 0};
+    cache_.emplace(key, kernel);
     compiled_.fetch_add(1, std::memory_order_relaxed);
-    return function;
+    return kernel;
   }
 
   int64_t compiled() const { return compiled_.load(std::memory_order_relaxed); }
@@ -81,7 +82,7 @@ class HostJit {
   std::mutex mutex_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   std::unique_ptr<llvm::TargetMachine> machine_;
-  std::unordered_map<std::string, FusedCpuFunction> cache_;
+  std::unordered_map<std::string, HostFusedKernel> cache_;
   std::atomic<int64_t> compiled_{0};
 };
 
@@ -93,7 +94,7 @@ HostJit& hostJit() {
 
 }  // namespace
 
-Expected<FusedCpuFunction> hostFusedKernel(const OpContext& ctx) { return hostJit().kernel(ctx); }
+Expected<HostFusedKernel> hostFusedKernel(const OpContext& ctx) { return hostJit().kernel(ctx); }
 
 int64_t hostFusedKernelsCompiled() { return hostJit().compiled(); }
 

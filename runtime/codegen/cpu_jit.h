@@ -12,10 +12,16 @@ namespace cleave::runtime::codegen {
 // A compiled fused kernel: computes result elements [begin, end) of its node (row-major).
 using FusedCpuFunction = void (*)(const void* const* operands, void* const* results, int64_t begin, int64_t end);
 
+// A compiled fused kernel and how its ranges must be cut.
+struct HostFusedKernel {
+  FusedCpuFunction function = nullptr;
+  int64_t row_length = 0;  // > 0: the body ends along the last axis; ranges hold whole rows of this many
+};
+
 // The compiled kernel of fused node `ctx`, compiling it on first use. Kernels are cached by their
 // body and operand types (fusedKernelKey) and shared by every thread and rank of the process.
 // Errors: an invalid body (kBadInput), LLVM failing (kInternal, with LLVM's message).
-Expected<FusedCpuFunction> hostFusedKernel(const OpContext& ctx);
+Expected<HostFusedKernel> hostFusedKernel(const OpContext& ctx);
 
 // How many fused kernels this process has compiled (for tests and traces).
 int64_t hostFusedKernelsCompiled();

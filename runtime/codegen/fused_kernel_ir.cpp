@@ -42,10 +42,10 @@ class ElementEmitter {
   ElementEmitter(llvm::IRBuilder<>& b, llvm::Module& module, FusedTarget target)
       : b_(b), module_(module), target_(target), f32_(b.getFloatTy()), i32_(b.getInt32Ty()) {}
 
-  // The returned steps' values from the operands' values (loaded and widened to f32).
-  Expected<std::vector<Value*>> steps(const FusedKernelSpec& spec, const std::vector<Value*>& operands) {
+  // The values of steps [0, count) from the operands' values (loaded and widened to f32).
+  Expected<std::vector<Value*>> steps(const FusedKernelSpec& spec, const std::vector<Value*>& operands, size_t count) {
     std::vector<Value*> values;
-    for (size_t s = 0; s < spec.body.steps.size(); ++s) {
+    for (size_t s = 0; s < count; ++s) {
       const FusedStep& step = spec.body.steps[s];
       std::vector<Value*> args;
       std::vector<const FusedArg*> literal_of;
@@ -62,9 +62,16 @@ class ElementEmitter {
       if (spec.steps[s].dtype == DType::kBF16) value = fromBf16(toBf16(value));
       values.push_back(value);
     }
-    std::vector<Value*> returned;
-    for (int r : spec.body.returned) returned.push_back(values[r]);
-    return returned;
+    return values;
+  }
+
+  // expFloat, for the last-axis step's rows.
+  Value* expOf(Value* x) {
+    llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
+    llvm::FastMathFlags contract;
+    contract.setAllowContract(true);
+    b_.setFastMathFlags(contract);
+    return exp(x);
   }
 
   // bf16 bits (i16) -> f32, exactly.
@@ -329,10 +336,22 @@ Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKer
     Value* loaded = b.CreateLoad(type, b.CreateInBoundsGEP(type, operand_pointers[k], offsets[k]));
     operands.push_back(spec.operands[k].dtype == DType::kBF16 ? emitter.fromBf16(loaded) : loaded);
   }
-  CLEAVE_ASSIGN_OR_RETURN(std::vector<Value*> values, emitter.steps(spec, operands));
+  // Along the last axis, the last step finishes each row afterwards (emitRowTail): its result slot
+  // takes its input's value here.
+  const size_t last = spec.body.steps.size() - 1;
+  const size_t elementwise = spec.along_last_axis ? last : spec.body.steps.size();
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<Value*> values, emitter.steps(spec, operands, elementwise));
   for (size_t r = 0; r < spec.results.size(); ++r) {
+    const size_t step = static_cast<size_t>(spec.body.returned[r]);
+    Value* value = nullptr;
+    if (step < elementwise) {
+      value = values[step];
+    } else {
+      const FusedArg& input = spec.body.steps[last].args[0];
+      value = input.kind == FusedArg::Kind::kOperand ? operands[input.index] : values[input.index];
+    }
     llvm::Type* type = storageType(b, spec.results[r].dtype);
-    Value* stored = spec.results[r].dtype == DType::kBF16 ? emitter.toBf16(values[r]) : values[r];
+    Value* stored = spec.results[r].dtype == DType::kBF16 ? emitter.toBf16(value) : value;
     b.CreateStore(stored, b.CreateInBoundsGEP(type, result_pointers[r], index));
   }
   return Status::ok();
@@ -361,6 +380,79 @@ std::vector<Value*> elementOffsets(llvm::IRBuilder<>& b, const FusedKernelSpec& 
     offsets.push_back(stride == 0 ? row[k] : b.CreateAdd(row[k], b.CreateMul(column, b.getInt64(stride))));
   }
   return offsets;
+}
+
+// The result of the last-axis step (softmax), whose row at `row_start` holds its input: the row's
+// maximum, e^(x - max) and their sum in double, then the products by 1/sum, as the softmax kernel.
+void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
+                 const std::vector<Value*>& result_pointers, Value* row_start, llvm::AllocaInst* max_slot,
+                 llvm::AllocaInst* sum_slot, Status& status) {
+  const size_t last = spec.body.steps.size() - 1;
+  size_t r = 0;
+  while (static_cast<size_t>(spec.body.returned[r]) != last) ++r;
+  llvm::Type* f32 = b.getFloatTy();
+  Value* y = b.CreateInBoundsGEP(f32, result_pointers[r], row_start);
+  Value* zero = b.getInt64(0);
+  Value* columns = b.getInt64(spec.dims.back());
+  // Each loop vectorises: the maximum may ignore NaNs (a NaN still makes the row NaN through its
+  // exp and the sum), and the sum may be added in any order (in double, as the kernel's 8 lanes).
+  b.CreateStore(llvm::ConstantFP::getInfinity(f32, /*Negative=*/true), max_slot);
+  emitLoop(b, zero, columns, b.getInt64(1), "max", [&](Value* c) -> Status {
+    llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+    llvm::FastMathFlags no_nans;
+    no_nans.setNoNaNs();
+    no_nans.setNoSignedZeros();
+    b.setFastMathFlags(no_nans);
+    Value* v = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, y, c));
+    Value* m = b.CreateLoad(f32, max_slot);
+    b.CreateStore(b.CreateSelect(b.CreateFCmpOGT(v, m), v, m), max_slot);
+    return Status::ok();
+  }, status);
+  Value* max = b.CreateLoad(f32, max_slot);
+  emitLoop(b, zero, columns, b.getInt64(1), "exp", [&](Value* c) -> Status {
+    Value* at = b.CreateInBoundsGEP(f32, y, c);
+    b.CreateStore(emitter.expOf(b.CreateFSub(b.CreateLoad(f32, at), max)), at);
+    return Status::ok();
+  }, status);
+  b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum_slot);
+  emitLoop(b, zero, columns, b.getInt64(1), "sum", [&](Value* c) -> Status {
+    llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+    llvm::FastMathFlags reassociate;
+    reassociate.setAllowReassoc();
+    b.setFastMathFlags(reassociate);
+    Value* e = b.CreateFPExt(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, y, c)), b.getDoubleTy());
+    b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), sum_slot), e), sum_slot);
+    return Status::ok();
+  }, status);
+  Value* scale = b.CreateFPTrunc(
+      b.CreateFDiv(llvm::ConstantFP::get(b.getDoubleTy(), 1.0), b.CreateLoad(b.getDoubleTy(), sum_slot)), f32);
+  emitLoop(b, zero, columns, b.getInt64(1), "scale", [&](Value* c) -> Status {
+    Value* at = b.CreateInBoundsGEP(f32, y, c);
+    b.CreateStore(b.CreateFMul(b.CreateLoad(f32, at), scale), at);
+    return Status::ok();
+  }, status);
+}
+
+// One whole row of the collapsed space (along-last-axis bodies): its elements, then the row tail.
+Status emitRow(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
+               const std::vector<Value*>& operand_pointers, const std::vector<Value*>& result_pointers, Value* row,
+               llvm::AllocaInst* max_slot, llvm::AllocaInst* sum_slot) {
+  Value* columns = b.getInt64(spec.dims.back());
+  Value* row_start = b.CreateMul(row, columns);
+  const std::vector<Value*> row_offsets = rowOffsets(b, spec, row);
+  Status status;
+  emitLoop(b, b.getInt64(0), columns, b.getInt64(1), "column", [&](Value* column) -> Status {
+    return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
+                       b.CreateAdd(row_start, column));
+  }, status);
+  CLEAVE_TRY(status);
+  emitRowTail(b, emitter, spec, result_pointers, row_start, max_slot, sum_slot, status);
+  return status;
+}
+
+// Stack slots for a row's running maximum (f32) and sum (f64), at the function's entry.
+std::pair<llvm::AllocaInst*, llvm::AllocaInst*> rowSlots(llvm::IRBuilder<>& b) {
+  return {b.CreateAlloca(b.getFloatTy(), nullptr, "row.max"), b.CreateAlloca(b.getDoubleTy(), nullptr, "row.sum")};
 }
 
 // The host function: rows of the collapsed space, the last dim as the inner (vectorised) loop.
@@ -393,7 +485,12 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   Status status;
   Value* first_row = b.CreateUDiv(begin, columns);
   Value* end_row = b.CreateUDiv(b.CreateAdd(end, b.getInt64(spec.dims.back() - 1)), columns);
-  emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
+  if (spec.along_last_axis) {  // [begin, end) holds whole rows (hostFusedKernel's row_length)
+    auto [max_slot, sum_slot] = rowSlots(b);
+    emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
+      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, max_slot, sum_slot);
+    }, status);
+  } else emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
     Value* row_start = b.CreateMul(row, columns);
     Value* from = b.CreateSelect(b.CreateICmpSGT(begin, row_start), b.CreateSub(begin, row_start), b.getInt64(0));
     Value* to = b.CreateSelect(b.CreateICmpSLT(b.CreateSub(end, row_start), columns), b.CreateSub(end, row_start), columns);
@@ -459,7 +556,12 @@ Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, ll
   Value* columns = b.getInt64(spec.dims.back());
   ElementEmitter emitter(b, module, FusedTarget::kNvptx);
   Status status;
-  emitLoop(b, first, count, stride, "element", [&](Value* index) -> Status {
+  if (spec.along_last_axis) {  // one row per thread; `count` counts rows
+    auto [max_slot, sum_slot] = rowSlots(b);
+    emitLoop(b, first, count, stride, "row", [&](Value* row) -> Status {
+      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, max_slot, sum_slot);
+    }, status);
+  } else emitLoop(b, first, count, stride, "element", [&](Value* index) -> Status {
     const std::vector<Value*> row_offsets = rowOffsets(b, spec, b.CreateUDiv(index, columns));
     return emitElement(b, emitter, spec, operand_pointers, result_pointers,
                        elementOffsets(b, spec, row_offsets, b.CreateURem(index, columns)), index);
@@ -498,11 +600,14 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
   }
   // 2. Drop size-1 dims; merge a dim into the one before it where every operand either steps
   //    through both contiguously or is broadcast along both.
+  // 3. Along the last axis the rows stay rows: the last dim is kept whole and apart.
+  spec.along_last_axis = opDef(spec.body.steps.back().op).fusable_along_last_axis;
   std::vector<int64_t> dims;
   std::vector<std::vector<int64_t>> merged(spec.operands.size());
   for (size_t d = 0; d < rank; ++d) {
-    if (shape[d] == 1) continue;
-    bool mergeable = !dims.empty();
+    const bool kept_apart = spec.along_last_axis && d + 1 == rank;
+    if (shape[d] == 1 && !kept_apart) continue;
+    bool mergeable = !dims.empty() && !kept_apart;
     for (size_t k = 0; k < spec.operands.size() && mergeable; ++k) {
       const int64_t previous = merged[k].back();
       mergeable = (previous == 0 && strides[k][d] == 0) || (previous != 0 && previous == strides[k][d] * shape[d]);

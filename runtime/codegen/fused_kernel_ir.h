@@ -31,6 +31,8 @@ struct FusedKernelSpec {
   // Per operand, per collapsed dim: the operand's element stride (0 where it is broadcast).
   std::vector<std::vector<int64_t>> operand_strides;
   int64_t numel = 0;  // result elements
+  // The last step runs along the last axis (softmax): kernels work in whole rows of dims.back().
+  bool along_last_axis = false;
 };
 
 // The spec of the fused node `ctx` (op fused); errors name the body's fault.
@@ -46,9 +48,10 @@ inline constexpr const char* kLibdevicePow = "__nv_powf";
 
 // Builds the kernel of `spec` into a new module of `context`, as function `name`:
 // - kHostCpu: void name(const void* const* operands, void* const* results, int64_t begin, int64_t end),
-//   computing result elements [begin, end) (row-major), vectorisable along the last collapsed dim;
+//   computing result elements [begin, end) (row-major; whole rows when along_last_axis),
+//   vectorisable along the last collapsed dim;
 // - kNvptx: kernel name(operand pointers..., result pointers..., int64_t count), a grid-stride loop
-//   over all `count` result elements.
+//   over all `count` result elements (rows when along_last_axis: one thread per row).
 // Arithmetic is f32 in the order the unfused kernels use (their exp, tanh and erf polynomials); a
 // bf16 step's result is rounded to bf16 as the unfused op would store it. A general pow calls powf
 // (host) or libdevice's __nv_powf (GPU, which ptx_compiler.cpp links in).

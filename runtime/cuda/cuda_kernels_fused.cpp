@@ -20,28 +20,37 @@ constexpr const char* kKernelName = "cleave_fused";
 constexpr int kThreadsPerBlock = 256;
 constexpr int64_t kMaxBlocks = 65535;
 
+// A loaded fused kernel and what its `count` parameter counts: elements, or rows of row_length.
+struct LoadedKernel {
+  cudaKernel_t kernel = nullptr;
+  int64_t row_length = 0;
+};
+
 // The loaded kernel of a fused node on the current device, loading it on first use.
-Expected<cudaKernel_t> loadedKernel(const KernelCall& call) {
+Expected<LoadedKernel> loadedKernel(const KernelCall& call) {
   static std::mutex mutex;
-  static std::map<std::string, cudaKernel_t> kernels;
+  static std::map<std::string, LoadedKernel> kernels;
   int device = 0;
   CLEAVE_TRY(cudaStatus(cudaGetDevice(&device), "fused: cudaGetDevice"));
   const std::string key = codegen::fusedKernelKey(call.op) + "|device " + std::to_string(device);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = kernels.find(key); it != kernels.end()) return it->second;
+  CLEAVE_ASSIGN_OR_RETURN(codegen::FusedKernelSpec spec, codegen::fusedKernelSpec(call.op));
   CLEAVE_ASSIGN_OR_RETURN(std::string ptx, codegen::fusedKernelPtx(call.op, kKernelName));
   cudaLibrary_t library = nullptr;
   CLEAVE_TRY(cudaStatus(cudaLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
                         "fused: loading the kernel's PTX"));
   cudaKernel_t kernel = nullptr;
   CLEAVE_TRY(cudaStatus(cudaLibraryGetKernel(&kernel, library, kKernelName), "fused: finding the kernel in its PTX"));
-  kernels.emplace(key, kernel);
-  return kernel;
+  const LoadedKernel loaded{kernel, spec.along_last_axis ? spec.dims.back() : 0};
+  kernels.emplace(key, loaded);
+  return loaded;
 }
 
 Status fusedKernel(const KernelCall& call, CudaContext& context) {
-  CLEAVE_ASSIGN_OR_RETURN(cudaKernel_t kernel, loadedKernel(call));
-  const int64_t count = call.op.results[0].numel();
+  CLEAVE_ASSIGN_OR_RETURN(LoadedKernel loaded, loadedKernel(call));
+  const int64_t numel = call.op.results[0].numel();
+  const int64_t count = loaded.row_length > 0 ? numel / loaded.row_length : numel;
   if (count == 0) return Status::ok();
   // Kernel parameters: every operand pointer, every result pointer, then the element count.
   std::vector<const void*> pointers(call.inputs.begin(), call.inputs.end());
@@ -51,7 +60,7 @@ Status fusedKernel(const KernelCall& call, CudaContext& context) {
   int64_t elements = count;
   args.push_back(&elements);
   const int64_t blocks = std::min(kMaxBlocks, (count + kThreadsPerBlock - 1) / kThreadsPerBlock);
-  CLEAVE_TRY(cudaStatus(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(blocks)),
+  CLEAVE_TRY(cudaStatus(cudaLaunchKernel(reinterpret_cast<const void*>(loaded.kernel), dim3(static_cast<unsigned>(blocks)),
                                          dim3(kThreadsPerBlock), args.data(), 0, context.compute()),
                         "fused: kernel launch"));
   return Status::ok();

@@ -57,6 +57,21 @@ CaseList fusedCases() {
                        no_gradient);
   b.addWithoutGradient(OpId::fused, "bf16", {b.uniform(DType::kBF16, {3, 40}), b.uniform(DType::kBF16, {40})},
                        body("t0 = add(x0, x1); t1 = gelu(t0); t2 = mul(t1, 1.5); return t2, t0"), no_gradient);
+  // Attention's scale, mask and softmax along the last axis: masked scores of -1e9, a mask
+  // broadcast over batch and heads, the pre-softmax values returned too; rows of one element.
+  std::vector<double> mask(64 * 64);
+  for (int q = 0; q < 64; ++q)
+    for (int k = 0; k < 64; ++k) mask[q * 64 + k] = k > q ? -1e9 : 0.0;
+  b.addWithoutGradient(OpId::fused, "attention scale, mask, softmax",
+                       {b.uniform(f32, {2, 3, 64, 64}, -4, 4), CaseBuilder::values(f32, {1, 1, 64, 64}, mask)},
+                       body("t0 = mul(x0, 0.125); t1 = add(t0, x1); t2 = softmax(t1)[axis=-1]; return t1, t2"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "softmax of a chain, odd rows", {b.uniform(f32, {5, 37}, -3, 3), b.uniform(f32, {37})},
+                       body("t0 = sub(x0, x1); t1 = tanh(t0); t2 = softmax(t1)[axis=1]; return t2"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "softmax of one-element rows", {b.uniform(f32, {6, 1})},
+                       body("t0 = exp(x0); t1 = softmax(t0); return t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "softmax of a NaN row", {CaseBuilder::values(f32, {2, 3}, {1, nan, 2, 0.5, 1, 1.5})},
+                       body("t0 = neg(x0); t1 = softmax(t0); return t1"), no_gradient);
   // Perf mode's large cases, beside the unfused ops' "large (perf)" cases of the same shapes.
   const TensorData big = b.uniform(f32, {1024, 1024}, -2, 2), row = b.uniform(f32, {1024}, -2, 2);
   for (const char* text : {"t0 = gelu(x0); return t0", "t0 = exp(x0); return t0", "t0 = add(x0, x1); return t0"}) {

@@ -91,13 +91,14 @@ TEST(OpHarnessTable, CasesCoverTheTable) {
   EXPECT_EQ(ops + communication, static_cast<size_t>(kNumOps));
 }
 
-// Every f32 case of a fusable op, run as the one step of a fused node (JIT-compiled with LLVM),
+// Every f32 case of a fusable op (softmax: along the last axis), run as the one step of a fused
+// node (JIT-compiled with LLVM),
 // gives the op's own kernel's results within 1e-6 relative; a one-element operand of rank 0 is
 // also tried as a literal of the body (pow's multiplying path, constants folded into bodies).
 TEST(FusedKernels, EveryFusableCaseMatchesItsUnfusedKernel) {
   int compared = 0;
   for (const auto& [op, list] : casesByOp()) {
-    if (!opDef(op).fusable) continue;
+    if (!opDef(op).fusable && !opDef(op).fusable_along_last_axis) continue;
     for (const OpCase& c : list) {
       auto types = resultTypes(c);
       if (!types || types->size() != 1 || (*types)[0].dtype != DType::kF32) continue;
