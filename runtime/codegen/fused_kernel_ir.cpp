@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <numbers>
+#include <utility>
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
@@ -486,9 +487,9 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   Value* first_row = b.CreateUDiv(begin, columns);
   Value* end_row = b.CreateUDiv(b.CreateAdd(end, b.getInt64(spec.dims.back() - 1)), columns);
   if (spec.along_last_axis) {  // [begin, end) holds whole rows (hostFusedKernel's row_length)
-    auto [max_slot, sum_slot] = rowSlots(b);
+    const std::pair<llvm::AllocaInst*, llvm::AllocaInst*> slots = rowSlots(b);
     emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
-      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, max_slot, sum_slot);
+      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, slots.first, slots.second);
     }, status);
   } else emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
     Value* row_start = b.CreateMul(row, columns);
@@ -557,9 +558,9 @@ Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, ll
   ElementEmitter emitter(b, module, FusedTarget::kNvptx);
   Status status;
   if (spec.along_last_axis) {  // one row per thread; `count` counts rows
-    auto [max_slot, sum_slot] = rowSlots(b);
+    const std::pair<llvm::AllocaInst*, llvm::AllocaInst*> slots = rowSlots(b);
     emitLoop(b, first, count, stride, "row", [&](Value* row) -> Status {
-      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, max_slot, sum_slot);
+      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, slots.first, slots.second);
     }, status);
   } else emitLoop(b, first, count, stride, "element", [&](Value* index) -> Status {
     const std::vector<Value*> row_offsets = rowOffsets(b, spec, b.CreateUDiv(index, columns));
