@@ -32,6 +32,7 @@ Expected<ValueId> Graph::addParam(const std::string& value_name, TensorType type
   if (findValue(value_name) != kNoValue) return Status::badInput("value '%" + value_name + "' is defined twice");
   ValueId id = newValue(value_name, std::move(type));
   params.push_back(Param{.value = id, .init = std::move(init), .trainable = trainable});
+  if (param_position_.size() + 1 == params.size()) param_position_.emplace(id, params.size() - 1);
   return id;
 }
 
@@ -107,9 +108,20 @@ std::string Graph::uniqueName(std::string_view hint) {
 }
 
 const Param* Graph::findParam(ValueId v) const {
+  if (param_position_.size() == params.size()) {
+    auto it = param_position_.find(v);
+    if (it == param_position_.end()) return nullptr;
+    if (it->second < params.size() && params[it->second].value == v) return &params[it->second];
+  }
+  // The index no longer matches `params` (a pass edited the vector itself): scan.
   for (const auto& p : params)
     if (p.value == v) return &p;
   return nullptr;
+}
+
+void Graph::rebuildParamIndex() {
+  param_position_.clear();
+  for (size_t i = 0; i < params.size(); ++i) param_position_.emplace(params[i].value, i);
 }
 
 bool Graph::isInput(ValueId v) const { return std::find(inputs.begin(), inputs.end(), v) != inputs.end(); }
@@ -156,10 +168,12 @@ void Graph::compact() {
     }
   }
   rebuildNameIndex();
+  rebuildParamIndex();
 }
 
 void Graph::rebuildNameIndex() {
   by_name_.clear();
+  by_name_.reserve(values.size());
   for (size_t i = 0; i < values.size(); ++i) by_name_.emplace(values[i].name, static_cast<ValueId>(i));
 }
 

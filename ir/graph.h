@@ -114,7 +114,11 @@ class Graph {
  private:
   ValueId newValue(const std::string& value_name, TensorType type);
   void rebuildNameIndex();
+  void rebuildParamIndex();
   std::unordered_map<std::string, ValueId> by_name_;
+  // Position in `params` of each parameter's value, kept by addParam and compact (the only places
+  // that add or renumber parameters); findParam checks every hit and falls back to a scan.
+  std::unordered_map<ValueId, size_t> param_position_;
   std::unordered_map<std::string, int64_t> next_suffix_;
 };
 

@@ -246,6 +246,11 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "warmup_start=F,total=T,final=F,step_size=N,gamma=G] (default constant)");
   compile->add_option("--clip-grad-norm", flags.clip_grad_norm,
                       "Clip the gradients to this global norm (torch.nn.utils.clip_grad_norm_), over every rank's shards");
+  compile->add_option("--recompute", flags.recompute,
+                      "Training: activations the backward pass computes again instead of keeping (docs/training.md): "
+                      "none (default), selective (keeps weight products and layer boundaries) or full (keeps layer "
+                      "boundaries only)")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   compile->add_option("--precision", flags.precision,
                       "Training precision: f32, or bf16 (matmul, gemm and conv2d in bf16 with f32 accumulation, f32 "
                       "master weights and loss, as torch.autocast)")

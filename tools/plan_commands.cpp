@@ -171,8 +171,14 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
       if (!precision) return reportError(precision.status());
       options.training.precision = *precision;
     }
-  } else if (!flags.lr_schedule.empty() || flags.clip_grad_norm || flags.grad_accum > 0 || !flags.precision.empty()) {
-    return reportError(Status::usage("--lr-schedule, --clip-grad-norm, --grad-accum and --precision need --train"));
+    if (!flags.recompute.empty()) {
+      auto recompute = parseRecomputeMode(flags.recompute);
+      if (!recompute) return reportError(recompute.status());
+      options.training.recompute = *recompute;
+    }
+  } else if (!flags.lr_schedule.empty() || flags.clip_grad_norm || flags.grad_accum > 0 || !flags.precision.empty() ||
+             !flags.recompute.empty()) {
+    return reportError(Status::usage("--lr-schedule, --clip-grad-norm, --grad-accum, --precision and --recompute need --train"));
   }
   Expected<planpb::Plan> plan = Status::internal("compile: no strategy was compiled");
   if (automatic) {

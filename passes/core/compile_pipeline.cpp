@@ -99,6 +99,7 @@ void describeTraining(const CompileOptions& options, const std::string& logits_n
 struct DeviceGraphs {
   std::vector<std::unique_ptr<Graph>> owned;
   std::vector<RankGraphs> ranks;
+  std::map<std::string, int64_t> model_limits;  // valueLimits of the whole model (with its loss when training)
 };
 
 // Where each forward node runs: pipeline stages balanced by the cost model on options.cluster (one
@@ -277,8 +278,20 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   };
 
   DeviceGraphs result;
+  result.model_limits = valueLimits(options.train ? forward : model);
+  // Data-parallel replicas run the same graphs: nothing in them depends on the dp index (the batch
+  // rows a replica reads and its all-reduce groups come from its coordinate when lowering). Each
+  // (stage, tp index) is built once, at dp index 0, and its replicas share those graphs.
+  std::map<int, size_t> built_at;  // rank at dp index 0 -> its entry in result.ranks
   for (int r = 0; r < mesh.size(); ++r) {
     MeshCoord coord = mesh.coord(r);
+    if (auto first = built_at.find(mesh.rankOf(coord.with(kDataAxis, 0))); first != built_at.end()) {
+      RankGraphs replica = result.ranks[first->second];
+      replica.coord = coord;
+      result.ranks.push_back(std::move(replica));
+      continue;
+    }
+    built_at.emplace(r, result.ranks.size());
     const std::vector<PipelineStep> steps = stageSchedule(schedule, coord.stage(), mesh.pp(), options.microbatches);
     RankGraphs rank{coord, {}, {}};
     if (options.train) {
@@ -413,12 +426,12 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   // 3. Lower to a plan and record what the runtime needs to feed and read it.
   CLEAVE_ASSIGN_OR_RETURN(planpb::Plan plan, lowerToPlan(lowering));
   // The whole model's limits (with its loss, which reads the labels), for inputs a device's graph
-  // reads only through a vocabulary-parallel lookup.
-  std::map<std::string, int64_t> model_limits;
-  if (options.train) {
+  // reads only through a vocabulary-parallel lookup (buildDeviceGraphs read them already).
+  std::map<std::string, int64_t> model_limits = std::move(devices.model_limits);
+  if (devices.ranks.empty() && options.train) {
     CLEAVE_ASSIGN_OR_RETURN(Graph with_loss, buildLossGraph(graph, options.training));
     model_limits = valueLimits(with_loss);
-  } else {
+  } else if (devices.ranks.empty()) {
     model_limits = valueLimits(graph);
   }
   for (auto& rank : *plan.mutable_ranks()) {

@@ -47,8 +47,11 @@ class ProgramLowering {
         buffer_of_(graph_.values.size(), kNoBuffer),
         instruction_of_node_(graph_.nodes.size(), -1),
         node_microbatch_(program.node_microbatch),
-        node_backward_(program.node_backward) {
+        node_backward_(program.node_backward),
+        output_or_update_(graph_.values.size(), false) {
     program_->set_name(program.name);
+    for (ValueId out : graph_.outputs) output_or_update_[out] = true;
+    for (const StateUpdate& update : graph_.updates) output_or_update_[update.new_value] = true;
   }
 
   Status run() {
@@ -191,13 +194,7 @@ class ProgramLowering {
     return true;
   }
 
-  bool isOutputOrUpdate(ValueId v) const {
-    for (ValueId out : graph_.outputs)
-      if (out == v) return true;
-    for (const StateUpdate& update : graph_.updates)
-      if (update.new_value == v) return true;
-    return false;
-  }
+  bool isOutputOrUpdate(ValueId v) const { return output_or_update_[v]; }
 
   // Turns a communication node's kernel instruction into its communication instruction.
   void lowerCommunication(const Node& node, planpb::Instruction& instruction) const {
@@ -347,8 +344,9 @@ class ProgramLowering {
   std::vector<int32_t> buffer_of_;           // value -> buffer id
   std::vector<int> instruction_of_node_;     // node -> instruction index (-1 for views)
   std::vector<int> node_microbatch_;         // pipeline labels per node (may be empty)
-  mutable std::set<ValueId> accumulated_in_place_;  // sums written over their operand's buffer (accumulatesInPlace)
   std::vector<bool> node_backward_;
+  std::vector<bool> output_or_update_;  // by value: a program output or a state update's new value
+  mutable std::set<ValueId> accumulated_in_place_;  // sums written over their operand's buffer (accumulatesInPlace)
 };
 
 }  // namespace
@@ -370,9 +368,23 @@ bool isParameterGradient(const Graph& graph, std::string_view value_name) {
 
 namespace {
 
-// Lowers one rank's graphs into `rank` and plans its memory.
+// Copies the offsets, arena and peaks of `planned`, a rank lowered from the same graphs: its
+// buffers and instructions are the same, only collective groups, peers and batch offsets differ.
+Status copyMemoryLayout(const planpb::RankPlan& planned, planpb::RankPlan& rank) {
+  if (planned.buffers_size() != rank.buffers_size() || planned.programs_size() != rank.programs_size())
+    return Status::internal("lowerToPlan: ranks " + std::to_string(planned.rank()) + " and " +
+                            std::to_string(rank.rank()) + " share graphs but not buffers");
+  for (int32_t id = 0; id < rank.buffers_size(); ++id) rank.mutable_buffers(id)->set_offset(planned.buffers(id).offset());
+  for (int p = 0; p < rank.programs_size(); ++p) rank.mutable_programs(p)->set_peak_bytes(planned.programs(p).peak_bytes());
+  rank.set_persistent_bytes(planned.persistent_bytes());
+  rank.set_arena_bytes(planned.arena_bytes());
+  return Status::ok();
+}
+
+// Lowers one rank's graphs into `rank` and plans its memory; with `same_graphs`, a rank lowered
+// from the very same graphs, the graphs are not verified again and its memory layout is reused.
 Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& mesh, MeshCoord coord,
-                 const std::set<std::string>& batch_split, planpb::RankPlan& rank) {
+                 const std::set<std::string>& batch_split, const planpb::RankPlan* same_graphs, planpb::RankPlan& rank) {
   rank.set_rank(mesh.rankOf(coord));
   rank.set_stage(coord.stage());
   rank.set_dp_index(coord[kDataAxis]);
@@ -385,7 +397,7 @@ Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& me
     if (!program.graph || program.name.empty()) return Status::internal("lowerToPlan: a program lacks a name or graph");
     if (!names.insert(program.name).second)
       return Status::badInput("program '" + program.name + "' is given twice");
-    CLEAVE_TRY(verifyGraph(*program.graph).withContext(where + "program '" + program.name + "': "));
+    if (!same_graphs) CLEAVE_TRY(verifyGraph(*program.graph).withContext(where + "program '" + program.name + "': "));
     CLEAVE_TRY(ProgramLowering(program, rank, param_buffers, mesh, coord).run());
   }
   // 2. Batch inputs and outputs say which rows of the global batch they hold.
@@ -398,7 +410,7 @@ Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& me
   // 3. Aliases name their storage's root directly; then offsets.
   for (int32_t id = 0; id < rank.buffers_size(); ++id)
     if (rank.buffers(id).has_alias_of()) rank.mutable_buffers(id)->set_alias_of(storageRoot(rank, id));
-  return planMemory(rank);
+  return same_graphs ? copyMemoryLayout(*same_graphs, rank) : planMemory(rank);
 }
 
 }  // namespace
@@ -423,10 +435,16 @@ Expected<planpb::Plan> lowerToPlan(const LoweringInput& input) {
   strategy->set_schedule(input.schedule);
 
   if (input.ranks.empty()) {
-    CLEAVE_TRY(lowerRank(input.programs, DeviceMesh{}, MeshCoord{}, {}, *plan.add_ranks()));
+    CLEAVE_TRY(lowerRank(input.programs, DeviceMesh{}, MeshCoord{}, {}, nullptr, *plan.add_ranks()));
   } else {
-    for (const RankGraphs& rank : input.ranks)
-      CLEAVE_TRY(lowerRank(rank.programs, input.mesh, rank.coord, rank.batch_split, *plan.add_ranks()));
+    std::map<std::vector<const Graph*>, int> lowered_from;  // a rank's graphs -> the first rank lowered from them
+    for (const RankGraphs& rank : input.ranks) {
+      std::vector<const Graph*> graphs;
+      for (const ProgramGraph& program : rank.programs) graphs.push_back(program.graph);
+      auto [first, fresh] = lowered_from.emplace(graphs, plan.ranks_size());
+      const planpb::RankPlan* same_graphs = fresh ? nullptr : &plan.ranks(first->second);
+      CLEAVE_TRY(lowerRank(rank.programs, input.mesh, rank.coord, rank.batch_split, same_graphs, *plan.add_ranks()));
+    }
   }
   Status valid = validatePlan(plan);
   if (!valid) return Status::internal("lowering produced an invalid plan: " + valid.message());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ir/status.h"
 
@@ -20,6 +21,19 @@ constexpr int64_t kBufferAlignment = 64;
 // Programs never run at once, so they all reuse the same region above the persistent one.
 // Aliases (alias_of) get their root's offset. Buffers must have valid types and ids.
 Status planMemory(planpb::RankPlan& rank);
+
+// One storage to place: its size in bytes and the times [first, last] it is live.
+struct StorageRequest {
+  int64_t size = 0;
+  int64_t first = 0;
+  int64_t last = 0;
+};
+
+// Offsets at or above `base` by the greedy "by size" algorithm (as TFLite's and ONNX Runtime's
+// planners): the largest storage first (ties: the one live first, then the one listed first), each
+// at the lowest offset where its bytes are free of every storage placed before it that is live at
+// the same time. Storages of size 0 get `base`.
+std::vector<int64_t> placeGreedyBySize(const std::vector<StorageRequest>& storages, int64_t base);
 
 // What a rank's arena holds, for inspect. Sums are over storages (aliases not counted twice);
 // the kind sums are before any reuse, activation_region_bytes after it.

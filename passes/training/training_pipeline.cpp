@@ -1,7 +1,9 @@
 // The training pipeline: loss head, autodiff and optimizer over a copy of the model, cleaned by cse and dce.
 #include "passes/training/training_pipeline.h"
 
+#include <algorithm>
 #include <functional>
+#include <set>
 
 #include "ir/verifier.h"
 #include "passes/training/autodiff.h"
@@ -67,6 +69,8 @@ Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const Tr
   // 1. Backward pass. cse and dce run with the gradients as outputs: outputs keep their names, and
   //    plan lowering finds gradients by name (P.grad).
   const std::vector<ValueId> outputs = graph.outputs;
+  std::set<std::string> forward_values;  // by name: cse and dce renumber values
+  for (const Value& value : graph.values) forward_values.insert(value.name);
   if (hooks.backward) {
     CLEAVE_TRY(hooks.backward(graph));
   } else {
@@ -82,6 +86,18 @@ Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const Tr
     }
   }
   CLEAVE_TRY(simplify(graph));
+  if (options.recompute != RecomputeMode::kNone) {
+    // Forward work: the nodes whose results the forward pass named, and the sends of its values.
+    std::vector<bool> forward(graph.nodes.size(), false);
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      const Node& node = graph.nodes[i];
+      const std::vector<ValueId>& named = node.results.empty() ? node.operands : node.results;
+      forward[i] = !named.empty() && std::all_of(named.begin(), named.end(), [&](ValueId v) {
+        return forward_values.count(graph.values[v].name) > 0;
+      });
+    }
+    CLEAVE_TRY(recomputeActivations(graph, options.recompute, forward).status());
+  }
   if (hooks.after_backward) CLEAVE_TRY(hooks.after_backward(graph));
   // 2. Clipping (every device joins the norm's sum, with or without gradients), the optimizer step;
   //    then the outputs are those given and the norm (the updates keep the rest alive).

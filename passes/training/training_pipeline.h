@@ -10,6 +10,7 @@
 #include "passes/training/gradient_clipping.h"
 #include "passes/training/loss_head.h"
 #include "passes/training/optimizer.h"
+#include "passes/training/recompute.h"
 
 namespace cleave {
 
@@ -20,6 +21,7 @@ struct TrainingOptions {
   OptimizerSpec optimizer;
   double clip_grad_norm = 0;  // > 0: gradients clipped to this global norm before the optimizer
   Precision precision = Precision::kF32;  // bf16: matmul, gemm and conv2d autocast (autocastToBf16)
+  RecomputeMode recompute = RecomputeMode::kNone;  // which activations the backward pass computes again
 };
 
 // The graphs of a training job. Both have the model's parameters under the model's names.
@@ -48,7 +50,7 @@ struct TrainingStepHooks {
 
 // Turns a forward graph (output 0 the scalar loss, or a pipeline stage's graph with its own
 // backward hook) into one training step: appends the backward pass, runs cse and dce with the
-// parameter gradients kept, calls `after_backward`, clips the gradients when asked, appends the
+// parameter gradients kept, recomputes activations as options.recompute says, calls `after_backward`, clips the gradients when asked, appends the
 // optimizer, and keeps only the graph's original outputs (and grad_norm when clipping). The train graph of buildTrainingGraphs is built this way.
 Status appendTrainingStep(Graph& graph, const TrainingOptions& options, const TrainingStepHooks& hooks = {});
 
