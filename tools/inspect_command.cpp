@@ -40,14 +40,16 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
   text += ", batch " + std::to_string(plan.global_batch());
   if (plan.has_training())
     text += ", training (" + plan.training().loss() + ", " + plan.training().optimizer() +
-            (plan.training().precision().empty() ? "" : ", " + plan.training().precision()) + ")";
+            (plan.training().precision().empty() ? "" : ", " + plan.training().precision()) +
+            (plan.training().recompute().empty() ? "" : ", recompute " + plan.training().recompute()) + ")";
   return text + "\n";
 }
 
 // "dp 4 x tp 2 x pp 1, 1 microbatch, 1f1b" for a searched candidate.
 std::string candidateName(const planpb::StrategyCandidate& c) {
   return "dp " + std::to_string(c.dp()) + " x tp " + std::to_string(c.tp()) + " x pp " + std::to_string(c.pp()) + ", " +
-         std::to_string(c.microbatches()) + (c.microbatches() == 1 ? " microbatch, " : " microbatches, ") + c.schedule();
+         std::to_string(c.microbatches()) + (c.microbatches() == 1 ? " microbatch, " : " microbatches, ") + c.schedule() +
+         (c.recompute().empty() ? "" : ", recompute " + c.recompute());
 }
 
 // What --strategy auto chose and the best strategies it rejected (empty when it did not choose).

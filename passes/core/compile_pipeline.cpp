@@ -87,6 +87,8 @@ void describeTraining(const CompileOptions& options, const std::string& logits_n
   info->set_loss_output("loss");
   if (!opt.schedule.isConstant()) info->set_lr_schedule(lrScheduleText(opt.schedule));
   if (options.training.precision != Precision::kF32) info->set_precision(std::string(precisionName(options.training.precision)));
+  if (options.training.recompute != RecomputeMode::kNone)
+    info->set_recompute(std::string(recomputeModeName(options.training.recompute)));
   if (options.training.clip_grad_norm > 0) {
     info->set_clip_grad_norm(options.training.clip_grad_norm);
     info->set_grad_norm_output(std::string(kGradNormOutput));

@@ -20,6 +20,8 @@ planpb::StrategyCandidate candidateProto(const StrategyEstimate& estimate, const
   candidate.set_predicted_step_time_s(estimate.step_time_s);
   candidate.set_memory_bytes(estimate.memory_bytes);
   candidate.set_note(note);
+  if (estimate.strategy.recompute != RecomputeMode::kNone)
+    candidate.set_recompute(std::string(recomputeModeName(estimate.strategy.recompute)));
   return candidate;
 }
 
@@ -53,6 +55,7 @@ Expected<planpb::Plan> compileSearchedStrategy(const Graph& model, CompileOption
     options.pp = strategy.pp;
     options.microbatches = strategy.microbatches;
     options.schedule = std::string(pipelineScheduleName(strategy.schedule));
+    options.training.recompute = strategy.recompute;
     plan = compileModel(model, options);
     if (plan) {
       recordSearch(*plan, cluster, ranked, k, errors, searched.over_memory);

@@ -2,16 +2,19 @@
 #include "passes/partition/strategy_search.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "passes/training/autodiff.h"
 #include "ir/device_mesh.h"
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/partition/spmd_partitioner.h"
+#include "passes/training/recompute.h"
 
 namespace cleave {
 namespace {
@@ -40,7 +43,8 @@ struct ProfileNode {
   std::optional<CommKind> forward_comm, backward_comm;  // tp collectives in each pass
   int group_size = 1;
   Affine comm_bytes;         // the full buffer each collective moves
-  Affine activation_bytes;   // results kept for the backward pass, per microbatch
+  Affine activation_bytes[3];  // results kept for the backward pass, per microbatch, by RecomputeMode
+  bool recomputed[3] = {};     // copied into the backward pass, by RecomputeMode
   Affine result_bytes;       // all its results
   Affine cut_bytes;          // values a stage starting here receives from earlier stages
   double param_bytes = 0;    // parameters first used here (this device's blocks)
@@ -56,7 +60,9 @@ struct TpProfile {
   LinkSpec tp_link;
 };
 
-// Prefix sums over the profile nodes at one (tp, microbatch rows): entry i covers nodes [0, i).
+int modeIndex(RecomputeMode mode) { return static_cast<int>(mode); }
+
+// Prefix sums over the profile nodes at one (tp, microbatch rows, recompute mode): entry i covers nodes [0, i).
 struct StageTable {
   std::vector<double> time;        // forward + backward + tp collectives of one microbatch
   std::vector<double> backward;    // backward pass (its kernels and collectives)
@@ -125,23 +131,42 @@ std::string gib(double bytes) {
   return text;
 }
 
-// The forward values of `forward` its backward pass reads (the activations a training step keeps
-// until then): appendBackward's nodes come after the forward's, and ids of forward values stay.
-Expected<std::vector<bool>> valuesKeptForBackward(const Graph& forward) {
+// What the backward pass of a forward graph reads under one recomputation mode.
+struct BackwardReads {
+  std::vector<bool> kept;        // per forward value: read by the backward pass (kept until then)
+  std::vector<bool> recomputed;  // per forward node: copied into the backward pass
+};
+
+// The backward reads of `forward` under each mode of RecomputeMode (all but none only when asked):
+// appendBackward's nodes come after the forward's, ids of forward values stay, and recomputation
+// keeps the forward nodes first, in order.
+Expected<std::array<BackwardReads, 3>> backwardReads(const Graph& forward, const std::vector<RecomputeMode>& modes) {
   if (forward.outputs.empty()) return Status::internal("strategy search: the forward graph has no loss output");
-  Graph training = forward;
-  CLEAVE_TRY(appendBackward(training, forward.outputs[0]));
-  std::vector<bool> kept(forward.values.size(), false);
-  for (size_t n = forward.nodes.size(); n < training.nodes.size(); ++n)
-    for (ValueId v : training.nodes[n].operands)
-      if (static_cast<size_t>(v) < forward.values.size()) kept[v] = true;
-  return kept;
+  Graph differentiated = forward;
+  CLEAVE_TRY(appendBackward(differentiated, forward.outputs[0]));
+  std::array<BackwardReads, 3> reads;
+  for (RecomputeMode mode : {RecomputeMode::kNone, RecomputeMode::kSelective, RecomputeMode::kFull}) {
+    BackwardReads& r = reads[modeIndex(mode)];
+    r.kept.assign(forward.values.size(), false);
+    r.recomputed.assign(forward.nodes.size(), false);
+    if (mode != RecomputeMode::kNone && std::find(modes.begin(), modes.end(), mode) == modes.end()) continue;
+    Graph training = differentiated;
+    std::vector<bool> forward_nodes(training.nodes.size(), false);
+    std::fill_n(forward_nodes.begin(), forward.nodes.size(), true);
+    CLEAVE_ASSIGN_OR_RETURN(RecomputeReport report, recomputeActivations(training, mode, forward_nodes));
+    for (int32_t n : report.copied_nodes) r.recomputed[n] = true;
+    for (size_t n = forward.nodes.size(); n < training.nodes.size(); ++n)
+      for (ValueId v : training.nodes[n].operands)
+        if (static_cast<size_t>(v) < forward.values.size()) r.kept[v] = true;
+  }
+  return reads;
 }
 
 // Profiles one device's forward graph at two row counts (the same graph structure, so nodes pair
-// up). `kept` marks the values the backward pass reads (training), whose storage a node keeps.
+// up). `reads` says, per recomputation mode, the values the backward pass reads (whose storage a
+// node keeps) and the nodes it copies (training).
 Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double rows1, const Graph& at_rows2, double rows2,
-                                                const std::vector<bool>& kept, const OptimizerSpec& optimizer,
+                                                const std::array<BackwardReads, 3>& reads, const OptimizerSpec& optimizer,
                                                 bool train, const CostModel& model) {
   if (at_rows1.nodes.size() != at_rows2.nodes.size())
     return Status::internal("strategy search: the partitioned graph's nodes differ between batch sizes");
@@ -170,9 +195,12 @@ Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double ro
 
   // 2. The storages the backward pass reads (through any view of them). Inference keeps every
   //    result (a conservative bound of what is live at once).
-  std::vector<bool> root_kept(num_values, !train);
-  for (size_t v = 0; v < num_values && train; ++v)
-    if (kept[v]) root_kept[root[v]] = true;
+  std::vector<bool> root_kept[3];
+  for (int mode = 0; mode < 3; ++mode) {
+    root_kept[mode].assign(num_values, !train);
+    for (size_t v = 0; v < num_values && train; ++v)
+      if (reads[mode].kept[v]) root_kept[mode][root[v]] = true;
+  }
 
   // 3. The profile nodes: every node but views, in program order.
   std::vector<ProfileNode> nodes;
@@ -208,13 +236,16 @@ Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double ro
       double full2 = std::max(totalBytes(at_rows2, node2.operands), totalBytes(at_rows2, node2.results));
       unit.comm_bytes = Affine::fit(rows1, full1, rows2, full2);
     }
-    double kept1 = 0, kept2 = 0;
-    for (ValueId r : node.results)
-      if (root_kept[r]) {
-        kept1 += static_cast<double>(graph.values[r].type.bytes());
-        kept2 += static_cast<double>(at_rows2.values[r].type.bytes());
-      }
-    unit.activation_bytes = Affine::fit(rows1, kept1, rows2, kept2);
+    for (int mode = 0; mode < 3; ++mode) {
+      double kept1 = 0, kept2 = 0;
+      for (ValueId r : node.results)
+        if (root_kept[mode][r]) {
+          kept1 += static_cast<double>(graph.values[r].type.bytes());
+          kept2 += static_cast<double>(at_rows2.values[r].type.bytes());
+        }
+      unit.activation_bytes[mode] = Affine::fit(rows1, kept1, rows2, kept2);
+      unit.recomputed[mode] = train && reads[mode].recomputed[n];
+    }
     unit.result_bytes = Affine::fit(rows1, totalBytes(graph, node.results), rows2, totalBytes(at_rows2, node2.results));
     for (ValueId v : node.operands) {
       ValueId r = root[v];
@@ -269,7 +300,8 @@ Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double ro
 std::string ParallelStrategy::str() const {
   return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + ", " +
          std::to_string(microbatches) + (microbatches == 1 ? " microbatch, " : " microbatches, ") +
-         std::string(pipelineScheduleName(schedule));
+         std::string(pipelineScheduleName(schedule)) +
+         (recompute == RecomputeMode::kNone ? "" : ", recompute " + std::string(recomputeModeName(recompute)));
 }
 
 struct StrategyEstimator::Impl {
@@ -278,7 +310,7 @@ struct StrategyEstimator::Impl {
   int64_t global_batch = 0;
   int64_t memory_limit = 0;
   std::map<int, TpProfile> profiles;  // by tp degree
-  mutable std::map<std::pair<int, int64_t>, std::unique_ptr<StageTable>> tables;
+  mutable std::map<std::tuple<int, int64_t, RecomputeMode>, std::unique_ptr<StageTable>> tables;
 
   explicit Impl(const CostModel& cost_model) : model(cost_model) {}
 
@@ -287,9 +319,9 @@ struct StrategyEstimator::Impl {
     return found == profiles.end() || !found->second.infeasible.empty() ? nullptr : &found->second;
   }
 
-  // The prefix sums of one (tp, rows), built on first use.
-  const StageTable& table(const TpProfile& profile, int64_t rows) const {
-    auto& slot = tables[{profile.tp, rows}];
+  // The prefix sums of one (tp, rows, recompute mode), built on first use.
+  const StageTable& table(const TpProfile& profile, int64_t rows, RecomputeMode mode) const {
+    auto& slot = tables[{profile.tp, rows, mode}];
     if (slot) return *slot;
     slot = std::make_unique<StageTable>();
     StageTable& t = *slot;
@@ -303,7 +335,7 @@ struct StrategyEstimator::Impl {
       const ProfileNode& node = profile.nodes[i];
       double forward =
           node.kernel ? rooflineTime(OpCost{node.flops.at(r), node.bytes.at(r)}, node.dtype, device, node.efficiency) : 0.0;
-      double backward = options.train ? 2 * forward : 0.0;
+      double backward = options.train ? (node.recomputed[modeIndex(mode)] ? 3 : 2) * forward : 0.0;
       double comm = 0;
       if (node.forward_comm) comm += commTime(*node.forward_comm, node.group_size, node.comm_bytes.at(r), profile.tp_link);
       double backward_comm =
@@ -313,7 +345,7 @@ struct StrategyEstimator::Impl {
       t.time[i + 1] = t.time[i] + time;
       t.backward[i + 1] = t.backward[i] + backward + backward_comm;
       t.tp_comm[i + 1] = t.tp_comm[i] + comm + backward_comm;
-      t.activation[i + 1] = t.activation[i] + node.activation_bytes.at(r);
+      t.activation[i + 1] = t.activation[i] + node.activation_bytes[modeIndex(mode)].at(r);
       t.params[i + 1] = t.params[i] + node.param_bytes;
       t.grads[i + 1] = t.grads[i] + node.grad_bytes;
       t.optimizer[i + 1] = t.optimizer[i] + node.optimizer_s;
@@ -419,7 +451,7 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
   e.infeasible = invalid(s, rows);
   if (!e.infeasible.empty()) return e;
   const TpProfile& tp_profile = *profile(s.tp);
-  const StageTable& t = table(tp_profile, rows);
+  const StageTable& t = table(tp_profile, rows, s.recompute);
   const int n = static_cast<int>(tp_profile.nodes.size());
   const ClusterSpec& cluster = model.cluster();
 
@@ -540,13 +572,13 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
     if (!part1 || !part2) {
       profile.infeasible = "tp " + std::to_string(tp) + ": " + (!part1 ? part1 : part2).status().message();
     } else {
-      std::vector<bool> kept;
+      std::array<BackwardReads, 3> reads;
       if (options.train) {
-        auto backward_reads = valuesKeptForBackward(*part1);
+        auto backward_reads = backwardReads(*part1, options.recompute_modes);
         if (!backward_reads) return backward_reads.status().withContext("strategy search: tp " + std::to_string(tp) + ": ");
-        kept = std::move(*backward_reads);
+        reads = std::move(*backward_reads);
       }
-      auto nodes = profileGraph(*part1, static_cast<double>(rows1), *part2, static_cast<double>(rows2), kept,
+      auto nodes = profileGraph(*part1, static_cast<double>(rows1), *part2, static_cast<double>(rows2), reads,
                                 options.training.optimizer, options.train, cost_model);
       if (!nodes) return nodes.status();
       profile.nodes = std::move(*nodes);
@@ -570,11 +602,16 @@ std::vector<ParallelStrategy> StrategyEstimator::candidates() const {
       if (impl_->global_batch % dp != 0) continue;
       for (int microbatches : divisorsOf(impl_->global_batch / dp)) {
         if (microbatches > impl_->options.max_microbatches) break;
-        if (pp == 1) {
-          all.push_back({dp, tp, pp, microbatches, PipelineScheduleKind::kOneForwardOneBackward});
-          continue;
+        std::vector<PipelineScheduleKind> schedules = {PipelineScheduleKind::kOneForwardOneBackward};
+        if (pp > 1) schedules = impl_->options.schedules;
+        for (PipelineScheduleKind schedule : schedules) {
+          if (!impl_->options.train) {
+            all.push_back({dp, tp, pp, microbatches, schedule, RecomputeMode::kNone});
+            continue;
+          }
+          for (RecomputeMode recompute : impl_->options.recompute_modes)
+            all.push_back({dp, tp, pp, microbatches, schedule, recompute});
         }
-        for (PipelineScheduleKind schedule : impl_->options.schedules) all.push_back({dp, tp, pp, microbatches, schedule});
       }
     }
   }
@@ -599,7 +636,7 @@ int StrategyEstimator::profileNodes(int tp) const {
 double StrategyEstimator::lowerBound(const ParallelStrategy& s) const {
   int64_t rows = 0;
   if (!impl_->invalid(s, rows).empty()) return kInfinity;
-  const StageTable& t = impl_->table(*impl_->profile(s.tp), rows);
+  const StageTable& t = impl_->table(*impl_->profile(s.tp), rows, s.recompute);
   // The pipeline takes at least (M - 1) x the average stage + every stage once; some stage's
   // optimizer update at least the average one.
   const double total = t.time.back();

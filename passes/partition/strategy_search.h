@@ -1,14 +1,17 @@
 // Automatic parallelization: an analytic step-time and memory estimate per strategy (dp x tp x pp,
-// microbatches, schedule) from the cost model, and the search for the fastest one that fits.
+// microbatches, schedule, activation recomputation) from the cost model, and the search for the
+// fastest one that fits.
 //
 // Compiling a plan per candidate is far too slow for 1024 devices, so the estimate works from a
 // profile of the model instead: for each tensor-parallel degree T, one device's forward graph as
 // the SPMD partitioner splits it over T devices, each node's FLOPs and bytes (its op's cost rule)
 // as affine functions of the microbatch rows, its tp collectives, its parameters and the results
-// the backward pass reads (found by differentiating that graph once). A strategy's estimate is
+// the backward pass reads under each recomputation mode (found by differentiating that graph once
+// and recomputing as each mode does, recompute.h). A strategy's estimate is
 // then arithmetic over those nodes (docs/cost-model.md, "The strategy search"):
-//   - per microbatch, a node takes its roofline time forward and twice that backward, plus its tp
-//     collectives forward and their transposes backward (alpha-beta over the tp group's link);
+//   - per microbatch, a node takes its roofline time forward and twice that backward (three times
+//     when the strategy's recomputation copies it), plus its tp collectives forward and their
+//     transposes backward (alpha-beta over the tp group's link);
 //   - pipeline stages split the node sequence where the slowest stage is fastest within the
 //     memory limit; a step takes (M - 1) x the slowest stage + the sum of the stages + the
 //     activation and gradient transfers between stages (the bubble (P-1)/(M+P-1) when balanced);
@@ -41,9 +44,10 @@ struct ParallelStrategy {
   int dp = 1, tp = 1, pp = 1;
   int microbatches = 1;
   PipelineScheduleKind schedule = PipelineScheduleKind::kOneForwardOneBackward;
+  RecomputeMode recompute = RecomputeMode::kNone;  // activations the backward pass computes again (training)
 
   bool operator==(const ParallelStrategy&) const = default;
-  // "dp 4 x tp 2 x pp 2, 8 microbatches, 1f1b".
+  // "dp 4 x tp 2 x pp 2, 8 microbatches, 1f1b" (", recompute full" when it recomputes).
   std::string str() const;
 };
 
@@ -75,6 +79,9 @@ struct StrategySearchOptions {
   int max_microbatches = 64;     // microbatch counts considered: the divisors of each replica's batch up to this
   std::vector<PipelineScheduleKind> schedules = {PipelineScheduleKind::kOneForwardOneBackward,
                                                  PipelineScheduleKind::kGPipe};
+  // Recomputation modes considered when training (each strategy with each); a mode other than none
+  // costs the forward time of the nodes it copies and keeps fewer activations (recompute.h).
+  std::vector<RecomputeMode> recompute_modes = {RecomputeMode::kNone, RecomputeMode::kSelective, RecomputeMode::kFull};
   int64_t memory_limit_bytes = 0;  // per device; 0: the cluster's device memory
   int64_t bucket_bytes = 25 * 1000 * 1000;  // gradient all-reduce buckets (as CompileOptions)
   size_t alternatives = 5;         // how many of the next fastest strategies the result keeps
@@ -95,7 +102,8 @@ class StrategyEstimator {
   // The global batch the strategies split.
   int64_t globalBatch() const;
   // Every strategy the search considers: dp x tp x pp = devices, the batch dividing into dp x
-  // microbatches, microbatch counts up to the option's limit, both schedules when pp > 1.
+  // microbatches, microbatch counts up to the option's limit, both schedules when pp > 1, and
+  // each recomputation mode of the options when training.
   std::vector<ParallelStrategy> candidates() const;
   // The estimate of `strategy` with its stages balanced (the fastest slowest stage within memory).
   StrategyEstimate estimate(const ParallelStrategy& strategy) const;

@@ -79,6 +79,8 @@ class Recomputation {
     }
     RecomputeReport report;
     report.recomputed_nodes = static_cast<int>(graph_.nodes.size() - original_nodes);
+    report.copied_nodes = std::move(copied_);
+    std::sort(report.copied_nodes.begin(), report.copied_nodes.end());
     report.released_values = static_cast<int>(std::count(read_by_backward.begin(), read_by_backward.end(), true));
     if (report.recomputed_nodes == 0) return report;
     // Program order: the copies a backward node needs just before it.
@@ -211,6 +213,7 @@ class Recomputation {
     forward_value_.resize(graph_.values.size(), false);
     kept_.resize(graph_.values.size(), false);
     for (size_t r = 0; r < results.size(); ++r) copies_of_[results[r]] = copies[r];
+    copied_.push_back(producer);
     return copies_of_[v];
   }
 
@@ -219,6 +222,7 @@ class Recomputation {
   const std::vector<bool>& forward_;
   std::vector<bool> data_, forward_value_, kept_;
   std::vector<ValueId> copies_of_;
+  std::vector<int32_t> copied_;
 };
 
 }  // namespace

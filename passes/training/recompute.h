@@ -30,6 +30,7 @@ std::string_view recomputeModeName(RecomputeMode mode);
 struct RecomputeReport {
   int recomputed_nodes = 0;   // forward nodes copied into the backward pass
   int released_values = 0;    // forward values the backward pass no longer reads
+  std::vector<int32_t> copied_nodes;  // the forward nodes copied (indices before the rewrite), increasing
 };
 
 // Rewrites a training graph (forward nodes, then the backward pass; `forward[i]` says which node is
