@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ir/attribute.h"
@@ -99,6 +100,7 @@ class Graph {
   std::string uniqueName(std::string_view hint);
   // The parameter entry for `v`, or nullptr when `v` is not a parameter.
   const Param* findParam(ValueId v) const;
+  Param* findParam(ValueId v) { return const_cast<Param*>(std::as_const(*this).findParam(v)); }
   bool isInput(ValueId v) const;
 
   // Removes the nodes with dead[i] set, then drops values nothing defines and renumbers ids.

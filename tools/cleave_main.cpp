@@ -246,6 +246,10 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "warmup_start=F,total=T,final=F,step_size=N,gamma=G] (default constant)");
   compile->add_option("--clip-grad-norm", flags.clip_grad_norm,
                       "Clip the gradients to this global norm (torch.nn.utils.clip_grad_norm_), over every rank's shards");
+  compile->add_option("--zero", flags.zero,
+                      "Training with --dp: 1 shards the optimizer state over the data-parallel replicas (ZeRO stage "
+                      "1); 0 (default) keeps it whole on each")
+      ->check(CLI::Range(0, 3));
   compile->add_option("--recompute", flags.recompute,
                       "Training: activations the backward pass computes again instead of keeping (docs/training.md): "
                       "none (default), selective (keeps weight products and layer boundaries) or full (keeps layer "

@@ -80,6 +80,7 @@ std::string millis(double seconds) {
 Expected<StrategySearchResult> searchForCompile(const Graph& model, const CompileFlags& flags, const CompileOptions& options,
                                                 const ClusterSpec& cluster) {
   if (flags.devices == 0) return Status::usage("--strategy auto needs --devices N");
+  if (flags.zero != 0) return Status::usage("--strategy auto does not weigh --zero yet; give --dp with --zero");
   if (flags.dp != 1 || flags.tp != 1 || flags.pp != 1 || flags.microbatches != 1)
     return Status::usage("--strategy auto chooses --dp, --tp, --pp and --microbatches; give only --devices");
   StrategySearchOptions search;
@@ -134,6 +135,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.model_at_batch = model_at_batch;
   options.allow_replicated = flags.allow_replicated;
   options.fusion = flags.fusion == "on";
+  options.zero = flags.zero;
   options.dp = flags.dp;
   options.tp = flags.tp;
   options.pp = flags.pp;

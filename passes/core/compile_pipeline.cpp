@@ -14,6 +14,7 @@
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
+#include "passes/training/optimizer_sharding.h"
 #include "passes/partition/microbatching.h"
 #include "passes/partition/pipeline_backward.h"
 #include "passes/lowering/pipeline_schedule.h"
@@ -284,10 +285,12 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   // Data-parallel replicas run the same graphs: nothing in them depends on the dp index (the batch
   // rows a replica reads and its all-reduce groups come from its coordinate when lowering). Each
   // (stage, tp index) is built once, at dp index 0, and its replicas share those graphs.
+  // With --zero each replica holds its own block of the optimizer state, so each gets its graphs.
   std::map<int, size_t> built_at;  // rank at dp index 0 -> its entry in result.ranks
   for (int r = 0; r < mesh.size(); ++r) {
     MeshCoord coord = mesh.coord(r);
-    if (auto first = built_at.find(mesh.rankOf(coord.with(kDataAxis, 0))); first != built_at.end()) {
+    auto first = built_at.find(mesh.rankOf(coord.with(kDataAxis, 0)));
+    if (options.zero == 0 && first != built_at.end()) {
       RankGraphs replica = result.ranks[first->second];
       replica.coord = coord;
       result.ranks.push_back(std::move(replica));
@@ -310,6 +313,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
       hooks.norm_scope = gradientNormScope(mesh, coord, boundary);
       CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
+      if (options.zero == 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]).status());
       CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,
                               orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));
       CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));
@@ -374,6 +378,12 @@ Status checkMemoryLimit(const planpb::Plan& plan, int64_t limit_bytes) {
 Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& options) {
   if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.microbatches < 1)
     return Status::usage("compile: --dp, --tp, --pp and --microbatches must be at least 1");
+  if (options.zero == 1 && (!options.train || options.dp < 2))
+    return Status::usage("compile: --zero 1 shards the optimizer state over data-parallel replicas: it needs --train "
+                         "and --dp 2 or more");
+  if (options.zero != 0 && options.zero != 1)
+    return Status::usage("compile: --zero " + std::to_string(options.zero) +
+                         ": only stage 1 (sharded optimizer state) is built; stages 2 and 3 are not yet");
   const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(options.pp, options.dp, options.tp);
   // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
   auto shaped = modelAtBatch(model, options.model_at_batch, options.batch);

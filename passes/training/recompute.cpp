@@ -64,25 +64,21 @@ class Recomputation {
     const size_t original_nodes = graph_.nodes.size();
     copies_of_.assign(graph_.values.size(), kNoValue);
     std::vector<std::vector<int32_t>> copies_before(original_nodes);
-    std::vector<bool> read_by_backward(graph_.values.size(), false);
     for (size_t i = 0; i < original_nodes; ++i) {
       if (forward_[i]) continue;
       const size_t copies_start = graph_.nodes.size();
       for (size_t o = 0; o < graph_.nodes[i].operands.size(); ++o) {
         const ValueId v = graph_.nodes[i].operands[o];
         if (!needsCopy(v)) continue;
-        read_by_backward[v] = true;
         CLEAVE_ASSIGN_OR_RETURN(ValueId copy, copyOf(v));
         graph_.nodes[i].operands[o] = copy;
       }
       for (size_t c = copies_start; c < graph_.nodes.size(); ++c) copies_before[i].push_back(static_cast<int32_t>(c));
     }
     RecomputeReport report;
-    report.recomputed_nodes = static_cast<int>(graph_.nodes.size() - original_nodes);
     report.copied_nodes = std::move(copied_);
     std::sort(report.copied_nodes.begin(), report.copied_nodes.end());
-    report.released_values = static_cast<int>(std::count(read_by_backward.begin(), read_by_backward.end(), true));
-    if (report.recomputed_nodes == 0) return report;
+    if (report.copied_nodes.empty()) return report;
     // Program order: the copies a backward node needs just before it.
     std::vector<Node> ordered;
     ordered.reserve(graph_.nodes.size());

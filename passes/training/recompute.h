@@ -28,8 +28,6 @@ std::string_view recomputeModeName(RecomputeMode mode);
 
 // What recomputeActivations did.
 struct RecomputeReport {
-  int recomputed_nodes = 0;   // forward nodes copied into the backward pass
-  int released_values = 0;    // forward values the backward pass no longer reads
   std::vector<int32_t> copied_nodes;  // the forward nodes copied (indices before the rewrite), increasing
 };
 

@@ -1,0 +1,96 @@
+// Optimizer state sharded over data-parallel replicas: each update reads and writes one block of
+// rows, and the updated parameter blocks are all-gathered.
+#include "passes/training/optimizer_sharding.h"
+
+#include <map>
+#include <string>
+
+namespace cleave {
+
+Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
+  if (dp_size < 2)
+    return Status::usage("optimizer sharding needs 2 or more data-parallel replicas, got " + std::to_string(dp_size));
+  if (dp_index < 0 || dp_index >= dp_size)
+    return Status::usage("optimizer sharding: replica " + std::to_string(dp_index) + " is not one of " +
+                         std::to_string(dp_size));
+  const AttrMap block_of_rows = {{"axis", std::string("dp")}, {"group_size", int64_t{dp_size}}, {"dim", int64_t{0}}};
+  OptimizerShardingReport report;
+  const size_t original_nodes = graph.nodes.size();
+  std::vector<std::vector<int32_t>> emitted_instead(original_nodes);  // per replaced update: its new nodes
+  std::map<ValueId, ValueId> next_value_of;                            // old update result -> its replacement
+  for (size_t i = 0; i < original_nodes; ++i) {
+    const Node update = graph.nodes[i];  // a copy: adding nodes moves them
+    if (update.op != OpId::sgd_update && update.op != OpId::adamw_update) continue;
+    const ValueId param = update.operands[0];
+    const TensorType type = graph.values[param].type;
+    if (type.rank() == 0 || type.shape[0] % dp_size != 0) {
+      ++report.whole;
+      continue;
+    }
+    const int64_t rows = type.shape[0] / dp_size;
+    const size_t first_new = graph.nodes.size();
+    // 1. This replica's rows of the parameter and its (summed) gradient.
+    std::vector<ValueId> operands = update.operands;
+    for (size_t o : {size_t{0}, size_t{1}}) {
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> block,
+                              graph.addNode(OpId::shard_slice, {operands[o]}, block_of_rows, update.loc,
+                                            {graph.values[operands[o]].name + ".block"}));
+      operands[o] = block[0];
+    }
+    // 2. The state (the operands of the parameter's type, not the step counter) becomes the block.
+    for (size_t o = 2; o < operands.size(); ++o) {
+      if (graph.values[operands[o]].type != type) continue;
+      Param* state = graph.findParam(operands[o]);
+      if (!state || state->trainable)
+        return Status::internal("optimizer sharding: operand " + std::to_string(o) + " of the update of '%" +
+                                graph.values[param].name + "' is not an optimizer state");
+      if (state->full_shape.empty()) {
+        state->full_shape = type.shape;
+        state->shard_offset.assign(type.shape.size(), 0);
+      }
+      state->shard_offset[0] += dp_index * rows;
+      graph.values[operands[o]].type.shape[0] = rows;
+    }
+    // 3. The update of the blocks, under the old results' names; the parameter's next value is
+    //    the blocks of every replica gathered.
+    std::vector<std::string> names;
+    for (ValueId r : update.results) {
+      names.push_back(graph.values[r].name);
+      CLEAVE_TRY(graph.renameValue(r, graph.uniqueName(graph.values[r].name + ".whole")));
+    }
+    const std::string param_next = names[0];
+    names[0] += ".block";
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                            graph.addNode(update.op, std::move(operands), update.attrs, update.loc, std::move(names)));
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> gathered,
+                            graph.addNode(OpId::all_gather, {results[0]}, block_of_rows, update.loc, {param_next}));
+    next_value_of[update.results[0]] = gathered[0];
+    for (size_t r = 1; r < results.size(); ++r) next_value_of[update.results[r]] = results[r];
+    for (size_t n = first_new; n < graph.nodes.size(); ++n) emitted_instead[i].push_back(static_cast<int32_t>(n));
+    ++report.sharded;
+  }
+  if (report.sharded == 0) return report;
+  // 4. Readers of the old results (the state updates) read the new ones; the new nodes take the old
+  //    updates' places, and those go.
+  auto redirect = [&](ValueId& v) {
+    if (auto it = next_value_of.find(v); it != next_value_of.end()) v = it->second;
+  };
+  for (StateUpdate& u : graph.updates) redirect(u.new_value);
+  for (ValueId& v : graph.outputs) redirect(v);
+  for (Node& node : graph.nodes)
+    for (ValueId& v : node.operands) redirect(v);
+  std::vector<Node> ordered;
+  ordered.reserve(graph.nodes.size());
+  for (size_t i = 0; i < original_nodes; ++i) {
+    if (emitted_instead[i].empty()) {
+      ordered.push_back(std::move(graph.nodes[i]));
+      continue;
+    }
+    for (int32_t n : emitted_instead[i]) ordered.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(ordered);
+  graph.compact();  // drops the old updates' results, renumbers the producers
+  return report;
+}
+
+}  // namespace cleave

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Optimizer state sharded over data-parallel replicas (`cleave compile --dp D --zero 1`, ZeRO stage
+# 1): the GPT, the convnet and GPT-2 exported from PyTorch train with one device's losses (SGD with
+# momentum and AdamW; with tp, pp and recomputation too; under mpirun), each rank holds 1/D of the
+# optimizer state, checkpoints of a sharded run resume on one device and the other way round, and
+# --zero without --dp 2, or stages 2 and 3, are usage errors.
+# Usage: bash zero.sh PATH_TO_cleave SOURCE_DIR
+set -euo pipefail
+
+cleave=$1
+source_dir=$2
+fixtures=$source_dir/tests/fixtures
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+python=/usr/bin/python3
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$cleave" gen gpt --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o gpt.cir >/dev/null
+cp "$source_dir/examples/fashion_cnn.cir" cnn.cir
+
+# compile NAME MODEL FLAGS...
+compile() {
+  local name=$1 model=$2
+  shift 2
+  "$cleave" compile "$model" --train "$@" -o "$name.cplan" >"$name.log" 2>&1 || { cat "$name.log" >&2; fail "compile $name: $*"; }
+}
+# train NAME DATA [RUN FLAGS...]: 5 steps, losses in NAME.jsonl.
+train() {
+  local name=$1 data=$2
+  shift 2
+  "$cleave" run "$name.cplan" --data "$data" --steps 5 --progress never --metrics "$name.jsonl" "$@" >"$name.run" 2>&1 ||
+    { cat "$name.run" >&2; fail "run $name"; }
+}
+# same_losses EXPECTED ACTUAL TOLERANCE
+same_losses() {
+  $python - "$1.jsonl" "$2.jsonl" "$3" <<'PY' || fail "$2's losses differ from $1's"
+import json, sys
+a = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+b = [json.loads(line)["loss"] for line in open(sys.argv[2])]
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"  {sys.argv[2][:-6]:32} losses within {worst:.1e} of {sys.argv[1][:-6]}")
+assert len(a) == len(b) == 5 and worst <= float(sys.argv[3]), worst
+PY
+}
+# state_bytes NAME: the optimizer state bytes of each rank, as inspect --json counts them.
+state_bytes() {
+  "$cleave" inspect "$1.cplan" --json | $python -c 'import json, sys; print(*[r["optimizer_state_bytes"] for r in json.load(sys.stdin)["ranks"]])'
+}
+
+# 1. One device's losses, with 1/D of the optimizer state per rank.
+for optimizer in sgd:lr=0.05,momentum=0.9 adamw:lr=1e-3; do
+  kind=${optimizer%%:*}
+  for model in gpt cnn; do
+    batch=8
+    compile "$model-$kind-one" "$model.cir" --batch $batch --optimizer "$optimizer"
+    train "$model-$kind-one" synthetic
+    for flags in "--dp 2" "--dp 4" "--dp 2 --tp 2" "--dp 2 --pp 2 --microbatches 2" "--dp 2 --recompute selective"; do
+      [[ $model == cnn && $flags == *tp* ]] && continue  # the convnet's tensor split is covered by equivalence.sh
+      name="$model-$kind-zero${flags// /}"
+      # shellcheck disable=SC2086
+      compile "$name" "$model.cir" --batch $batch --optimizer "$optimizer" $flags --zero 1
+      train "$name" synthetic
+      same_losses "$model-$kind-one" "$name" 1e-5
+    done
+    # shellcheck disable=SC2207
+    whole=($(state_bytes "$model-$kind-one")) sharded=($(state_bytes "$model-$kind-zero--dp4"))
+    for bytes in "${sharded[@]}"; do
+      # A quarter, and the whole state of parameters whose dim 0 does not divide by 4 (the convnet's 10 classes).
+      (( bytes * 10 <= whole[0] * 3 )) || fail "$model $kind: a --dp 4 --zero 1 rank holds $bytes bytes of state, not about ${whole[0]} / 4"
+    done
+    echo "  $model $kind: optimizer state ${whole[0]} bytes on one device, ${sharded[*]} per rank with --dp 4 --zero 1"
+  done
+done
+
+# 2. GPT-2 exported from PyTorch, against PyTorch's losses.
+dir=$fixtures/modern/gpt2_legacy17
+compile gpt2-zero "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" --optimizer "$(cat "$dir/train/optimizer.txt")" \
+  --dp 2 --zero 1
+train gpt2-zero "npy:$dir/train"
+$python - gpt2-zero.jsonl "$dir/train/losses.json" <<'PY' || fail "GPT-2 under --dp 2 --zero 1 differs from PyTorch"
+import json, sys
+actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+expected = json.load(open(sys.argv[2]))[:5]
+worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
+print(f"  gpt2-zero                        losses within {worst:.1e} of PyTorch's")
+assert len(actual) == 5 and worst <= 2e-3, worst
+PY
+
+# 3. Under mpirun, one process per rank.
+if command -v mpirun >/dev/null; then
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$cleave" run gpt-adamw-zero--dp2.cplan --backend mpi --threads 1 \
+    --data synthetic --steps 5 --progress never --metrics gpt-adamw-zero-mpi.jsonl >mpi.log 2>&1 ||
+    { cat mpi.log >&2; fail "mpirun of the sharded plan"; }
+  same_losses gpt-adamw-one gpt-adamw-zero-mpi 1e-5
+fi
+
+# 4. Checkpoints hold whole tensors: 3 sharded steps resume on one device, 3 one-device steps
+#    resume sharded, both on the 5-step trajectory.
+train_steps() { "$cleave" run "$1.cplan" --data synthetic --progress never "${@:2}" >resume.log 2>&1 || { cat resume.log >&2; fail "$1 ${*:2}"; }; }
+train_steps gpt-adamw-zero--dp2 --steps 3 --metrics from-zero.jsonl --checkpoint-dir from-zero
+train_steps gpt-adamw-one --steps 5 --metrics from-zero.jsonl --checkpoint-dir from-zero --resume
+same_losses gpt-adamw-one from-zero 1e-5
+train_steps gpt-adamw-one --steps 3 --metrics to-zero.jsonl --checkpoint-dir to-zero
+train_steps gpt-adamw-zero--dp2 --steps 5 --metrics to-zero.jsonl --checkpoint-dir to-zero --resume
+same_losses gpt-adamw-one to-zero 1e-5
+
+# 5. Usage errors (exit 2).
+expect_usage() {
+  local pattern=$1
+  shift
+  set +e
+  "$cleave" compile gpt.cir "$@" -o x.cplan >err.txt 2>&1
+  local code=$?
+  set -e
+  [[ $code == 2 ]] && grep -q -- "$pattern" err.txt || fail "compile $* exited $code: $(cat err.txt)"
+}
+expect_usage "needs --train and --dp 2 or more" --train --zero 1
+expect_usage "needs --train and --dp 2 or more" --dp 2 --zero 1
+expect_usage "stages 2 and 3 are not yet" --train --dp 2 --zero 2
+expect_usage "does not weigh --zero" --train --strategy auto --devices 2 --zero 1
+echo "zero: ok"
