@@ -3,9 +3,20 @@
 #include "passes/training/optimizer_sharding.h"
 
 #include <map>
+#include <set>
 #include <string>
 
 namespace cleave {
+namespace {
+
+// A data-parallel gradient sum: an all-reduce (a bucket of several, or one) over dp.
+bool isGradientAllReduce(const Node& node) {
+  if (node.op != OpId::all_reduce) return false;
+  const OpContext attrs{opDef(node.op), {}, {}, node.attrs};
+  return attrs.getString("axis") == "dp" && attrs.getString("reduce") == "sum";
+}
+
+}  // namespace
 
 Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
   if (dp_size < 2)
@@ -14,9 +25,17 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
     return Status::usage("optimizer sharding: replica " + std::to_string(dp_index) + " is not one of " +
                          std::to_string(dp_size));
   const AttrMap block_of_rows = {{"axis", std::string("dp")}, {"group_size", int64_t{dp_size}}, {"dim", int64_t{0}}};
+  AttrMap summed_block = block_of_rows;
+  summed_block["reduce"] = std::string("sum");
   OptimizerShardingReport report;
   const size_t original_nodes = graph.nodes.size();
+  const std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  std::vector<bool> read_outside(graph.values.size(), false);  // a graph output or a state update's value
+  for (ValueId v : graph.outputs) read_outside[v] = true;
+  for (const StateUpdate& u : graph.updates) read_outside[u.new_value] = true;
   std::vector<std::vector<int32_t>> emitted_instead(original_nodes);  // per replaced update: its new nodes
+  std::vector<std::vector<int32_t>> emitted_after(original_nodes);    // per gradient all-reduce: reduce-scatters
+  std::vector<std::set<size_t>> taken_from(original_nodes);           // per gradient all-reduce: results it loses
   std::map<ValueId, ValueId> next_value_of;                            // old update result -> its replacement
   for (size_t i = 0; i < original_nodes; ++i) {
     const Node update = graph.nodes[i];  // a copy: adding nodes moves them
@@ -29,14 +48,36 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
     }
     const int64_t rows = type.shape[0] / dp_size;
     const size_t first_new = graph.nodes.size();
-    // 1. This replica's rows of the parameter and its (summed) gradient.
+    // 1. This replica's rows of the parameter and of its gradient summed over the replicas: when
+    //    the update alone reads the sum of a data-parallel all-reduce (and no output), a reduce-scatter of the
+    //    unsummed gradient takes that result's place (ZeRO's way: no replica sums rows it does not
+    //    update); otherwise the rows of the sum.
     std::vector<ValueId> operands = update.operands;
-    for (size_t o : {size_t{0}, size_t{1}}) {
+    const ValueId grad = operands[1];
+    int32_t reduce_scatter = -1;  // its index, when the gradient is reduce-scattered
+    const int32_t summed_by = graph.values[grad].producer;
+    if (summed_by >= 0 && isGradientAllReduce(graph.nodes[summed_by]) && users[grad].size() == 1 &&
+        !read_outside[grad]) {
+      const size_t k = static_cast<size_t>(graph.values[grad].result_index);
+      const ValueId unsummed = graph.nodes[summed_by].operands[k];
+      const SourceLoc loc = graph.nodes[summed_by].loc;
       CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> block,
-                              graph.addNode(OpId::shard_slice, {operands[o]}, block_of_rows, update.loc,
-                                            {graph.values[operands[o]].name + ".block"}));
-      operands[o] = block[0];
+                              graph.addNode(OpId::reduce_scatter, {unsummed}, summed_block, loc,
+                                            {graph.values[grad].name + ".block"}));
+      reduce_scatter = static_cast<int32_t>(graph.nodes.size() - 1);
+      emitted_after[summed_by].push_back(reduce_scatter);
+      taken_from[summed_by].insert(k);
+      operands[1] = block[0];
+    } else {
+      CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> block,
+                              graph.addNode(OpId::shard_slice, {grad}, block_of_rows, update.loc,
+                                            {graph.values[grad].name + ".block"}));
+      operands[1] = block[0];
     }
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> param_block,
+                            graph.addNode(OpId::shard_slice, {param}, block_of_rows, update.loc,
+                                          {graph.values[param].name + ".block"}));
+    operands[0] = param_block[0];
     // 2. The state (the operands of the parameter's type, not the step counter) becomes the block.
     for (size_t o = 2; o < operands.size(); ++o) {
       if (graph.values[operands[o]].type != type) continue;
@@ -66,7 +107,8 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
                             graph.addNode(OpId::all_gather, {results[0]}, block_of_rows, update.loc, {param_next}));
     next_value_of[update.results[0]] = gathered[0];
     for (size_t r = 1; r < results.size(); ++r) next_value_of[update.results[r]] = results[r];
-    for (size_t n = first_new; n < graph.nodes.size(); ++n) emitted_instead[i].push_back(static_cast<int32_t>(n));
+    for (size_t n = first_new; n < graph.nodes.size(); ++n)
+      if (static_cast<int32_t>(n) != reduce_scatter) emitted_instead[i].push_back(static_cast<int32_t>(n));
     ++report.sharded;
   }
   if (report.sharded == 0) return report;
@@ -82,11 +124,23 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
   std::vector<Node> ordered;
   ordered.reserve(graph.nodes.size());
   for (size_t i = 0; i < original_nodes; ++i) {
-    if (emitted_instead[i].empty()) {
-      ordered.push_back(std::move(graph.nodes[i]));
+    if (!emitted_instead[i].empty()) {
+      for (int32_t n : emitted_instead[i]) ordered.push_back(std::move(graph.nodes[n]));
       continue;
     }
-    for (int32_t n : emitted_instead[i]) ordered.push_back(std::move(graph.nodes[n]));
+    Node& node = graph.nodes[i];
+    if (!taken_from[i].empty()) {  // a bucket without the gradients now reduce-scattered
+      Node kept{node.op, {}, {}, node.attrs, node.loc};
+      for (size_t k = 0; k < node.results.size(); ++k) {
+        if (taken_from[i].count(k)) continue;
+        kept.operands.push_back(node.operands[k]);
+        kept.results.push_back(node.results[k]);
+      }
+      if (!kept.results.empty()) ordered.push_back(std::move(kept));
+    } else {
+      ordered.push_back(std::move(node));
+    }
+    for (int32_t n : emitted_after[i]) ordered.push_back(std::move(graph.nodes[n]));
   }
   graph.nodes = std::move(ordered);
   graph.compact();  // drops the old updates' results, renumbers the producers

@@ -55,13 +55,20 @@ for optimizer in sgd:lr=0.05,momentum=0.9 adamw:lr=1e-3; do
     batch=8
     compile "$model-$kind-one" "$model.cir" --batch $batch --optimizer "$optimizer"
     train "$model-$kind-one" synthetic
-    for flags in "--dp 2" "--dp 4" "--dp 2 --tp 2" "--dp 2 --pp 2 --microbatches 2" "--dp 2 --recompute selective"; do
+    for flags in "--dp 2" "--dp 4" "--dp 2 --tp 2" "--dp 2 --pp 2 --microbatches 2" "--dp 2 --recompute selective" \
+      "--dp 2 --clip-grad-norm 0.5"; do
       [[ $model == cnn && $flags == *tp* ]] && continue  # the convnet's tensor split is covered by equivalence.sh
       name="$model-$kind-zero${flags// /}"
       # shellcheck disable=SC2086
       compile "$name" "$model.cir" --batch $batch --optimizer "$optimizer" $flags --zero 1
       train "$name" synthetic
-      same_losses "$model-$kind-one" "$name" 1e-5
+      if [[ $flags == *clip* ]]; then
+        compile "$model-$kind-one-clip" "$model.cir" --batch $batch --optimizer "$optimizer" --clip-grad-norm 0.5
+        train "$model-$kind-one-clip" synthetic
+        same_losses "$model-$kind-one-clip" "$name" 1e-5
+      else
+        same_losses "$model-$kind-one" "$name" 1e-5
+      fi
     done
     # shellcheck disable=SC2207
     whole=($(state_bytes "$model-$kind-one")) sharded=($(state_bytes "$model-$kind-zero--dp4"))
@@ -72,6 +79,18 @@ for optimizer in sgd:lr=0.05,momentum=0.9 adamw:lr=1e-3; do
     echo "  $model $kind: optimizer state ${whole[0]} bytes on one device, ${sharded[*]} per rank with --dp 4 --zero 1"
   done
 done
+
+# Gradients the update alone reads are reduce-scattered, not all-reduced; with clipping (the norm
+# of the whole sum) they are all-reduced and sliced.
+"$cleave" inspect gpt-adamw-zero--dp2.cplan --json >zero.json
+"$cleave" inspect gpt-adamw-zero--dp2--clip-grad-norm0.5.cplan --json >clip.json
+$python - zero.json clip.json <<'PY' || fail "the sharded plans move the wrong collectives"
+import json, sys
+zero, clip = (json.load(open(p))["ranks"][0]["comm_bytes_by_kind"] for p in sys.argv[1:3])
+print(f"  gpt adamw --dp 2 --zero 1: bytes moved per step by kind {zero}; with clipping {clip}")
+assert zero["reduce_scatter"] > 0 and zero["all_gather"] > 0 and zero["all_reduce"] < zero["reduce_scatter"], zero
+assert clip["reduce_scatter"] == 0 and clip["all_reduce"] > 0 and clip["all_gather"] > 0, clip
+PY
 
 # 2. GPT-2 exported from PyTorch, against PyTorch's losses.
 dir=$fixtures/modern/gpt2_legacy17
