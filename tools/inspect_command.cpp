@@ -49,7 +49,7 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
 std::string candidateName(const planpb::StrategyCandidate& c) {
   return "dp " + std::to_string(c.dp()) + " x tp " + std::to_string(c.tp()) + " x pp " + std::to_string(c.pp()) + ", " +
          std::to_string(c.microbatches()) + (c.microbatches() == 1 ? " microbatch, " : " microbatches, ") + c.schedule() +
-         (c.recompute().empty() ? "" : ", recompute " + c.recompute());
+         (c.recompute().empty() ? "" : ", recompute " + c.recompute()) + (c.zero() ? ", zero " + std::to_string(c.zero()) : "");
 }
 
 // What --strategy auto chose and the best strategies it rejected (empty when it did not choose).

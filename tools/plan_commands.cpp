@@ -80,7 +80,6 @@ std::string millis(double seconds) {
 Expected<StrategySearchResult> searchForCompile(const Graph& model, const CompileFlags& flags, const CompileOptions& options,
                                                 const ClusterSpec& cluster) {
   if (flags.devices == 0) return Status::usage("--strategy auto needs --devices N");
-  if (flags.zero != 0) return Status::usage("--strategy auto does not weigh --zero yet; give --dp with --zero");
   if (flags.dp != 1 || flags.tp != 1 || flags.pp != 1 || flags.microbatches != 1)
     return Status::usage("--strategy auto chooses --dp, --tp, --pp and --microbatches; give only --devices");
   StrategySearchOptions search;
@@ -92,6 +91,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   search.bucket_bytes = options.bucket_bytes;
   search.memory_limit_bytes = options.memory_limit_bytes;
   if (!flags.recompute.empty()) search.recompute_modes = {options.training.recompute};  // as given
+  if (flags.zero != 0) search.zero_stages = {flags.zero};
   CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(model, search, CostModel(cluster)));
   std::printf("strategy auto on %s: %s, predicted %s per step, %s per device (%lld candidates, %lld estimated, %.2f s)\n",
               cluster.name.c_str(), result.best.strategy.str().c_str(), millis(result.best.step_time_s).c_str(),

@@ -20,6 +20,7 @@ planpb::StrategyCandidate candidateProto(const StrategyEstimate& estimate, const
   candidate.set_predicted_step_time_s(estimate.step_time_s);
   candidate.set_memory_bytes(estimate.memory_bytes);
   candidate.set_note(note);
+  candidate.set_zero(estimate.strategy.zero);
   if (estimate.strategy.recompute != RecomputeMode::kNone)
     candidate.set_recompute(std::string(recomputeModeName(estimate.strategy.recompute)));
   return candidate;
@@ -56,6 +57,7 @@ Expected<planpb::Plan> compileSearchedStrategy(const Graph& model, CompileOption
     options.microbatches = strategy.microbatches;
     options.schedule = std::string(pipelineScheduleName(strategy.schedule));
     options.training.recompute = strategy.recompute;
+    options.zero = strategy.zero;
     plan = compileModel(model, options);
     if (plan) {
       recordSearch(*plan, cluster, ranked, k, errors, searched.over_memory);

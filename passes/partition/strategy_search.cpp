@@ -301,7 +301,8 @@ std::string ParallelStrategy::str() const {
   return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + ", " +
          std::to_string(microbatches) + (microbatches == 1 ? " microbatch, " : " microbatches, ") +
          std::string(pipelineScheduleName(schedule)) +
-         (recompute == RecomputeMode::kNone ? "" : ", recompute " + std::string(recomputeModeName(recompute)));
+         (recompute == RecomputeMode::kNone ? "" : ", recompute " + std::string(recomputeModeName(recompute))) +
+         (zero == 0 ? "" : ", zero " + std::to_string(zero));
 }
 
 struct StrategyEstimator::Impl {
@@ -359,14 +360,16 @@ struct StrategyEstimator::Impl {
   // activations: parameters, optimizer state, gradients (two copies when there are several
   // microbatches: the running sum and the microbatch being differentiated), the activations the backward pass
   // reads, and working memory for the largest node's results and their gradients. Inference: the
-  // parameters, one microbatch's results and the largest node's.
-  double stageMemory(const StageTable& t, int first, int last, int in_flight, int microbatches) const {
+  // parameters, one microbatch's results and the largest node's. With --zero 1 the optimizer state
+  // is 1/dp (taking every parameter's rows to divide by dp).
+  double stageMemory(const StageTable& t, int first, int last, int in_flight, const ParallelStrategy& s) const {
     double params = t.params[last] - t.params[first];
     double activations = t.activation[last] - t.activation[first];
     if (!options.train) return params + activations + t.max_result_bytes;
     double grads = t.grads[last] - t.grads[first];
-    return params + grads * optimizerStatePerParam(options.training.optimizer) + grads * std::min(microbatches, 2) +
-           in_flight * activations + 2 * t.max_result_bytes;
+    const double state_shards = s.zero == 1 ? s.dp : 1;
+    return params + grads * optimizerStatePerParam(options.training.optimizer) / state_shards +
+           grads * std::min(s.microbatches, 2) + in_flight * activations + 2 * t.max_result_bytes;
   }
 
   // Greedy split of the nodes into `stages` non-empty stages, each as long as the time bound and
@@ -386,7 +389,7 @@ struct StrategyEstimator::Impl {
       while (low < high) {
         int mid = low + (high - low + 1) / 2;
         bool fits = t.time[mid] - t.time[first] <= time_bound &&
-                    stageMemory(t, first, mid, in_flight, s.microbatches) <= memory_limit;
+                    stageMemory(t, first, mid, in_flight, s) <= memory_limit;
         if (fits)
           low = mid;
         else
@@ -403,7 +406,7 @@ struct StrategyEstimator::Impl {
   // the bound; greedySplit decides each bound); nullopt when no split fits in `memory_limit`.
   std::optional<std::vector<int>> balance(const StageTable& t, const ParallelStrategy& s, double memory_limit) const {
     const int n = static_cast<int>(t.time.size()) - 1;
-    if (s.pp == 1) return stageMemory(t, 0, n, microbatchesInFlight(s.schedule, 0, 1, s.microbatches), s.microbatches) <=
+    if (s.pp == 1) return stageMemory(t, 0, n, microbatchesInFlight(s.schedule, 0, 1, s.microbatches), s) <=
                                   memory_limit
                               ? std::optional<std::vector<int>>(std::vector<int>{0})
                               : std::nullopt;
@@ -492,19 +495,28 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
       e.slowest_stage_s = stage_time;
       e.tp_comm_s = t.tp_comm[last] - t.tp_comm[first];
     }
-    memory = std::max(memory, stageMemory(t, first, last, microbatchesInFlight(s.schedule, stage, s.pp, s.microbatches),
-                                          s.microbatches));
+    memory = std::max(memory, stageMemory(t, first, last, microbatchesInFlight(s.schedule, stage, s.pp, s.microbatches), s));
     if (!options.train) continue;
     double grads = t.grads[last] - t.grads[first];
     double all_reduce = 0, exposed = 0;
+    double optimizer = t.optimizer[last] - t.optimizer[first];
     if (s.dp > 1 && grads > 0) {
       double buckets = std::max(1.0, std::ceil(grads / static_cast<double>(std::max<int64_t>(options.bucket_bytes, 1))));
-      all_reduce = buckets * commLatencySteps(CommKind::kAllReduce, s.dp) * dp_link.latency +
-                   commBytesPerRank(CommKind::kAllReduce, s.dp, grads) / dp_link.bandwidth;
+      // --zero 1: a reduce-scatter in place of the all-reduce, then the updated parameters'
+      // all-gather after the optimizer, which nothing hides; the update runs on 1/dp of the rows.
+      const CommKind summing = s.zero == 1 ? CommKind::kReduceScatter : CommKind::kAllReduce;
+      all_reduce = buckets * commLatencySteps(summing, s.dp) * dp_link.latency +
+                   commBytesPerRank(summing, s.dp, grads) / dp_link.bandwidth;
       double hidden_by = t.backward[last] - t.backward[first];  // the last microbatch's backward pass
       exposed = std::max(all_reduce / buckets, all_reduce - hidden_by);
+      if (s.zero == 1) {
+        const double gather = buckets * commLatencySteps(CommKind::kAllGather, s.dp) * dp_link.latency +
+                              commBytesPerRank(CommKind::kAllGather, s.dp, grads) / dp_link.bandwidth;
+        all_reduce += gather;
+        exposed += gather;
+        optimizer /= s.dp;
+      }
     }
-    double optimizer = t.optimizer[last] - t.optimizer[first];
     if (exposed + optimizer > tail) {
       tail = exposed + optimizer;
       e.dp_comm_s = all_reduce;
@@ -610,7 +622,8 @@ std::vector<ParallelStrategy> StrategyEstimator::candidates() const {
             continue;
           }
           for (RecomputeMode recompute : impl_->options.recompute_modes)
-            all.push_back({dp, tp, pp, microbatches, schedule, recompute});
+            for (int zero : impl_->options.zero_stages)
+              if (zero == 0 || dp > 1) all.push_back({dp, tp, pp, microbatches, schedule, recompute, zero});
         }
       }
     }

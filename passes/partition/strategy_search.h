@@ -16,7 +16,8 @@
 //     memory limit; a step takes (M - 1) x the slowest stage + the sum of the stages + the
 //     activation and gradient transfers between stages (the bubble (P-1)/(M+P-1) when balanced);
 //   - the data-parallel gradient all-reduce (ring, in buckets) overlaps the last backward pass,
-//     and the part that does not, plus the optimizer update, ends the step;
+//     and the part that does not, plus the optimizer update, ends the step (with ZeRO stage 1 a
+//     reduce-scatter, the update of 1/dp of the rows and the parameters' all-gather);
 //   - per device memory: its stage's parameter blocks, their optimizer state and gradients (two
 //     copies with several microbatches: the running sum and the current one), the kept results of the microbatches its
 //     schedule has in flight, and working memory for the largest node's results.
@@ -45,9 +46,10 @@ struct ParallelStrategy {
   int microbatches = 1;
   PipelineScheduleKind schedule = PipelineScheduleKind::kOneForwardOneBackward;
   RecomputeMode recompute = RecomputeMode::kNone;  // activations the backward pass computes again (training)
+  int zero = 0;  // 1: optimizer state sharded over the dp replicas (training, dp > 1)
 
   bool operator==(const ParallelStrategy&) const = default;
-  // "dp 4 x tp 2 x pp 2, 8 microbatches, 1f1b" (", recompute full" when it recomputes).
+  // "dp 4 x tp 2 x pp 2, 8 microbatches, 1f1b" (", recompute full" when it recomputes, ", zero 1" when sharded).
   std::string str() const;
 };
 
@@ -82,6 +84,9 @@ struct StrategySearchOptions {
   // Recomputation modes considered when training (each strategy with each); a mode other than none
   // costs the forward time of the nodes it copies and keeps fewer activations (recompute.h).
   std::vector<RecomputeMode> recompute_modes = {RecomputeMode::kNone, RecomputeMode::kSelective, RecomputeMode::kFull};
+  // ZeRO stages considered when training with dp > 1: 0 and 1 (the optimizer state 1/dp, a
+  // reduce-scatter for the all-reduce and an all-gather of the parameters after the update).
+  std::vector<int> zero_stages = {0, 1};
   int64_t memory_limit_bytes = 0;  // per device; 0: the cluster's device memory
   int64_t bucket_bytes = 25 * 1000 * 1000;  // gradient all-reduce buckets (as CompileOptions)
   size_t alternatives = 5;         // how many of the next fastest strategies the result keeps

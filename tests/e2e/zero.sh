@@ -124,7 +124,13 @@ train_steps gpt-adamw-one --steps 3 --metrics to-zero.jsonl --checkpoint-dir to-
 train_steps gpt-adamw-zero--dp2 --steps 5 --metrics to-zero.jsonl --checkpoint-dir to-zero --resume
 same_losses gpt-adamw-one to-zero 1e-5
 
-# 5. Usage errors (exit 2).
+# 5. --strategy auto with --zero 1 chooses among sharded strategies (dp 2 or more).
+"$cleave" compile gpt.cir --train --optimizer adamw --strategy auto --devices 4 --zero 1 -o auto.cplan >auto.log 2>&1 ||
+  { cat auto.log >&2; fail "--strategy auto --zero 1"; }
+grep -q "^strategy auto on cpu-local: dp [24] x .*zero 1" auto.log || fail "auto did not choose a sharded strategy: $(head -1 auto.log)"
+"$cleave" inspect auto.cplan | grep -q "zero 1" || fail "inspect does not show the chosen strategy's zero 1"
+
+# 6. Usage errors (exit 2).
 expect_usage() {
   local pattern=$1
   shift
@@ -137,5 +143,4 @@ expect_usage() {
 expect_usage "needs --train and --dp 2 or more" --train --zero 1
 expect_usage "needs --train and --dp 2 or more" --dp 2 --zero 1
 expect_usage "stages 2 and 3 are not yet" --train --dp 2 --zero 2
-expect_usage "does not weigh --zero" --train --strategy auto --devices 2 --zero 1
 echo "zero: ok"
