@@ -48,10 +48,10 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
     }
     const int64_t rows = type.shape[0] / dp_size;
     const size_t first_new = graph.nodes.size();
-    // 1. This replica's rows of the parameter and of its gradient summed over the replicas: when
-    //    the update alone reads the sum of a data-parallel all-reduce (and no output), a reduce-scatter of the
-    //    unsummed gradient takes that result's place (ZeRO's way: no replica sums rows it does not
-    //    update); otherwise the rows of the sum.
+    // 1. This replica's rows of the parameter and of its gradient summed over the replicas. When
+    //    the update alone reads the sum of a data-parallel all-reduce (no output, no clipping), a
+    //    reduce-scatter of the unsummed gradient takes that result's place (ZeRO's way: no replica
+    //    sums rows it does not update); otherwise the rows of the sum.
     std::vector<ValueId> operands = update.operands;
     const ValueId grad = operands[1];
     int32_t reduce_scatter = -1;  // its index, when the gradient is reduce-scattered
