@@ -37,6 +37,7 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
                      " x pp " + std::to_string(strategy.pp()) + ", " + std::to_string(strategy.microbatches()) +
                      " microbatch(es)";
   if (!strategy.schedule().empty()) text += " (" + strategy.schedule() + ")";
+  if (strategy.zero() != 0) text += ", zero " + std::to_string(strategy.zero());
   text += ", batch " + std::to_string(plan.global_batch());
   if (plan.has_training())
     text += ", training (" + plan.training().loss() + ", " + plan.training().optimizer() +

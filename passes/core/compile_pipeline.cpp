@@ -454,6 +454,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
         if (entry.name == program.name()) setValueLimits(*entry.graph, model_limits, program);
   }
   if (options.train) describeTraining(options, logits_name, plan);
+  plan.mutable_strategy()->set_zero(options.zero);
   CLEAVE_TRY(checkMemoryLimit(plan, options.memory_limit_bytes).withContext(options.model_file + ": "));
   return plan;
 }
