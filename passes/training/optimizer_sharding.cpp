@@ -1,5 +1,6 @@
 // Optimizer state sharded over data-parallel replicas: each update reads and writes one block of
-// rows, and the updated parameter blocks are all-gathered.
+// the parameter along its first dim that divides by the replicas, and the updated blocks are
+// all-gathered.
 #include "passes/training/optimizer_sharding.h"
 
 #include <map>
@@ -24,9 +25,6 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
   if (dp_index < 0 || dp_index >= dp_size)
     return Status::usage("optimizer sharding: replica " + std::to_string(dp_index) + " is not one of " +
                          std::to_string(dp_size));
-  const AttrMap block_of_rows = {{"axis", std::string("dp")}, {"group_size", int64_t{dp_size}}, {"dim", int64_t{0}}};
-  AttrMap summed_block = block_of_rows;
-  summed_block["reduce"] = std::string("sum");
   OptimizerShardingReport report;
   const size_t original_nodes = graph.nodes.size();
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
@@ -42,11 +40,18 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
     if (update.op != OpId::sgd_update && update.op != OpId::adamw_update) continue;
     const ValueId param = update.operands[0];
     const TensorType type = graph.values[param].type;
-    if (type.rank() == 0 || type.shape[0] % dp_size != 0) {
+    // The first dim that divides by the replicas (dim 0, rows, for most; a vocabulary of 50257
+    // rows splits along its columns).
+    int64_t dim = 0;
+    while (dim < type.rank() && type.shape[dim] % dp_size != 0) ++dim;
+    if (dim == type.rank()) {
       ++report.whole;
       continue;
     }
-    const int64_t rows = type.shape[0] / dp_size;
+    const int64_t block = type.shape[dim] / dp_size;
+    const AttrMap block_of_rows = {{"axis", std::string("dp")}, {"group_size", int64_t{dp_size}}, {"dim", dim}};
+    AttrMap summed_block = block_of_rows;
+    summed_block["reduce"] = std::string("sum");
     const size_t first_new = graph.nodes.size();
     // 1. This replica's rows of the parameter and of its gradient summed over the replicas. When
     //    the update alone reads the sum of a data-parallel all-reduce (no output, no clipping), a
@@ -89,8 +94,8 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
         state->full_shape = type.shape;
         state->shard_offset.assign(type.shape.size(), 0);
       }
-      state->shard_offset[0] += dp_index * rows;
-      graph.values[operands[o]].type.shape[0] = rows;
+      state->shard_offset[dim] += dp_index * block;
+      graph.values[operands[o]].type.shape[dim] = block;
     }
     // 3. The update of the blocks, under the old results' names; the parameter's next value is
     //    the blocks of every replica gathered.

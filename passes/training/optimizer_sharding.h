@@ -11,16 +11,18 @@ namespace cleave {
 // What shardOptimizerState did.
 struct OptimizerShardingReport {
   int sharded = 0;   // parameters whose update runs on a block
-  int whole = 0;     // parameters updated whole (dim 0 does not divide by the replicas, or a scalar)
+  int whole = 0;     // parameters updated whole (no dim divides by the replicas)
 };
 
 // Rewrites the optimizer step of one data-parallel replica's training graph (replica `dp_index` of
-// `dp_size`, whose gradients are already summed over the replicas): the update of a parameter P
-// whose dim 0 divides by dp_size reads this replica's block of rows of P and of its gradient
-// (shard_slice over axis "dp"), its optimizer state holds only that block (full_shape and
-// shard_offset say where it sits in the whole state, so checkpoints hold whole tensors), and the
-// updated blocks are all-gathered into P's next value. The numbers are those of the unsharded
-// step; the state takes 1/dp_size of the memory, for one all-gather of the parameters per step.
+// `dp_size`, its gradients summed over the replicas by all-reduces over axis "dp"): the update of a
+// parameter P with a dim that divides by dp_size (the first such) reads this replica's block of P
+// along it (shard_slice) and of P's summed gradient, its optimizer state holds only that block
+// (full_shape and shard_offset say where it sits in the whole state, so checkpoints hold whole
+// tensors), and the updated blocks are all-gathered into P's next value. A gradient the update
+// alone reads leaves its all-reduce and is reduce-scattered instead (no output, no clipping read
+// it), so a step moves what the all-reduce moved. The numbers are those of the unsharded step; the
+// state takes 1/dp_size of the memory. A parameter with no such dim (a scalar) is updated whole.
 // Errors: dp_size < 2, an index out of range.
 Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size, int dp_index);
 
