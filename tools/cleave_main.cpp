@@ -7,6 +7,7 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -438,6 +439,14 @@ int main(int argc, char** argv) {
       return cleave::kExitInternal;
     }
     return cleave::runCli(argc, argv);
+  } catch (const std::bad_alloc&) {
+    // Not a bug: what the command builds does not fit this machine's memory (docs/errors.md, exit 3).
+    std::cerr << "cleave: error: out of memory: this machine's memory does not hold what the command builds (a "
+                 "plan of many ranks keeps every rank's programs: docs/parallelism.md, Limits)" << std::endl;
+    // Exit at once: the libraries' exit handlers need memory too (OpenBLAS joins threads that may
+    // be stuck allocating), and would hang.
+    std::cout.flush();
+    std::_Exit(static_cast<int>(cleave::ErrorKind::kRuntime));
   } catch (const std::exception& e) {
     std::cerr << "cleave: internal error: " << e.what() << "\n";
     return cleave::kExitInternal;
