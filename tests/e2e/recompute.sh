@@ -35,17 +35,8 @@ train() {
     { cat "$tmp/$1.log" >&2; fail "run $1"; }
 }
 
-# same_losses EXPECTED ACTUAL TOLERANCE
-same_losses() {
-  $python - "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$3" <<'PY' || fail "$2's losses differ from $1's"
-import json, os, sys
-a = [json.loads(line)["loss"] for line in open(sys.argv[1])]
-b = [json.loads(line)["loss"] for line in open(sys.argv[2])]
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"  {os.path.basename(sys.argv[2])[:-6]:34} losses within {worst:.1e} of {os.path.basename(sys.argv[1])[:-6]}")
-assert len(a) == len(b) == 5 and worst <= float(sys.argv[3]), worst
-PY
-}
+# same_losses EXPECTED ACTUAL TOLERANCE: the runs' losses (0: bitwise the same).
+same_losses() { $python "$source_dir/tests/e2e/same_losses.py" "$2" "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$3" || fail "$2's losses differ from $1's"; }
 
 # arena NAME: its arena in MiB, for the log.
 mib() { $python -c 'import sys; print(f"{int(open(sys.argv[1]).read()) / 2**20:.2f} MiB")' "$tmp/$1.arena"; }

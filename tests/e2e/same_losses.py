@@ -1,12 +1,20 @@
 #!/usr/bin/python3
-"""Checks that two runs logged bitwise the same losses (metrics JSONL, one object per step).
-Usage: same_losses.py LABEL REFERENCE.jsonl RUN.jsonl   (exit 1 naming both lists when they differ)"""
+"""Checks that two runs logged the same losses (metrics JSONL, one object per step): bitwise, or
+within a relative tolerance.
+Usage: same_losses.py LABEL REFERENCE.jsonl RUN.jsonl [TOLERANCE]   (exit 1 naming both lists when they differ)"""
 import json
 import sys
 
-label, reference, run = sys.argv[1:]
+label, reference, run = sys.argv[1:4]
+tolerance = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 a = [json.loads(line)["loss"] for line in open(reference) if line.strip()]
 b = [json.loads(line)["loss"] for line in open(run) if line.strip()]
-if not a or a != b:
-    sys.exit(f"FAIL {label}: the reference's losses {a} but this run's {b}")
-print(f"ok   {label}: {len(b)} losses bitwise the same")
+if tolerance == 0:
+    if not a or a != b:
+        sys.exit(f"FAIL {label}: the reference's losses {a} but this run's {b}")
+    print(f"ok   {label}: {len(b)} losses bitwise the same")
+    sys.exit(0)
+worst = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=float("inf"))
+if not a or len(a) != len(b) or not worst <= tolerance:
+    sys.exit(f"FAIL {label}: losses differ by up to {worst:.1e} (tolerance {tolerance:g}): the reference's {a}, this run's {b}")
+print(f"ok   {label}: {len(b)} losses within {worst:.1e} of the reference")

@@ -32,17 +32,8 @@ train() {
   "$cleave" run "$name.cplan" --data "$data" --steps 5 --progress never --metrics "$name.jsonl" "$@" >"$name.run" 2>&1 ||
     { cat "$name.run" >&2; fail "run $name"; }
 }
-# same_losses EXPECTED ACTUAL TOLERANCE
-same_losses() {
-  $python - "$1.jsonl" "$2.jsonl" "$3" <<'PY' || fail "$2's losses differ from $1's"
-import json, sys
-a = [json.loads(line)["loss"] for line in open(sys.argv[1])]
-b = [json.loads(line)["loss"] for line in open(sys.argv[2])]
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"  {sys.argv[2][:-6]:32} losses within {worst:.1e} of {sys.argv[1][:-6]}")
-assert len(a) == len(b) == 5 and worst <= float(sys.argv[3]), worst
-PY
-}
+# same_losses EXPECTED ACTUAL TOLERANCE: the runs' losses (0: bitwise the same).
+same_losses() { $python "$source_dir/tests/e2e/same_losses.py" "$2" "$1.jsonl" "$2.jsonl" "$3" || fail "$2's losses differ from $1's"; }
 # state_bytes NAME: the optimizer state bytes of each rank, as inspect --json counts them.
 state_bytes() {
   "$cleave" inspect "$1.cplan" --json | $python -c 'import json, sys; print(*[r["optimizer_state_bytes"] for r in json.load(sys.stdin)["ranks"]])'
