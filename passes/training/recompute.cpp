@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 
 namespace cleave {
@@ -157,20 +158,19 @@ class Recomputation {
         boundary_positions.push_back(at);
       }
     }
-    // Selective keeps the boundaries that join two activations (a residual add): in a chain of
-    // single-operand ops each value is a boundary, and those it recomputes from the kept weight
-    // product before them. Full keeps a boundary every sqrt(n) forward nodes (at least), so a
-    // segment's recomputed activations and the kept boundaries both take O(sqrt(n)) memory.
-    const int64_t spacing = mode_ == RecomputeMode::kFull ? static_cast<int64_t>(std::sqrt(static_cast<double>(n))) : 0;
+    // Both modes keep a boundary at least every sqrt(n) forward nodes, so a segment's recomputed
+    // activations and the kept boundaries both take O(sqrt(n)) memory, and no recomputed chain is
+    // longer. Selective also keeps every boundary that joins two activations (a residual add).
+    const int64_t spacing = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
     int64_t last_kept = -1;
     for (size_t b = 0; b < boundaries.size(); ++b) {
-      if (mode_ == RecomputeMode::kSelective) {
-        const Node& producer = graph_.nodes[graph_.values[boundaries[b]].producer];
-        if (std::count_if(producer.operands.begin(), producer.operands.end(), [&](ValueId v) { return data_[v]; }) >= 2)
-          kept_[boundaries[b]] = true;
-        continue;
-      }
-      if (last_kept >= 0 && boundary_positions[b] - last_kept < spacing) continue;
+      const Node& producer = graph_.nodes[graph_.values[boundaries[b]].producer];
+      std::set<ValueId> activations;  // distinct: mul(y, y) joins nothing
+      for (ValueId v : producer.operands)
+        if (data_[v]) activations.insert(v);
+      const bool joins = activations.size() >= 2;
+      const bool spaced = last_kept < 0 || boundary_positions[b] - last_kept >= spacing;
+      if (!spaced && !(joins && mode_ == RecomputeMode::kSelective)) continue;
       kept_[boundaries[b]] = true;
       last_kept = boundary_positions[b];
     }
@@ -178,39 +178,51 @@ class Recomputation {
 
   bool needsCopy(ValueId v) const { return data_[v] && forward_value_[v] && !kept_[v]; }
 
-  // The copy of forward value `v`, made (with the copies it reads) when first asked for.
+  // The copy of forward value `v`, made (with the copies it reads, operands first) when first
+  // asked for. A worklist, not recursion: a chain to recompute may be as long as the forward pass.
   Expected<ValueId> copyOf(ValueId v) {
-    if (copies_of_[v] != kNoValue) return copies_of_[v];
-    const int32_t producer = graph_.values[v].producer;
-    // Copy the operands first; graph_.nodes may grow, so the node is read again afterwards.
-    const std::vector<ValueId> operands = graph_.nodes[producer].operands;
-    std::vector<ValueId> copied_operands;
-    for (ValueId operand : operands) {
-      if (!needsCopy(operand)) {
-        copied_operands.push_back(operand);
+    std::vector<ValueId> pending = {v};
+    while (!pending.empty()) {
+      const ValueId top = pending.back();
+      if (copies_of_[top] != kNoValue) {
+        pending.pop_back();
         continue;
       }
-      CLEAVE_ASSIGN_OR_RETURN(ValueId copy, copyOf(operand));
-      copied_operands.push_back(copy);
+      const int32_t producer = graph_.values[top].producer;
+      bool operands_copied = true;
+      for (ValueId operand : graph_.nodes[producer].operands)
+        if (needsCopy(operand) && copies_of_[operand] == kNoValue) {
+          pending.push_back(operand);
+          operands_copied = false;
+        }
+      if (!operands_copied) continue;
+      pending.pop_back();
+      CLEAVE_TRY(copyNode(producer));
     }
-    const Node& node = graph_.nodes[producer];
+    return copies_of_[v];
+  }
+
+  // Appends a copy of forward node `producer`, reading the copies of its operands that need one.
+  Status copyNode(int32_t producer) {
+    const Node node = graph_.nodes[producer];  // a copy: adding a node moves them
+    std::vector<ValueId> operands;
+    for (ValueId operand : node.operands) operands.push_back(needsCopy(operand) ? copies_of_[operand] : operand);
     std::vector<std::string> names;
     std::vector<TensorType> types;
     for (ValueId r : node.results) {
       names.push_back(graph_.uniqueName(graph_.values[r].name + ".recomputed"));
       types.push_back(graph_.values[r].type);
     }
-    const std::vector<ValueId> results = node.results;
     CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> copies,
-                            graph_.addNodeWithTypes(node.op, std::move(copied_operands), node.attrs, node.loc,
+                            graph_.addNodeWithTypes(node.op, std::move(operands), node.attrs, node.loc,
                                                     std::move(names), std::move(types)));
     copies_of_.resize(graph_.values.size(), kNoValue);
     data_.resize(graph_.values.size(), true);
     forward_value_.resize(graph_.values.size(), false);
     kept_.resize(graph_.values.size(), false);
-    for (size_t r = 0; r < results.size(); ++r) copies_of_[results[r]] = copies[r];
+    for (size_t r = 0; r < node.results.size(); ++r) copies_of_[node.results[r]] = copies[r];
     copied_.push_back(producer);
-    return copies_of_[v];
+    return Status::ok();
   }
 
   Graph& graph_;

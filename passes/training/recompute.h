@@ -14,12 +14,13 @@ namespace cleave {
 // What is kept from the forward pass for the backward pass.
 //  - none: every activation the backward pass reads (the default).
 //  - selective: the results of products with a weight (matmul, gemm, conv2d reading a parameter),
-//    the layer boundaries that join two activations (residual adds) and the results of
-//    collectives and random ops; the cheap, memory-heavy rest (attention's scores and
-//    probabilities, activation functions, norms, elementwise ops) is recomputed from them.
-//    Megatron-LM's selective recomputation, which keeps its attention core out of memory.
-//  - full: only layer boundaries, about one every sqrt(n) forward nodes, and the results of
-//    collectives and random ops; each segment's forward work is done again in the backward pass.
+//    the layer boundaries that join two activations (residual adds), a layer boundary at least
+//    every sqrt(n) forward nodes and the results of collectives and random ops; the cheap,
+//    memory-heavy rest (attention's scores and probabilities, activation functions, norms,
+//    elementwise ops) is recomputed from them. Megatron-LM's selective recomputation, which keeps
+//    its attention core out of memory.
+//  - full: only a layer boundary about every sqrt(n) forward nodes, and the results of collectives
+//    and random ops; each segment's forward work is done again in the backward pass.
 enum class RecomputeMode : uint8_t { kNone, kSelective, kFull };
 
 // "none", "selective" or "full"; anything else is a usage error naming the choices.
