@@ -313,7 +313,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
       hooks.norm_scope = gradientNormScope(mesh, coord, boundary);
       CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
-      if (options.zero == 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]).status());
+      if (options.zero == 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]));
       CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,
                               orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));
       CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));

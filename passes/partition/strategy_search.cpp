@@ -150,11 +150,15 @@ Expected<std::array<BackwardReads, 3>> backwardReads(const Graph& forward, const
     r.kept.assign(forward.values.size(), false);
     r.recomputed.assign(forward.nodes.size(), false);
     if (mode != RecomputeMode::kNone && std::find(modes.begin(), modes.end(), mode) == modes.end()) continue;
-    Graph training = differentiated;
-    std::vector<bool> forward_nodes(training.nodes.size(), false);
-    std::fill_n(forward_nodes.begin(), forward.nodes.size(), true);
-    CLEAVE_ASSIGN_OR_RETURN(RecomputeReport report, recomputeActivations(training, mode, forward_nodes));
-    for (int32_t n : report.copied_nodes) r.recomputed[n] = true;
+    Graph recomputed;  // the differentiated graph as `mode` rewrites it (none: as it is)
+    if (mode != RecomputeMode::kNone) {
+      recomputed = differentiated;
+      std::vector<bool> forward_nodes(recomputed.nodes.size(), false);
+      std::fill_n(forward_nodes.begin(), forward.nodes.size(), true);
+      CLEAVE_ASSIGN_OR_RETURN(RecomputeReport report, recomputeActivations(recomputed, mode, forward_nodes));
+      for (int32_t n : report.copied_nodes) r.recomputed[n] = true;
+    }
+    const Graph& training = mode == RecomputeMode::kNone ? differentiated : recomputed;
     for (size_t n = forward.nodes.size(); n < training.nodes.size(); ++n)
       for (ValueId v : training.nodes[n].operands)
         if (static_cast<size_t>(v) < forward.values.size()) r.kept[v] = true;

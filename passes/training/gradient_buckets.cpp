@@ -11,13 +11,15 @@
 namespace cleave {
 namespace {
 
-bool isBucketable(const Node& node) {
-  if (node.op != OpId::all_reduce || node.operands.size() != 1) return false;
+bool isBucketable(const Node& node) { return node.operands.size() == 1 && isDataParallelGradientSum(node); }
+
+}  // namespace
+
+bool isDataParallelGradientSum(const Node& node) {
+  if (node.op != OpId::all_reduce) return false;
   OpContext attrs{opDef(node.op), {}, {}, node.attrs};
   return attrs.getString("axis") == "dp" && attrs.getString("reduce") == "sum";
 }
-
-}  // namespace
 
 Status bucketGradientAllReduces(Graph& graph, int64_t bucket_bytes) {
   if (bucket_bytes <= 0) return Status::usage("bucket size must be positive, got " + std::to_string(bucket_bytes));

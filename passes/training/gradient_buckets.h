@@ -11,6 +11,10 @@ namespace cleave {
 // The default bucket size, as PyTorch DDP's (25 MB).
 constexpr int64_t kDefaultBucketBytes = 25 * 1000 * 1000;
 
+// Whether `node` sums gradients over the data-parallel replicas: an all-reduce over "dp" with
+// reduce "sum" (one gradient, or a bucket of several).
+bool isDataParallelGradientSum(const Node& node);
+
 // Merges the single-operand sum all-reduces over "dp" that follow the first node computing a
 // gradient (the backward pass) into multi-operand all-reduces of about `bucket_bytes` each.
 // Walking in program order, an all-reduce joins the pending bucket right after its operand is

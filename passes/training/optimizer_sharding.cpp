@@ -3,29 +3,20 @@
 // all-gathered.
 #include "passes/training/optimizer_sharding.h"
 
+#include "passes/training/gradient_buckets.h"
+
 #include <map>
 #include <set>
 #include <string>
 
 namespace cleave {
-namespace {
 
-// A data-parallel gradient sum: an all-reduce (a bucket of several, or one) over dp.
-bool isGradientAllReduce(const Node& node) {
-  if (node.op != OpId::all_reduce) return false;
-  const OpContext attrs{opDef(node.op), {}, {}, node.attrs};
-  return attrs.getString("axis") == "dp" && attrs.getString("reduce") == "sum";
-}
-
-}  // namespace
-
-Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
+Status shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
   if (dp_size < 2)
     return Status::usage("optimizer sharding needs 2 or more data-parallel replicas, got " + std::to_string(dp_size));
   if (dp_index < 0 || dp_index >= dp_size)
     return Status::usage("optimizer sharding: replica " + std::to_string(dp_index) + " is not one of " +
                          std::to_string(dp_size));
-  OptimizerShardingReport report;
   const size_t original_nodes = graph.nodes.size();
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
   std::vector<bool> read_outside(graph.values.size(), false);  // a graph output or a state update's value
@@ -44,10 +35,7 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
     // rows splits along its columns).
     int64_t dim = 0;
     while (dim < type.rank() && type.shape[dim] % dp_size != 0) ++dim;
-    if (dim == type.rank()) {
-      ++report.whole;
-      continue;
-    }
+    if (dim == type.rank()) continue;  // no dim divides: the update stays whole
     const int64_t block = type.shape[dim] / dp_size;
     const AttrMap block_of_rows = {{"axis", std::string("dp")}, {"group_size", int64_t{dp_size}}, {"dim", dim}};
     AttrMap summed_block = block_of_rows;
@@ -61,7 +49,7 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
     const ValueId grad = operands[1];
     int32_t reduce_scatter = -1;  // its index, when the gradient is reduce-scattered
     const int32_t summed_by = graph.values[grad].producer;
-    if (summed_by >= 0 && isGradientAllReduce(graph.nodes[summed_by]) && users[grad].size() == 1 &&
+    if (summed_by >= 0 && isDataParallelGradientSum(graph.nodes[summed_by]) && users[grad].size() == 1 &&
         !read_outside[grad]) {
       const size_t k = static_cast<size_t>(graph.values[grad].result_index);
       const ValueId unsummed = graph.nodes[summed_by].operands[k];
@@ -114,9 +102,8 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
     for (size_t r = 1; r < results.size(); ++r) next_value_of[update.results[r]] = results[r];
     for (size_t n = first_new; n < graph.nodes.size(); ++n)
       if (static_cast<int32_t>(n) != reduce_scatter) emitted_instead[i].push_back(static_cast<int32_t>(n));
-    ++report.sharded;
   }
-  if (report.sharded == 0) return report;
+  if (next_value_of.empty()) return Status::ok();
   // 4. Readers of the old results (the state updates) read the new ones; the new nodes take the old
   //    updates' places, and those go.
   auto redirect = [&](ValueId& v) {
@@ -149,7 +136,7 @@ Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size,
   }
   graph.nodes = std::move(ordered);
   graph.compact();  // drops the old updates' results, renumbers the producers
-  return report;
+  return Status::ok();
 }
 
 }  // namespace cleave

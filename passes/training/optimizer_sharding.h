@@ -8,12 +8,6 @@
 
 namespace cleave {
 
-// What shardOptimizerState did.
-struct OptimizerShardingReport {
-  int sharded = 0;   // parameters whose update runs on a block
-  int whole = 0;     // parameters updated whole (no dim divides by the replicas)
-};
-
 // Rewrites the optimizer step of one data-parallel replica's training graph (replica `dp_index` of
 // `dp_size`, its gradients summed over the replicas by all-reduces over axis "dp"): the update of a
 // parameter P with a dim that divides by dp_size (the first such) reads this replica's block of P
@@ -24,6 +18,6 @@ struct OptimizerShardingReport {
 // it), so a step moves what the all-reduce moved. The numbers are those of the unsharded step; the
 // state takes 1/dp_size of the memory. A parameter with no such dim (a scalar) is updated whole.
 // Errors: dp_size < 2, an index out of range.
-Expected<OptimizerShardingReport> shardOptimizerState(Graph& graph, int dp_size, int dp_index);
+Status shardOptimizerState(Graph& graph, int dp_size, int dp_index);
 
 }  // namespace cleave

@@ -7,8 +7,7 @@ namespace cleave {
 namespace {
 
 Status shard(Graph& graph, const PassOptions& options) {
-  return shardOptimizerState(graph, static_cast<int>(options.getInt("dp")), static_cast<int>(options.getInt("index")))
-      .status();
+  return shardOptimizerState(graph, static_cast<int>(options.getInt("dp")), static_cast<int>(options.getInt("index")));
 }
 
 }  // namespace
