@@ -6,6 +6,7 @@
 #include "ir/plan.h"
 #include "analysis/plan_kernels.h"
 #include "analysis/plan_report.h"
+#include "ir/shared_programs.h"
 
 namespace cleave {
 namespace {
@@ -33,6 +34,12 @@ DType parameterDType(const planpb::Plan& plan) {
 }  // namespace
 
 Expected<PlanPrediction> predictPlan(const planpb::Plan& plan, const CostModel& model) {
+  for (const planpb::RankPlan& rank : plan.ranks()) {
+    if (!isSharedRank(rank)) continue;
+    planpb::Plan expanded = plan;  // a compiled plan whose replicas share programs: give each its own
+    CLEAVE_TRY(expandSharedPrograms(expanded));
+    return predictPlan(expanded, model);
+  }
   PlanPrediction prediction;
   prediction.program = mainProgramName(plan);
   if (prediction.program.empty()) return Status::badInput("the plan has no program to simulate");

@@ -21,6 +21,7 @@
 #include "ir/op_table.h"
 #include "ir/plan.pb.h"
 #include "ir/plan_storage.h"
+#include "ir/shared_programs.h"
 
 namespace cleave {
 namespace {
@@ -381,9 +382,9 @@ Status validatePlan(const planpb::Plan& plan) {
       return Status::badInput(where + "rank number out of range [0," + std::to_string(plan.devices()) + ")");
     if (seen[rank.rank()]) return Status::badInput(where + "appears twice");
     seen[rank.rank()] = true;
-    CLEAVE_TRY(validateRank(rank).withContext(where));
+    if (!isSharedRank(rank)) CLEAVE_TRY(validateRank(rank).withContext(where));
   }
-  return Status::ok();
+  return validateSharedPrograms(plan);
 }
 
 Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path) {
@@ -404,6 +405,7 @@ Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path) {
   if (plan->format_version() != kPlanFormatVersion)
     return Status::badInput(versionMismatch(path, plan->format_version()));
   CLEAVE_TRY(validatePlan(*plan).withContext(path + ": "));
+  CLEAVE_TRY(expandSharedPrograms(*plan).withContext(path + ": "));
   return plan;
 }
 

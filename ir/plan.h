@@ -19,7 +19,9 @@ class Attribute;
 // The .cplan format version this build writes and reads.
 constexpr uint32_t kPlanFormatVersion = 1;
 
-// Reads a .cplan file and validates it; errors name the file (kBadInput).
+// Reads a .cplan file, validates it and derives the programs of ranks that share another's
+// (ir/shared_programs.h), so every rank of the result holds its programs; errors name the file
+// (kBadInput).
 Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path);
 // Writes a plan atomically (temporary file, fsync, rename); errors name the file.
 Status writePlanFile(const planpb::Plan& plan, const std::string& path);

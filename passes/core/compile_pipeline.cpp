@@ -8,6 +8,7 @@
 #include <set>
 
 #include "ir/plan.pb.h"
+#include "ir/shared_programs.h"
 #include "analysis/cost_model.h"
 #include "passes/training/gradient_buckets.h"
 #include "passes/fusion/elementwise_fusion.h"
@@ -355,10 +356,12 @@ std::string mebibytes(int64_t bytes) {
 Status checkMemoryLimit(const planpb::Plan& plan, int64_t limit_bytes) {
   if (limit_bytes <= 0) return Status::ok();
   const planpb::RankPlan* fullest = nullptr;
+  std::map<int, int> ranks_running;  // rank -> how many ranks run its programs (shared ones included)
+  for (const auto& rank : plan.ranks()) ++ranks_running[rank.has_same_program_as() ? rank.same_program_as() : rank.rank()];
   int over = 0;
   for (const auto& rank : plan.ranks()) {
-    if (rank.arena_bytes() <= limit_bytes) continue;
-    ++over;
+    if (isSharedRank(rank) || rank.arena_bytes() <= limit_bytes) continue;
+    over += ranks_running[rank.rank()];
     if (!fullest || rank.arena_bytes() > fullest->arena_bytes()) fullest = &rank;
   }
   if (!fullest) return Status::ok();
@@ -412,6 +415,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   lowering.mesh = mesh;
   lowering.microbatches = options.microbatches;
   lowering.global_batch = global_batch;
+  lowering.share_programs = options.share_programs;
   TrainingGraphs training;
   Graph inference;
   DeviceGraphs devices;

@@ -404,8 +404,10 @@ Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& me
   for (auto& program : *rank.mutable_programs()) {
     for (auto* list : {program.mutable_inputs(), program.mutable_outputs()})
       for (auto& named : *list)
-        if (batch_split.count(named.name()))
+        if (batch_split.count(named.name())) {
+          named.set_batch_split(true);
           named.set_batch_offset(coord[kDataAxis] * rank.buffers(named.buffer()).type().shape(0));
+        }
   }
   // 3. Aliases name their storage's root directly; then offsets.
   for (int32_t id = 0; id < rank.buffers_size(); ++id)
@@ -443,6 +445,15 @@ Expected<planpb::Plan> lowerToPlan(const LoweringInput& input) {
       for (const ProgramGraph& program : rank.programs) graphs.push_back(program.graph);
       auto [first, fresh] = lowered_from.emplace(graphs, plan.ranks_size());
       const planpb::RankPlan* same_graphs = fresh ? nullptr : &plan.ranks(first->second);
+      if (same_graphs && input.share_programs) {
+        planpb::RankPlan& shared = *plan.add_ranks();
+        shared.set_rank(input.mesh.rankOf(rank.coord));
+        shared.set_stage(rank.coord.stage());
+        shared.set_dp_index(rank.coord[kDataAxis]);
+        shared.set_tp_index(rank.coord[kTensorAxis]);
+        shared.set_same_program_as(same_graphs->rank());
+        continue;
+      }
       CLEAVE_TRY(lowerRank(rank.programs, input.mesh, rank.coord, rank.batch_split, same_graphs, *plan.add_ranks()));
     }
   }

@@ -16,6 +16,7 @@
 #include "ir/op_table.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
+#include "ir/shared_programs.h"
 #include "runtime/codegen/cpu_jit.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/rank_activity.h"
@@ -449,6 +450,10 @@ Expected<std::unique_ptr<RankExecutor>> RankExecutor::create(const planpb::Plan&
     return Status::internal("rank " + std::to_string(rank_index) + " is not in the plan (" +
                             std::to_string(plan.ranks_size()) + " ranks)");
   const planpb::RankPlan& rank_plan = plan.ranks(rank_index);
+  if (isSharedRank(rank_plan))
+    return Status::internal(rankPrefix(rank_plan.rank()) + "runs the programs of rank " +
+                            std::to_string(rank_plan.same_program_as()) +
+                            ", which were not derived for it (expandSharedPrograms)");
   std::unique_ptr<RankExecutor> executor(new RankExecutor(device, rank_plan.rank()));
   executor->communicator_ = options.communicator;
   executor->asynchronous_ = options.communicator && options.communicator->asynchronous();

@@ -13,6 +13,7 @@
 
 #include "frontend/model_generators.h"
 #include "ir/plan.pb.h"
+#include "ir/shared_programs.h"
 #include "passes/core/compile_pipeline.h"
 #include "passes/training/loss_head.h"
 #include "passes/training/optimizer.h"
@@ -65,6 +66,7 @@ planpb::Plan compile(const Expected<Graph>& model, bool train, int dp = 1) {
   }
   auto plan = compileModel(*model, options);
   EXPECT_TRUE(plan.hasValue()) << plan.status().message();
+  if (plan) EXPECT_TRUE(expandSharedPrograms(*plan).isOk());
   return std::move(*plan);
 }
 

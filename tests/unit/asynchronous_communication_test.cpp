@@ -12,6 +12,7 @@
 
 #include "frontend/model_generators.h"
 #include "ir/plan.pb.h"
+#include "ir/shared_programs.h"
 #include "passes/core/compile_pipeline.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
@@ -213,6 +214,7 @@ TEST_P(AsynchronousCommunication, DeferredTransfersGiveTheSynchronousResultsBitw
   options.microbatches = split.microbatches;
   auto plan = compileModel(*model, options);
   ASSERT_TRUE(plan) << plan.status().message();
+  ASSERT_TRUE(expandSharedPrograms(*plan).isOk());
 
   const RunResult synchronous = train(*plan, 3, false);
   const RunResult deferred = train(*plan, 3, true);

@@ -1,0 +1,39 @@
+// SPMD plans: a rank that runs another rank's programs (RankPlan.same_program_as), and how its
+// own programs are derived from them.
+//
+// Data-parallel replicas of one (stage, tp index) run the same instructions over the same buffers;
+// they differ only in the ranks they talk to and the rows of the batch they read. A plan stores
+// such a program once, at the replica with the lowest rank, and the others name it. Deriving a
+// replica's programs moves every rank the program names to the replica's coordinates: a collective
+// group keeps its members' coordinates along the axes it spans and takes the replica's along the
+// others; a send/recv peer keeps the coordinates it differs from the template's in and takes the
+// replica's elsewhere. Batch-split inputs and outputs start at dp_index * rows.
+#pragma once
+
+#include "ir/status.h"
+
+namespace cleave {
+namespace planpb {
+class Plan;
+class RankPlan;
+}  // namespace planpb
+
+// True when `rank` names another rank's programs and holds none itself (the plan-file form).
+bool isSharedRank(const planpb::RankPlan& rank);
+
+// Checks every same_program_as reference: the named rank exists, holds its own programs, and lies
+// at the same stage and tp index; every rank's (dp, tp, stage) coordinates are distinct and inside
+// the strategy's mesh. Errors name the rank (kBadInput).
+Status validateSharedPrograms(const planpb::Plan& plan);
+
+// `rank`'s programs derived from the rank it names (a copy of that rank's buffers, parameters
+// and programs, moved to `rank`'s coordinates); a rank with its own programs is returned as it is.
+// The plan must have passed validateSharedPrograms. Errors name the rank and instruction whose
+// group or peer has no counterpart at `rank`'s coordinates.
+Expected<planpb::RankPlan> derivedRankPlan(const planpb::Plan& plan, int rank);
+
+// Derives the programs of every shared rank in place (same_program_as stays set, as a record of
+// where they came from). A plan without shared ranks is left as it is.
+Status expandSharedPrograms(planpb::Plan& plan);
+
+}  // namespace cleave
