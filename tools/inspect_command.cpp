@@ -30,6 +30,13 @@ std::optional<double> rankEnd(const Expected<ProgramTimeline>& timeline, int32_t
   return std::nullopt;
 }
 
+// How many ranks hold programs of their own; the others run one of theirs (RankPlan.same_program_as).
+int distinctPrograms(const planpb::Plan& plan) {
+  int distinct = 0;
+  for (const auto& rank : plan.ranks()) distinct += rank.has_same_program_as() ? 0 : 1;
+  return distinct;
+}
+
 std::string headerText(const planpb::Plan& plan, const std::string& path) {
   const auto& strategy = plan.strategy();
   std::string text = path + ": model @" + plan.model_name() + ", " + std::to_string(plan.devices()) +
@@ -43,7 +50,12 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
     text += ", training (" + plan.training().loss() + ", " + plan.training().optimizer() +
             (plan.training().precision().empty() ? "" : ", " + plan.training().precision()) +
             (plan.training().recompute().empty() ? "" : ", recompute " + plan.training().recompute()) + ")";
-  return text + "\n";
+  text += "\n";
+  const int distinct = distinctPrograms(plan);
+  if (distinct < plan.ranks_size())
+    text += "SPMD: the file holds " + std::to_string(distinct) + " distinct rank programs for " +
+            std::to_string(plan.ranks_size()) + " ranks (data-parallel replicas run their dp 0 rank's)\n";
+  return text;
 }
 
 // "dp 4 x tp 2 x pp 1, 1 microbatch, 1f1b" for a searched candidate.
@@ -211,6 +223,8 @@ nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& ran
           {"stage", r.stage},
           {"dp_index", r.dp_index},
           {"tp_index", r.tp_index},
+          {"same_program_as", rank.has_same_program_as() ? nlohmann::ordered_json(rank.same_program_as())
+                                                         : nlohmann::ordered_json(nullptr)},
           {"instructions", r.instructions},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"param_bytes", r.param_bytes},
@@ -276,6 +290,7 @@ int runInspectPlan(const InspectPlanFlags& flags) {
     json["model"] = plan.model_name();
     json["devices"] = plan.devices();
     json["global_batch"] = plan.global_batch();
+    json["distinct_programs"] = distinctPrograms(plan);
     json["strategy"] = {{"dp", plan.strategy().dp()},
                         {"tp", plan.strategy().tp()},
                         {"pp", plan.strategy().pp()},
