@@ -2,6 +2,7 @@
 #include "analysis/plan_prediction.h"
 
 #include <algorithm>
+#include <map>
 
 #include "ir/plan.h"
 #include "analysis/plan_kernels.h"
@@ -34,12 +35,6 @@ DType parameterDType(const planpb::Plan& plan) {
 }  // namespace
 
 Expected<PlanPrediction> predictPlan(const planpb::Plan& plan, const CostModel& model) {
-  for (const planpb::RankPlan& rank : plan.ranks()) {
-    if (!isSharedRank(rank)) continue;
-    planpb::Plan expanded = plan;  // a compiled plan whose replicas share programs: give each its own
-    CLEAVE_TRY(expandSharedPrograms(expanded));
-    return predictPlan(expanded, model);
-  }
   PlanPrediction prediction;
   prediction.program = mainProgramName(plan);
   if (prediction.program.empty()) return Status::badInput("the plan has no program to simulate");
@@ -51,20 +46,29 @@ Expected<PlanPrediction> predictPlan(const planpb::Plan& plan, const CostModel& 
   // Per rank: memory, end, busy compute time and kernel FLOPs.
   const DeviceSpec& device = model.cluster().device;
   prediction.memory_limit_bytes = device.memory_bytes;
+  std::map<int32_t, const RankTimeline*> timeline_of_rank;
+  for (const RankTimeline& ranked : prediction.timeline.ranks) timeline_of_rank[ranked.rank] = &ranked;
+  std::map<int32_t, std::pair<int64_t, double>> memory_and_flops;  // by rank holding programs
   for (int r = 0; r < plan.ranks_size(); ++r) {
+    // A rank that runs another's programs (kept shared) has that rank's figures.
     const planpb::RankPlan& rank = plan.ranks(r);
-    const RankTimeline& ranked = prediction.timeline.ranks[r];
+    const planpb::RankPlan& running = rankRunning(plan, rank);
+    const RankTimeline& ranked = *timeline_of_rank.at(running.rank());
     RankPrediction figures;
     figures.rank = rank.rank();
     figures.stage = rank.stage();
-    figures.peak_memory_bytes = reportRank(rank, prediction.program).peak_memory_bytes;
-    figures.end_s = ranked.end_s;
+    figures.end_s = prediction.timeline.ranks[r].end_s;
     for (const TimelineEvent& event : ranked.events)
       if (event.stream == 0) figures.busy_s += event.duration_s;
-    if (const planpb::Program* program = findProgram(rank, prediction.program)) {
-      CLEAVE_ASSIGN_OR_RETURN(double flops, programFlops(rank, *program));
-      prediction.model_flops += flops;
+    auto [known, fresh] = memory_and_flops.try_emplace(running.rank());
+    if (fresh) {
+      known->second.first = reportRank(running, prediction.program).peak_memory_bytes;
+      if (const planpb::Program* program = findProgram(running, prediction.program)) {
+        CLEAVE_ASSIGN_OR_RETURN(known->second.second, programFlops(running, *program));
+      }
     }
+    figures.peak_memory_bytes = known->second.first;
+    prediction.model_flops += known->second.second;
     prediction.max_memory_bytes = std::max(prediction.max_memory_bytes, figures.peak_memory_bytes);
     prediction.ranks.push_back(figures);
   }

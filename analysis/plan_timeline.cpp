@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "ir/plan_storage.h"
+#include "ir/shared_programs.h"
 
 namespace cleave {
 namespace {
@@ -165,6 +166,12 @@ ProgramCommunication matchCommunication(const planpb::Plan& plan, std::string_vi
                                    std::to_string(rank.rank()));
           continue;
         }
+        // Shared replicas mirror the rank whose programs they run: only ranks with programs meet.
+        std::erase_if(group, [&](int32_t member) {
+          auto index = index_of_rank.find(member);
+          return index != index_of_rank.end() && isSharedRank(plan.ranks(index->second));
+        });
+        position = std::find(group.begin(), group.end(), rank.rank());
         auto [found, added] = instance_of.try_emplace({group, issued[group]++}, int32_t(comm.collectives.size()));
         if (added) comm.collectives.emplace_back(group.size());
         comm.collectives[found->second][position - group.begin()] = {r, i};
@@ -355,8 +362,13 @@ Expected<ProgramTimeline> simulateProgram(const planpb::Plan& plan, std::string_
     std::stable_sort(ranked.events.begin(), ranked.events.end(),
                      [](const TimelineEvent& a, const TimelineEvent& b) { return a.start_s < b.start_s; });
     timeline.step_time_s = std::max(timeline.step_time_s, ranked.end_s);
+    if (isSharedRank(rank)) ranked.same_program_as = rank.same_program_as();
     timeline.ranks.push_back(std::move(ranked));
   }
+  std::map<int32_t, double> end_of_rank;
+  for (const RankTimeline& ranked : timeline.ranks) end_of_rank[ranked.rank] = ranked.end_s;
+  for (RankTimeline& ranked : timeline.ranks)
+    if (ranked.same_program_as >= 0) ranked.end_s = end_of_rank[ranked.same_program_as];
   return timeline;
 }
 
@@ -373,13 +385,18 @@ std::string chromeTraceJson(const ProgramTimeline& timeline, int only_rank) {
     out += first ? "\n" : ",\n";
     first = false;
   };
-  for (const RankTimeline& rank : timeline.ranks) {
-    if (only_rank >= 0 && rank.rank != only_rank) continue;
-    const std::string pid = std::to_string(rank.rank);
+  std::map<int32_t, const RankTimeline*> timeline_of_rank;
+  for (const RankTimeline& rank : timeline.ranks) timeline_of_rank[rank.rank] = &rank;
+  for (const RankTimeline& listed : timeline.ranks) {
+    if (only_rank >= 0 && listed.rank != only_rank) continue;
+    // A replica kept shared shows the events of the rank whose programs it runs.
+    auto running = timeline_of_rank.find(listed.same_program_as);
+    const RankTimeline& rank = running != timeline_of_rank.end() ? *running->second : listed;
+    const std::string pid = std::to_string(listed.rank);
     // Metadata: the process is the rank, its threads the streams.
     begin();
     out += "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + pid + ", \"args\": {\"name\": ";
-    appendJsonString(out, "rank " + pid + " (stage " + std::to_string(rank.stage) + ")");
+    appendJsonString(out, "rank " + pid + " (stage " + std::to_string(listed.stage) + ")");
     out += "}}";
     begin();
     out += "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + pid + ", \"args\": {\"sort_index\": " + pid +

@@ -63,6 +63,9 @@ struct RankTimeline {
   int32_t stage = 0;
   std::vector<TimelineEvent> events;
   double end_s = 0;  // when the rank's last instruction ends
+  // A rank that runs another rank's programs (RankPlan.same_program_as, kept shared): that rank's
+  // number. Its events are that rank's and are not repeated here; its end_s is that rank's.
+  int32_t same_program_as = -1;
 };
 
 // A simulated run of one program on every rank.
@@ -78,11 +81,16 @@ struct ProgramTimeline {
 //   - an instruction also waits for the instructions that write its operands (on any stream);
 //   - a collective starts when every member has reached it and ends its alpha-beta time later on all;
 //   - a send takes its transfer time; the matching recv ends when the send's data has arrived.
+// Ranks that run another's programs and were kept shared (RankPlan.same_program_as) are not
+// simulated: a data-parallel replica runs the same instructions at the same times as the rank it
+// names (every replica waits for the same collectives), so its collectives count only the ranks
+// that hold programs, and its timeline is that rank's.
 // Errors (kBadInput) name unmatched communication and the instructions a deadlocked plan waits at.
 Expected<ProgramTimeline> simulateProgram(const planpb::Plan& plan, std::string_view program, const CostModel& model);
 
 // The timeline as a Chrome trace (JSON: traceEvents of ph "X", pid = rank, tid = stream, times in
 // microseconds), viewable in Perfetto or chrome://tracing. `only_rank` >= 0 keeps that rank only.
+// A rank kept shared (RankTimeline.same_program_as) shows the events of the rank it names.
 std::string chromeTraceJson(const ProgramTimeline& timeline, int only_rank = -1);
 
 }  // namespace cleave

@@ -387,7 +387,7 @@ Status validatePlan(const planpb::Plan& plan) {
   return validateSharedPrograms(plan);
 }
 
-Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path) {
+Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path, SharedRanks shared) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::badInput(path + ": cannot open plan file: " + systemError());
   std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -405,7 +405,7 @@ Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path) {
   if (plan->format_version() != kPlanFormatVersion)
     return Status::badInput(versionMismatch(path, plan->format_version()));
   CLEAVE_TRY(validatePlan(*plan).withContext(path + ": "));
-  CLEAVE_TRY(expandSharedPrograms(*plan).withContext(path + ": "));
+  if (shared == SharedRanks::kDerive) CLEAVE_TRY(expandSharedPrograms(*plan).withContext(path + ": "));
   return plan;
 }
 

@@ -19,10 +19,15 @@ class Attribute;
 // The .cplan format version this build writes and reads.
 constexpr uint32_t kPlanFormatVersion = 1;
 
-// Reads a .cplan file, validates it and derives the programs of ranks that share another's
-// (ir/shared_programs.h), so every rank of the result holds its programs; errors name the file
-// (kBadInput).
-Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path);
+// What readPlanFile does with ranks that run another rank's programs (RankPlan.same_program_as).
+enum class SharedRanks {
+  kDerive,  // give each its own copy (ir/shared_programs.h): every rank holds its programs
+  kKeep,    // leave them as the file has them (inspect and simulate, which read the shared ones)
+};
+
+// Reads a .cplan file and validates it; errors name the file (kBadInput).
+Expected<std::unique_ptr<planpb::Plan>> readPlanFile(const std::string& path,
+                                                     SharedRanks shared = SharedRanks::kDerive);
 // Writes a plan atomically (temporary file, fsync, rename); errors name the file.
 Status writePlanFile(const planpb::Plan& plan, const std::string& path);
 // Checks a plan is self-consistent: version, buffer ids, offsets within arenas, known ops, types.

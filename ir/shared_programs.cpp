@@ -156,6 +156,13 @@ Status validateSharedPrograms(const planpb::Plan& plan) {
   return Status::ok();
 }
 
+const planpb::RankPlan& rankRunning(const planpb::Plan& plan, const planpb::RankPlan& rank) {
+  if (!isSharedRank(rank)) return rank;
+  for (const planpb::RankPlan& other : plan.ranks())
+    if (other.rank() == rank.same_program_as()) return other;
+  return rank;
+}
+
 Expected<planpb::RankPlan> derivedRankPlan(const planpb::Plan& plan, int rank) {
   const MeshIndex mesh(plan);
   const planpb::RankPlan* found = mesh.rank(rank);

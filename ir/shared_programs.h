@@ -32,6 +32,10 @@ Status validateSharedPrograms(const planpb::Plan& plan);
 // group or peer has no counterpart at `rank`'s coordinates.
 Expected<planpb::RankPlan> derivedRankPlan(const planpb::Plan& plan, int rank);
 
+// The rank whose programs `rank` runs: the one it names when it is shared (isSharedRank), else
+// itself (a plan that passed validateSharedPrograms names ranks it has).
+const planpb::RankPlan& rankRunning(const planpb::Plan& plan, const planpb::RankPlan& rank);
+
 // Derives the programs of every shared rank in place (same_program_as stays set, as a record of
 // where they came from). A plan without shared ranks is left as it is.
 Status expandSharedPrograms(planpb::Plan& plan);

@@ -9,6 +9,7 @@
 
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
+#include "ir/shared_programs.h"
 #include "analysis/cluster_json.h"
 #include "analysis/cost_model.h"
 #include "analysis/plan_dot.h"
@@ -206,19 +207,19 @@ nlohmann::ordered_json fusedNodesJson(const std::vector<FusedNodeReport>& nodes)
   return list;
 }
 
-nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& rank, const std::string& program,
-                                const Expected<ProgramTimeline>& timeline) {
+nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& rank, const planpb::RankPlan& running,
+                                const std::string& program, const Expected<ProgramTimeline>& timeline) {
   nlohmann::ordered_json by_kind;
   for (int k = 0; k < kNumCommKinds; ++k)
     by_kind[std::string(commKindName(static_cast<CommKind>(k)))] = std::llround(r.comm_bytes_by_kind[k]);
   nlohmann::ordered_json programs = nlohmann::ordered_json::array();
-  for (const auto& program : rank.programs())
+  for (const auto& program : running.programs())
     programs.push_back({{"name", program.name()},
                         {"instructions", program.instructions_size()},
                         {"peak_memory_bytes", program.peak_bytes()}});
   std::optional<double> end = rankEnd(timeline, r.rank);
-  auto fused = fusedNodes(rank, program);
-  auto kernel_bytes = kernelBytes(rank, program);
+  auto fused = fusedNodes(running, program);
+  auto kernel_bytes = kernelBytes(running, program);
   return {{"rank", r.rank},
           {"stage", r.stage},
           {"dp_index", r.dp_index},
@@ -235,7 +236,7 @@ nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& ran
           {"comm_bytes_by_kind", by_kind},
           {"predicted_step_time_s", end ? nlohmann::ordered_json(*end) : nlohmann::ordered_json(nullptr)},
           {"programs", programs},
-          {"weights", weightsJson(rank)},
+          {"weights", weightsJson(running)},
           {"kernel_bytes", kernel_bytes ? nlohmann::ordered_json(std::llround(*kernel_bytes)) : nlohmann::ordered_json(nullptr)},
           {"fused_nodes", fused ? fusedNodesJson(*fused) : nlohmann::ordered_json::array()}};
 }
@@ -244,7 +245,7 @@ nlohmann::ordered_json rankJson(const RankReport& r, const planpb::RankPlan& ran
 
 int runInspectPlan(const InspectPlanFlags& flags) {
   // 1. Read the plan; --rank must name one of its ranks.
-  auto read = readPlanFile(flags.path);
+  auto read = readPlanFile(flags.path, SharedRanks::kKeep);  // reports read shared programs
   if (!read) return reportError(read.status());
   const planpb::Plan& plan = **read;
   if (flags.rank >= 0) {
@@ -262,11 +263,19 @@ int runInspectPlan(const InspectPlanFlags& flags) {
   const CostModel model(*cluster);
   Expected<ProgramTimeline> timeline = simulateProgram(plan, program, model);
   std::vector<RankReport> reports;
-  std::vector<const planpb::RankPlan*> ranks;
+  std::vector<const planpb::RankPlan*> listed, ranks;  // the ranks listed, and whose programs each runs
+  
   for (const auto& rank : plan.ranks()) {
     if (flags.rank >= 0 && rank.rank() != flags.rank) continue;
-    reports.push_back(reportRank(rank, program));
-    ranks.push_back(&rank);
+    // A rank that runs another's programs reports them, under its own number and coordinates.
+    const planpb::RankPlan& running = rankRunning(plan, rank);
+    RankReport report = reportRank(running, program);
+    report.rank = rank.rank();
+    report.dp_index = rank.dp_index();
+    report.tp_index = rank.tp_index();
+    reports.push_back(report);
+    listed.push_back(&rank);
+    ranks.push_back(&running);
   }
 
   // 3. The files asked for: the drawing always, the timeline when the simulation succeeded.
@@ -274,7 +283,9 @@ int runInspectPlan(const InspectPlanFlags& flags) {
     DotOptions options;
     options.only_rank = flags.rank;
     options.detail = flags.dot_full ? DotOptions::Detail::kFull : DotOptions::Detail::kSummary;
-    Status written = writeOutput(flags.dot, planDot(plan, program, options));
+    planpb::Plan drawn = plan;  // the drawing shows every rank's own program
+    if (Status derived = expandSharedPrograms(drawn); !derived) return reportError(derived.withContext(flags.path + ": "));
+    Status written = writeOutput(flags.dot, planDot(drawn, program, options));
     if (!written) return reportError(written);
   }
   if (!flags.timeline.empty() && timeline) {
@@ -310,7 +321,7 @@ int runInspectPlan(const InspectPlanFlags& flags) {
     json["predicted_step_time_s"] =
         timeline ? nlohmann::ordered_json(timeline->step_time_s) : nlohmann::ordered_json(nullptr);
     json["ranks"] = nlohmann::ordered_json::array();
-    for (size_t k = 0; k < reports.size(); ++k) json["ranks"].push_back(rankJson(reports[k], *ranks[k], program, timeline));
+    for (size_t k = 0; k < reports.size(); ++k) json["ranks"].push_back(rankJson(reports[k], *listed[k], *ranks[k], program, timeline));
     output = json.dump(2) + "\n";
   } else {
     output = headerText(plan, flags.path);

@@ -111,7 +111,7 @@ nlohmann::ordered_json predictionJson(const planpb::Plan& plan, const std::strin
 int runSimulate(const SimulateFlags& flags) {
   auto cluster = loadCluster(flags.cluster);
   if (!cluster) return reportError(cluster.status());
-  auto read = readPlanFile(flags.plan);
+  auto read = readPlanFile(flags.plan, SharedRanks::kKeep);  // the simulation reads shared programs
   if (!read) return reportError(read.status());
   const planpb::Plan& plan = **read;
   if (plan.ranks_size() > cluster->deviceCount())

@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "analysis/cluster_json.h"
+#include "analysis/plan_prediction.h"
 #include "frontend/model_generators.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
@@ -99,6 +101,33 @@ INSTANTIATE_TEST_SUITE_P(Splits, SharedPrograms,
                                            Split{"mlp_dp3_pp2_m2", "mlp", 3, 1, 2, 2, "1f1b"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The simulation of a plan kept shared (inspect, simulate) predicts what that of its derived plan
+// does: replicas mirror the rank whose programs they run.
+TEST_P(SharedPrograms, TheSimulationOfSharedProgramsIsThatOfTheDerivedPlan) {
+  const Split split = GetParam();
+  planpb::Plan shared = compile(split, true);
+  planpb::Plan derived = shared;
+  ASSERT_TRUE(expandSharedPrograms(derived).isOk());
+  auto cluster = loadCluster("h100x8");
+  ASSERT_TRUE(cluster) << cluster.status().message();
+  const CostModel model(*cluster);
+  auto kept = predictPlan(shared, model);
+  auto full = predictPlan(derived, model);
+  ASSERT_TRUE(kept) << kept.status().message();
+  ASSERT_TRUE(full) << full.status().message();
+  EXPECT_DOUBLE_EQ(kept->step_time_s, full->step_time_s);
+  EXPECT_DOUBLE_EQ(kept->model_flops, full->model_flops);
+  EXPECT_DOUBLE_EQ(kept->mfu, full->mfu);
+  EXPECT_EQ(kept->max_memory_bytes, full->max_memory_bytes);
+  ASSERT_EQ(kept->ranks.size(), full->ranks.size());
+  for (size_t r = 0; r < full->ranks.size(); ++r) {
+    EXPECT_EQ(kept->ranks[r].rank, full->ranks[r].rank);
+    EXPECT_DOUBLE_EQ(kept->ranks[r].end_s, full->ranks[r].end_s) << "rank " << r;
+    EXPECT_DOUBLE_EQ(kept->ranks[r].busy_s, full->ranks[r].busy_s) << "rank " << r;
+    EXPECT_EQ(kept->ranks[r].peak_memory_bytes, full->ranks[r].peak_memory_bytes) << "rank " << r;
+  }
+}
+
 TEST(SharedProgramsFile, APlanFileHoldsOneCopyAndItsReaderDerivesTheRest) {
   const Split split{"gpt_dp4_tp2", "gpt", 4, 2, 1, 1, "1f1b"};
   const planpb::Plan own = compile(split, false);
@@ -113,6 +142,9 @@ TEST(SharedProgramsFile, APlanFileHoldsOneCopyAndItsReaderDerivesTheRest) {
     EXPECT_EQ(rank.programs(0).instructions_size(), own.ranks(r).programs(0).instructions_size());
     EXPECT_EQ(rank.has_same_program_as(), r >= 2) << "rank " << r;  // ranks 0 and 1 hold dp 0's programs
   }
+  auto kept = readPlanFile(dir.file("p.cplan"), SharedRanks::kKeep);
+  ASSERT_TRUE(kept) << kept.status().message();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(**kept, shared));
 }
 
 // A plan with ranks 0..3 at dp 0..3 (one stage, tp 1), ranks 1..3 naming rank 0.
