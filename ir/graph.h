@@ -59,6 +59,15 @@ struct Param {
   // whole tensor's shape and the block's start in it (the initializer runs over the whole shape).
   std::vector<int64_t> full_shape;
   std::vector<int64_t> shard_offset;
+  // How shard_offset follows from the device's mesh coordinates: along `dim`, index on `axis`
+  // times `step`, summed (tp blocks, then ZeRO's dp blocks of them). Plans record them so that
+  // ranks sharing one program derive their own offsets (ir/shared_programs.h).
+  struct ShardStep {
+    int64_t dim = 0;
+    std::string axis;
+    int64_t step = 0;
+  };
+  std::vector<ShardStep> shard_steps;
 };
 
 // A state update: after a step, parameter `target` takes the value `new_value` (optimizer steps,

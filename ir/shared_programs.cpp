@@ -16,6 +16,14 @@ using Coord = std::array<int, 3>;
 
 Coord coordOf(const planpb::RankPlan& rank) { return {rank.dp_index(), rank.tp_index(), rank.stage()}; }
 
+// The index of mesh axis `axis` in a Coord, or -1.
+int axisIndex(const std::string& axis) {
+  if (axis == "dp") return 0;
+  if (axis == "tp") return 1;
+  if (axis == "pp") return 2;
+  return -1;
+}
+
 std::string coordStr(const Coord& c) {
   return "(dp " + std::to_string(c[0]) + ", tp " + std::to_string(c[1]) + ", stage " + std::to_string(c[2]) + ")";
 }
@@ -71,6 +79,23 @@ Status moveRanks(const MeshIndex& mesh, const Coord& from, const Coord& to, Memb
   return Status::ok();
 }
 
+// A slice of this rank's block (Instruction.shard_axis): its starts and ends along its one axis
+// move by the difference in the axis's index times the block's size.
+Status moveBlock(planpb::Instruction& instruction, const Coord& from, const Coord& to, const std::string& where) {
+  const int axis = axisIndex(instruction.shard_axis());
+  auto& attrs = *instruction.mutable_attrs();
+  auto starts = attrs.find("starts"), ends = attrs.find("ends");
+  if (axis < 0 || instruction.kind() != planpb::KERNEL || instruction.op() != "slice" || starts == attrs.end() ||
+      ends == attrs.end() || starts->second.ints().values_size() != 1 || ends->second.ints().values_size() != 1)
+    return Status::badInput(where + "a block over axis '" + instruction.shard_axis() +
+                            "' must be a slice along one axis with starts and ends");
+  const int64_t start = starts->second.ints().values(0), block = ends->second.ints().values(0) - start;
+  const int64_t moved = start + (to[axis] - from[axis]) * block;
+  starts->second.mutable_ints()->set_values(0, moved);
+  ends->second.mutable_ints()->set_values(0, moved + block);
+  return Status::ok();
+}
+
 Expected<planpb::RankPlan> derive(const MeshIndex& mesh, const planpb::RankPlan& rank) {
   if (!isSharedRank(rank)) return rank;
   const std::string where = "rank " + std::to_string(rank.rank()) + ", ";
@@ -84,11 +109,22 @@ Expected<planpb::RankPlan> derive(const MeshIndex& mesh, const planpb::RankPlan&
   derived.set_tp_index(rank.tp_index());
   derived.set_stage(rank.stage());
   derived.set_same_program_as(rank.same_program_as());
+  // Blocks of split tensors move along the axes whose index differs.
+  for (planpb::Parameter& param : *derived.mutable_parameters()) {
+    for (const planpb::ShardStep& step : param.shard_steps()) {
+      const int axis = axisIndex(step.axis());
+      if (axis < 0 || step.dim() < 0 || step.dim() >= param.shard_offset_size())
+        return Status::badInput(where + "parameter '" + param.name() + "': a shard step along dim " +
+                                std::to_string(step.dim()) + " over axis '" + step.axis() + "' does not fit it");
+      param.set_shard_offset(step.dim(), param.shard_offset(step.dim()) + (to[axis] - from[axis]) * step.step());
+    }
+  }
   for (planpb::Program& program : *derived.mutable_programs()) {
     for (int i = 0; i < program.instructions_size(); ++i) {
       planpb::Instruction& instruction = *program.mutable_instructions(i);
       const std::string at = where + "program '" + program.name() + "', instruction " + std::to_string(i) + ": ";
       if (instruction.group_size() > 0) CLEAVE_TRY(moveRanks(mesh, from, to, *instruction.mutable_group(), at));
+      if (!instruction.shard_axis().empty()) CLEAVE_TRY(moveBlock(instruction, from, to, at));
       if (instruction.kind() == planpb::SEND || instruction.kind() == planpb::RECV) {
         std::array<int, 1> peer{instruction.peer()};
         CLEAVE_TRY(moveRanks(mesh, from, to, peer, at));
@@ -145,10 +181,9 @@ Status validateSharedPrograms(const planpb::Plan& plan) {
     if (shared->has_same_program_as())
       return Status::badInput(where + "same_program_as names rank " + std::to_string(named) +
                               ", which runs another rank's programs itself");
-    if (shared->stage() != rank.stage() || shared->tp_index() != rank.tp_index())
+    if (shared->stage() != rank.stage())
       return Status::badInput(where + "runs the programs of rank " + std::to_string(named) + " at " +
-                              coordStr(coordOf(*shared)) + ", another stage or tp index than its own " +
-                              coordStr(coordOf(rank)));
+                              coordStr(coordOf(*shared)) + ", another stage than its own " + coordStr(coordOf(rank)));
     if (rank.programs_size() == 0 && (rank.buffers_size() > 0 || rank.parameters_size() > 0))
       return Status::badInput(where + "holds buffers or parameters but runs the programs of rank " +
                               std::to_string(named));

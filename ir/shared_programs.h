@@ -1,13 +1,17 @@
 // SPMD plans: a rank that runs another rank's programs (RankPlan.same_program_as), and how its
 // own programs are derived from them.
 //
-// Data-parallel replicas of one (stage, tp index) run the same instructions over the same buffers;
-// they differ only in the ranks they talk to and the rows of the batch they read. A plan stores
-// such a program once, at the replica with the lowest rank, and the others name it. Deriving a
-// replica's programs moves every rank the program names to the replica's coordinates: a collective
-// group keeps its members' coordinates along the axes it spans and takes the replica's along the
-// others; a send/recv peer keeps the coordinates it differs from the template's in and takes the
-// replica's elsewhere. Batch-split inputs and outputs start at dp_index * rows.
+// The ranks of one pipeline stage run the same instructions over the same buffers; they differ
+// only in their coordinates: the ranks they talk to, the rows of the batch they read and the
+// blocks of split tensors they hold. A plan stores such a program once, at the rank with the
+// lowest number, and the others name it. Deriving a rank's programs moves everything that depends
+// on the coordinates to the rank's own:
+//   - a collective group keeps its members' coordinates along the axes it spans and takes the
+//     rank's along the others; a send/recv peer keeps the coordinates it differs from the named
+//     rank's in and takes the rank's elsewhere;
+//   - batch-split inputs and outputs start at dp_index * rows;
+//   - a slice of the rank's block (Instruction.shard_axis) starts at its index on that axis times
+//     the block; a parameter's shard_offset moves by its shard_steps.
 #pragma once
 
 #include "ir/status.h"
@@ -22,7 +26,7 @@ class RankPlan;
 bool isSharedRank(const planpb::RankPlan& rank);
 
 // Checks every same_program_as reference: the named rank exists, holds its own programs, and lies
-// at the same stage and tp index; every rank's (dp, tp, stage) coordinates are distinct and inside
+// at the same stage; every rank's (dp, tp, stage) coordinates are distinct and inside
 // the strategy's mesh. Errors name the rank (kBadInput).
 Status validateSharedPrograms(const planpb::Plan& plan);
 

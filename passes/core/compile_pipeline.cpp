@@ -283,15 +283,23 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
 
   DeviceGraphs result;
   result.model_limits = valueLimits(options.train ? forward : model);
-  // Data-parallel replicas run the same graphs: nothing in them depends on the dp index (the batch
-  // rows a replica reads and its all-reduce groups come from its coordinate when lowering). Each
-  // (stage, tp index) is built once, at dp index 0, and its replicas share those graphs.
-  // With --zero each replica holds its own block of the optimizer state, so each gets its graphs.
-  std::map<int, size_t> built_at;  // rank at dp index 0 -> its entry in result.ranks
+  // The ranks of a stage run the same graphs but for their coordinate: the batch rows a rank reads,
+  // the groups of its collectives, and the blocks it holds (shard_slice, parameters' shard_steps)
+  // come from it when lowering, or when a plan's shared programs are derived. So each stage is
+  // built once, at its first rank, and the others share its graphs, unless they differ:
+  //   - with share_programs off, each (stage, tp index) is built, and under --zero each rank: the
+  //     blocks a graph holds are then its own rank's, as lowering each rank needs;
+  //   - tp ranks hold their own graphs where a split parameter carries its block's data (an ONNX
+  //     import) or the gradient norm counts replicated weights on tp index 0 only (clipping).
+  const bool tp_may_share = options.share_programs && !(options.train && options.training.clip_grad_norm > 0);
+  std::map<int, size_t> built_at;  // rank whose graphs were built -> its entry in result.ranks
+  std::set<int> stages_split_with_data;  // stages whose tp ranks hold graphs of their own
   for (int r = 0; r < mesh.size(); ++r) {
     MeshCoord coord = mesh.coord(r);
-    auto first = built_at.find(mesh.rankOf(coord.with(kDataAxis, 0)));
-    if (options.zero == 0 && first != built_at.end()) {
+    MeshCoord first_coord = coord.with(kDataAxis, 0);
+    if (tp_may_share && !stages_split_with_data.count(coord.stage())) first_coord = first_coord.with(kTensorAxis, 0);
+    auto first = built_at.find(mesh.rankOf(first_coord));
+    if ((options.zero == 0 || options.share_programs) && first != built_at.end()) {
       RankGraphs replica = result.ranks[first->second];
       replica.coord = coord;
       result.ranks.push_back(std::move(replica));
@@ -340,6 +348,11 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       for (ValueId v : program.graph->outputs)
         if (program.graph->values[v].type.rank() > 0) rank.batch_split.insert(program.graph->values[v].name);
     }
+    // A split parameter that carries its block's data keeps the stage's tp ranks apart.
+    for (const ProgramGraph& program : rank.programs)
+      for (const Param& param : program.graph->params)
+        for (const Param::ShardStep& step : param.shard_steps)
+          if (param.init.kind == "data" && step.axis == kTensorAxis) stages_split_with_data.insert(coord.stage());
     result.ranks.push_back(std::move(rank));
   }
   return result;

@@ -99,6 +99,12 @@ class ProgramLowering {
       entry->set_buffer(id);
       for (int64_t d : param.full_shape) entry->add_full_shape(d);
       for (int64_t d : param.shard_offset) entry->add_shard_offset(d);
+      for (const Param::ShardStep& step : param.shard_steps) {
+        planpb::ShardStep* added = entry->add_shard_steps();
+        added->set_dim(static_cast<int32_t>(step.dim));
+        added->set_axis(step.axis);
+        added->set_step(step.step);
+      }
       *entry->mutable_init() = initializerProto(param.init);
       entry->set_trainable(param.trainable);
       param_buffers_.emplace(value.name, id);
@@ -242,6 +248,7 @@ class ProgramLowering {
         int64_t start = coord_[attrs.getString("axis")] * block;
         instruction.set_op("slice");
         instruction.set_stream(0);
+        instruction.set_shard_axis(attrs.getString("axis"));
         instruction.clear_attrs();
         toProto(Attribute(std::vector<int64_t>{start}), &(*instruction.mutable_attrs())["starts"]);
         toProto(Attribute(std::vector<int64_t>{start + block}), &(*instruction.mutable_attrs())["ends"]);

@@ -52,6 +52,7 @@ class Unroller {
       CLEAVE_ASSIGN_OR_RETURN(ValueId copy, target_.addParam(value.name, value.type, param.init, param.trainable));
       target_.params.back().full_shape = param.full_shape;
       target_.params.back().shard_offset = param.shard_offset;
+      target_.params.back().shard_steps = param.shard_steps;
       shared_[param.value] = copy;
     }
     // 2. Which nodes run per microbatch: those using an input, a receive, or such a node's result.

@@ -330,6 +330,7 @@ class StageBuilder {
         CLEAVE_ASSIGN_OR_RETURN(mapped_[param.value], graph.addParam(value.name, value.type, param.init, param.trainable));
         graph.params.back().full_shape = param.full_shape;
         graph.params.back().shard_offset = param.shard_offset;
+        graph.params.back().shard_steps = param.shard_steps;
       }
     // 2. Nodes in program order: this stage's nodes followed by their sends, and a receive where an
     //    earlier stage produced a value this stage uses.

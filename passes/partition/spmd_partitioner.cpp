@@ -284,6 +284,9 @@ class DevicePartitioner {
     if (local_type != value.type) {
       added.full_shape = value.type.shape;
       added.shard_offset = std::move(offset);
+      for (size_t d = 0; d < s.dim_axis.size(); ++d)
+        if (s.dim_axis[d] != kNoAxis)
+          added.shard_steps.push_back({static_cast<int64_t>(d), axisName(s.dim_axis[d]), local_type.shape[d]});
     }
     bind(v, local, std::move(s));
     return Status::ok();
@@ -399,6 +402,28 @@ class DevicePartitioner {
     return emit(OpId::constant, {}, AttrMap{{"value", std::shared_ptr<const TensorData>(data)}}, name);
   }
 
+  // tp index x rows, as this device's block of the constant [0, rows, 2 rows, ...] split over tp: a
+  // shard_slice, whose block lowering (and a plan's shared programs) take from the coordinate, so
+  // the graph is the same on every tp rank and a constant nowhere folds it away.
+  Expected<ValueId> firstRow(DType dtype, int64_t rows, const std::string& name) {
+    const int64_t tp = mesh_.tp();
+    auto data = std::make_shared<TensorData>(TensorData{TensorType{dtype, {tp}}, {}});
+    data->bytes.resize(static_cast<size_t>(dtypeSize(dtype) * tp));
+    for (int64_t t = 0; t < tp; ++t) {
+      switch (dtype) {
+        case DType::kI64: data->as<int64_t>()[t] = t * rows; break;
+        case DType::kI32: data->as<int32_t>()[t] = static_cast<int32_t>(t * rows); break;
+        default: return Status::internal("partitioning: vocabulary ids of " + std::string(dtypeName(dtype)));
+      }
+    }
+    CLEAVE_ASSIGN_OR_RETURN(ValueId firsts, emit(OpId::constant, {}, AttrMap{{"value", std::shared_ptr<const TensorData>(data)}},
+                                                 name + "s"));
+    AttrMap attrs = groupAttrs(tp_);
+    attrs.emplace("dim", int64_t{0});
+    CLEAVE_ASSIGN_OR_RETURN(ValueId mine, emit(OpId::shard_slice, {firsts}, std::move(attrs), name + ".block"));
+    return emit(OpId::squeeze, {mine}, AttrMap{{"axes", std::vector<int64_t>{0}}}, name);
+  }
+
   // Where this tp rank holds rows [tp index x rows, + rows) of a table split over tp: each id's row in
   // the block (0 for ids outside it), and 1 where the id is inside, else 0 (in the ids' dtype).
   struct LocalRows {
@@ -407,7 +432,7 @@ class DevicePartitioner {
   Expected<LocalRows> localRows(ValueId ids, int64_t rows, const std::string& name) {
     const DType dtype = local_.values[ids].type.dtype;
     const std::string dtype_name(dtypeName(dtype));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId start, scalarConstant(dtype, static_cast<double>(indexOn(tp_) * rows), name + ".first_row"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId start, firstRow(dtype, rows, name + ".first_row"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId zero, scalarConstant(dtype, 0, name + ".zero"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId count, scalarConstant(dtype, static_cast<double>(rows), name + ".rows"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId shifted, emit(OpId::sub, {ids, start}, {}, name + ".row"));

@@ -4,6 +4,7 @@
 #include "passes/training/optimizer_sharding.h"
 
 #include "passes/training/gradient_buckets.h"
+#include "ir/device_mesh.h"
 
 #include <map>
 #include <set>
@@ -83,6 +84,7 @@ Status shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
         state->shard_offset.assign(type.shape.size(), 0);
       }
       state->shard_offset[dim] += dp_index * block;
+      state->shard_steps.push_back({dim, std::string(kDataAxis), block});
       graph.values[operands[o]].type.shape[dim] = block;
     }
     // 3. The update of the blocks, under the old results' names; the parameter's next value is

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# SPMD plans: data-parallel replicas share one program in the plan file (RankPlan.same_program_as),
-# so a 64-rank plan of a small GPT (dp 16 x tp 2 x pp 2) holds 4 rank programs, is about the size
-# of its dp 1 plan, and trains on the local backend with one device's losses; under mpirun each
-# process derives its own rank's program.
+# SPMD plans: the ranks of a pipeline stage share one program in the plan file
+# (RankPlan.same_program_as), so a 64-rank plan of a small GPT (dp 16 x tp 2 x pp 2) holds 2 rank
+# programs, is about the size of its 4-rank dp 1 plan, and trains on the local backend with one device's
+# losses (with --zero 1 too); under mpirun each process derives its own rank's program. GPT-2
+# imported from ONNX keeps its tp ranks apart (their weights' blocks are data).
 # Usage: bash spmd.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
 
@@ -36,31 +37,60 @@ compile dp1 --tp 2 --pp 2 --microbatches 2
 compile dp16 --dp 16 --tp 2 --pp 2 --microbatches 2
 "$cleave" inspect dp16.cplan --json >dp16.json
 "$cleave" inspect dp16.cplan >dp16.txt
-grep -q "SPMD: the file holds 4 distinct rank programs for 64 ranks" dp16.txt || { cat dp16.txt >&2; fail "inspect does not say the plan is shared"; }
+grep -q "SPMD: the file holds 2 distinct rank programs for 64 ranks" dp16.txt || { cat dp16.txt >&2; fail "inspect does not say the plan is shared"; }
 $python - dp16.json dp16.cplan dp1.cplan <<'PY' || fail "the 64-rank plan does not share its programs"
 import json, os, sys
 plan = json.load(open(sys.argv[1]))
 ranks = plan["ranks"]
-assert plan["distinct_programs"] == 4 and len(ranks) == 64, (plan["distinct_programs"], len(ranks))
+assert plan["distinct_programs"] == 2 and len(ranks) == 64, (plan["distinct_programs"], len(ranks))
 holders = {r["rank"]: r for r in ranks if r["same_program_as"] is None}
-assert all(r["dp_index"] == 0 for r in holders.values()), holders.keys()
+assert all(r["dp_index"] == 0 and r["tp_index"] == 0 for r in holders.values()), holders.keys()
 for r in ranks:
     if r["same_program_as"] is None:
         continue
     held = holders[r["same_program_as"]]
-    assert (held["stage"], held["tp_index"]) == (r["stage"], r["tp_index"]), r
+    assert held["stage"] == r["stage"], r
     assert held["instructions"] == r["instructions"] and held["comm_bytes"] == r["comm_bytes"], r
 size64, size4 = os.path.getsize(sys.argv[2]), os.path.getsize(sys.argv[3])
-print(f"  64-rank plan: {size64} bytes, 4 distinct programs; its dp 1 plan (4 ranks): {size4} bytes")
+print(f"  64-rank plan: {size64} bytes, 2 distinct programs; its dp 1 plan (4 ranks, 2 programs): {size4} bytes")
 assert size64 < 1.2 * size4, (size64, size4)
 PY
 
-# 2. The 64 ranks train with one device's losses on the local backend.
+# 2. The 64 ranks train with one device's losses on the local backend, with ZeRO's blocks too.
 train one
 train dp16 --threads 64
 same_losses one dp16 1e-5
+compile zero --dp 8 --tp 2 --pp 2 --microbatches 2 --zero 1
+grep -q "SPMD: the file holds 2 distinct rank programs for 32 ranks" <("$cleave" inspect zero.cplan) ||
+  fail "the --zero 1 plan does not share its programs"
+train zero --threads 32
+same_losses one zero 1e-5
 
-# 3. Under mpirun, each process derives its own rank's program from the shared one.
+# 3. GPT-2 exported from PyTorch: its weights' blocks are data of their own, so tp ranks keep their
+#    programs and dp replicas share them; it trains with the same losses shared or not.
+dir=$source_dir/tests/fixtures/modern/gpt2_legacy17
+compile_onnx() {
+  local name=$1
+  shift
+  "$cleave" compile "$dir/model.onnx" --train --batch "$(cat "$dir/train/batch.txt")" \
+    --optimizer "$(cat "$dir/train/optimizer.txt")" "$@" -o "$name.cplan" >"$name.log" 2>&1 ||
+    { cat "$name.log" >&2; fail "compile $name: $*"; }
+}
+compile_onnx gpt2-dp2tp2 --dp 2 --tp 2
+grep -q "SPMD: the file holds 2 distinct rank programs for 4 ranks" <("$cleave" inspect gpt2-dp2tp2.cplan) ||
+  fail "GPT-2 under --dp 2 --tp 2 does not hold one program per tp rank"
+"$cleave" run gpt2-dp2tp2.cplan --data "npy:$dir/train" --steps 3 --progress never --metrics gpt2-dp2tp2.jsonl >gpt2.run 2>&1 ||
+  { cat gpt2.run >&2; fail "run gpt2-dp2tp2"; }
+$python - gpt2-dp2tp2.jsonl "$dir/train/losses.json" <<'PY' || fail "GPT-2 under --dp 2 --tp 2 differs from PyTorch"
+import json, sys
+actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+expected = json.load(open(sys.argv[2]))[:3]
+worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
+print(f"  gpt2 dp2 x tp2 (shared dp programs) losses within {worst:.1e} of PyTorch's")
+assert len(actual) == 3 and worst <= 2e-3, worst
+PY
+
+# 4. Under mpirun, each process derives its own rank's program from the shared one.
 if command -v mpirun >/dev/null; then
   compile dp4 --dp 4
   mpirun --allow-run-as-root --oversubscribe -np 4 "$cleave" run dp4.cplan --backend mpi --threads 1 \

@@ -24,6 +24,9 @@ struct Split {
   const char* model;  // "gpt" or "mlp"
   int dp, tp, pp, microbatches;
   const char* schedule;
+  int zero = 0;
+  double clip_grad_norm = 0;
+  int programs = 0;  // rank programs the shared plan holds (0: one per stage)
 };
 
 std::ostream& operator<<(std::ostream& out, const Split& split) { return out << split.name; }
@@ -57,6 +60,8 @@ planpb::Plan compile(const Split& split, bool share) {
   options.pp = split.pp;
   options.microbatches = split.microbatches;
   options.schedule = split.schedule;
+  options.zero = split.zero;
+  options.training.clip_grad_norm = split.clip_grad_norm;
   options.share_programs = share;
   auto plan = compileModel(model(split), options);
   EXPECT_TRUE(plan) << plan.status().message();
@@ -71,14 +76,15 @@ TEST_P(SharedPrograms, DerivedRanksAreTheRanksLoweredOnTheirOwn) {
   planpb::Plan shared = compile(split, true);
   ASSERT_EQ(shared.ranks_size(), own.ranks_size());
 
-  // One program per (stage, tp index); every other replica names it.
+  // One program per stage (per tp index too, with clipping); every other rank names it.
   int holding = 0;
   for (const planpb::RankPlan& rank : shared.ranks()) {
     holding += isSharedRank(rank) ? 0 : 1;
-    EXPECT_EQ(rank.has_same_program_as(), rank.dp_index() > 0) << "rank " << rank.rank();
+    if (!isSharedRank(rank)) EXPECT_EQ(rank.dp_index(), 0) << "rank " << rank.rank();
   }
-  EXPECT_EQ(holding, split.tp * split.pp);
-  EXPECT_LT(shared.ByteSizeLong() * split.dp, own.ByteSizeLong() * 11 / 10);
+  const int programs = split.programs > 0 ? split.programs : split.pp;
+  EXPECT_EQ(holding, programs);
+  EXPECT_LT(shared.ByteSizeLong() * split.dp * split.tp * split.pp / programs, own.ByteSizeLong() * 11 / 10);
 
   ASSERT_TRUE(validatePlan(shared).isOk()) << validatePlan(shared).message();
   ASSERT_TRUE(expandSharedPrograms(shared).isOk());
@@ -98,7 +104,13 @@ INSTANTIATE_TEST_SUITE_P(Splits, SharedPrograms,
                                            Split{"gpt_dp2_tp2", "gpt", 2, 2, 1, 1, "1f1b"},
                                            Split{"gpt_dp2_pp2_m2_gpipe", "gpt", 2, 1, 2, 2, "gpipe"},
                                            Split{"gpt_dp2_tp2_pp2_m4", "gpt", 2, 2, 2, 4, "1f1b"},
-                                           Split{"mlp_dp3_pp2_m2", "mlp", 3, 1, 2, 2, "1f1b"}),
+                                           Split{"mlp_dp3_pp2_m2", "mlp", 3, 1, 2, 2, "1f1b"},
+                                           Split{"mlp_tp4", "mlp", 1, 4, 1, 1, "1f1b"},
+                                           Split{"gpt_dp2_zero1", "gpt", 2, 1, 1, 1, "1f1b", 1},
+                                           Split{"gpt_dp2_tp2_zero1", "gpt", 2, 2, 1, 1, "1f1b", 1},
+                                           Split{"gpt_dp2_tp2_pp2_m2_zero1", "gpt", 2, 2, 2, 2, "1f1b", 1},
+                                           Split{"mlp_dp2_tp2_clip", "mlp", 2, 2, 1, 1, "1f1b", 0, 1.0, 2},
+                                           Split{"gpt_dp2_tp2_zero1_clip", "gpt", 2, 2, 1, 1, "1f1b", 1, 1.0, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The simulation of a plan kept shared (inspect, simulate) predicts what that of its derived plan
@@ -140,7 +152,7 @@ TEST(SharedProgramsFile, APlanFileHoldsOneCopyAndItsReaderDerivesTheRest) {
     const planpb::RankPlan& rank = (*read)->ranks(r);
     EXPECT_FALSE(isSharedRank(rank));
     EXPECT_EQ(rank.programs(0).instructions_size(), own.ranks(r).programs(0).instructions_size());
-    EXPECT_EQ(rank.has_same_program_as(), r >= 2) << "rank " << r;  // ranks 0 and 1 hold dp 0's programs
+    EXPECT_EQ(rank.has_same_program_as(), r >= 1) << "rank " << r;  // rank 0 holds the one program
   }
   auto kept = readPlanFile(dir.file("p.cplan"), SharedRanks::kKeep);
   ASSERT_TRUE(kept) << kept.status().message();
