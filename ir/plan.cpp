@@ -127,6 +127,11 @@ Status validateParameters(const planpb::RankPlan& rank) {
       auto converted = fromProto(arg);
       if (!converted) return converted.status().withContext(where + "initializer argument '" + arg_name + "': ");
     }
+    for (const planpb::ShardStep& step : param.shard_steps())
+      if (step.dim() < 0 || step.dim() >= param.shard_offset_size() || (step.axis() != "dp" && step.axis() != "tp"))
+        return Status::badInput(where + "a shard step along dim " + std::to_string(step.dim()) + " over axis '" +
+                                step.axis() + "' does not fit its " + std::to_string(param.shard_offset_size()) +
+                                "-dim block (axes: dp, tp)");
     int64_t bytes = bufferBytes(buffer);
     if (init.kind() == "data" && static_cast<int64_t>(init.data().size()) != bytes)
       return Status::badInput(where + "data holds " + std::to_string(init.data().size()) + " bytes, its buffer needs " +
@@ -161,6 +166,11 @@ Status validateInstruction(const planpb::RankPlan& rank, const planpb::Instructi
       return Status::badInput(where + "copies " + typeStr(from) + " into " + typeStr(to));
     return Status::ok();
   }
+  if (!instruction.shard_axis().empty() &&
+      (instruction.kind() != planpb::KERNEL || instruction.op() != "slice" ||
+       (instruction.shard_axis() != "dp" && instruction.shard_axis() != "tp")))
+    return Status::badInput(where + "a block over axis '" + instruction.shard_axis() +
+                            "' must be a slice, over dp or tp");
   if (instruction.kind() != planpb::KERNEL) return Status::ok();
   auto op = lookupOp(instruction.op());
   if (!op) return Status::badInput(where + "unknown op '" + instruction.op() + "'");

@@ -174,6 +174,23 @@ class Parser {
       for (size_t d = 0; d < block.size(); ++d)
         if (param.shard_offset[d] < 0 || param.shard_offset[d] + block[d] > param.full_shape[d])
           return error("the block of '%" + name.value + "' does not lie inside the whole tensor");
+      // How the start follows from the device's coordinates: by AXIS [step per dim], ...
+      if (atWord("by")) {
+        advance();
+        while (true) {
+          if (!at(TokenKind::kIdent)) return error("expected a mesh axis (dp, tp) after 'by'");
+          const std::string axis(tok_.text);
+          advance();
+          const Token list = tok_;
+          CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> steps, parseIntList("the block's steps over " + axis));
+          if (steps.size() != block.size())
+            return errorAt(list, "the steps of '%" + name.value + "' over " + axis + " need one entry per dim");
+          for (size_t d = 0; d < steps.size(); ++d)
+            if (steps[d] != 0) graph_.params.back().shard_steps.push_back({static_cast<int64_t>(d), axis, steps[d]});
+          if (!at(TokenKind::kComma)) break;
+          advance();
+        }
+      }
     }
     return Status::ok();
   }

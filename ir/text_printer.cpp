@@ -1,4 +1,5 @@
 // The .cir printer: writes a Graph as text that the parser (text_parser.cpp) reads back exactly.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -248,6 +249,17 @@ void appendParam(std::string& out, const Graph& graph, const Param& param) {
     out += shapeStr(param.full_shape);
     out += " at ";
     out += shapeStr(param.shard_offset);
+  }
+  // How the start follows from the device's coordinates: per mesh axis, each dim's step.
+  std::vector<std::string> axes;
+  for (const Param::ShardStep& step : param.shard_steps)
+    if (std::find(axes.begin(), axes.end(), step.axis) == axes.end()) axes.push_back(step.axis);
+  for (size_t a = 0; a < axes.size(); ++a) {
+    std::vector<int64_t> steps(param.shard_offset.size(), 0);
+    for (const Param::ShardStep& step : param.shard_steps)
+      if (step.axis == axes[a] && step.dim >= 0 && step.dim < static_cast<int64_t>(steps.size())) steps[step.dim] += step.step;
+    out += a == 0 ? " by " : ", ";
+    out += axes[a] + " " + shapeStr(steps);
   }
   out += '\n';
 }

@@ -198,6 +198,45 @@ TEST(SharedProgramsValidation, BadReferencesAreRejectedNamingTheRank) {
   expectInvalid(half, "rank 3: holds buffers or parameters but runs the programs of rank 0");
 }
 
+TEST(SharedProgramsValidation, BlocksFromCoordinatesMustFitTheirTensorAndBeSlices) {
+  planpb::Plan plan = compile(Split{"gpt_dp2_tp2_zero1", "gpt", 2, 2, 1, 1, "1f1b", 1}, true);
+  ASSERT_TRUE(validatePlan(plan).isOk());
+  planpb::RankPlan& rank = *plan.mutable_ranks(0);
+
+  planpb::Plan bad_step = plan;
+  planpb::Parameter* split = nullptr;
+  for (planpb::Parameter& param : *bad_step.mutable_ranks(0)->mutable_parameters())
+    if (param.shard_steps_size() > 0 && !split) split = &param;
+  ASSERT_NE(split, nullptr) << "no parameter of the tp 2 plan is split";
+  split->mutable_shard_steps(0)->set_dim(7);
+  expectInvalid(bad_step, "parameter '" + split->name() + "': a shard step along dim 7 over axis '");
+
+  planpb::Plan bad_axis = plan;
+  for (planpb::Instruction& instruction : *bad_axis.mutable_ranks(0)->mutable_programs(0)->mutable_instructions())
+    if (instruction.kind() == planpb::KERNEL && instruction.op() != "slice") {
+      instruction.set_shard_axis("tp");
+      break;
+    }
+  expectInvalid(bad_axis, "a block over axis 'tp' must be a slice, over dp or tp");
+
+  // The blocks a shared rank derives: dp 1 of a zero-sharded state starts one block further.
+  int slices = 0;
+  for (const planpb::Instruction& instruction : rank.programs(0).instructions())
+    slices += instruction.shard_axis().empty() ? 0 : 1;
+  EXPECT_GT(slices, 0) << "the plan has no slice of a rank's block";
+  auto derived = derivedRankPlan(plan, 3);  // dp 1, tp 1
+  ASSERT_TRUE(derived) << derived.status().message();
+  for (int p = 0; p < rank.parameters_size(); ++p) {
+    const planpb::Parameter& mine = derived->parameters(p);
+    for (int d = 0; d < mine.shard_offset_size(); ++d) {
+      int64_t expected = rank.parameters(p).shard_offset(d);
+      for (const planpb::ShardStep& step : mine.shard_steps())
+        if (step.dim() == d) expected += step.step();  // index 1 on both dp and tp
+      EXPECT_EQ(mine.shard_offset(d), expected) << mine.name() << " dim " << d;
+    }
+  }
+}
+
 TEST(SharedProgramsValidation, AnotherStageIsNotARankToShareWith) {
   planpb::Plan plan = compile(Split{"mlp_dp2_pp2", "mlp", 2, 1, 2, 2, "1f1b"}, true);
   int at_stage_1 = -1, shared_at_stage_0 = -1;

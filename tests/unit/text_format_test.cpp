@@ -64,6 +64,7 @@ std::string canonicalText() {
          "  param %flags : bool[3] = dense<bool[3]: [1, 0, 1]> frozen\n"
          "  param %empty : f64[0] = dense<f64[0]: []>\n"
          "  param %scalar : f32[] = normal {mean = 0.0, std = 0.02}\n"
+         "  param %block : f32[2,3] = zeros frozen shard of [8,3] at [2,0] by tp [4,0], dp [2,0]\n"
          "  %h = matmul(%x, %fc1.weight) : f32[2,3] loc(\"model.onnx\":\"MatMul_0\")\n"
          "  %0, %\"/b:1\" = split(%h) {axis = 1, sizes = [1, 2]} : f32[2,1], f32[2,2] loc(\"Split \\\"3\\\"\\t\")\n"
          "  %c = constant() {value = dense<i64[2]: [1, -2]>} : i64[2]\n"
@@ -93,7 +94,15 @@ TEST(TextFormat, ParsedGraphHoldsWhatTheTextSays) {
   EXPECT_EQ(g.values[g.inputs[1]].name, "onnx::MatMul_12");
   EXPECT_EQ(g.values[g.inputs[2]].type, (TensorType{DType::kI64, {2}}));
 
-  ASSERT_EQ(g.params.size(), 8u);
+  ASSERT_EQ(g.params.size(), 9u);
+  const Param& block = g.params[8];
+  EXPECT_EQ(block.full_shape, (std::vector<int64_t>{8, 3}));
+  EXPECT_EQ(block.shard_offset, (std::vector<int64_t>{2, 0}));
+  ASSERT_EQ(block.shard_steps.size(), 2u);
+  EXPECT_EQ(block.shard_steps[0].axis, "tp");
+  EXPECT_EQ(block.shard_steps[0].step, 4);
+  EXPECT_EQ(block.shard_steps[1].axis, "dp");
+  EXPECT_EQ(block.shard_steps[1].step, 2);
   const Param& weight = g.params[0];
   EXPECT_EQ(weight.init.kind, "kaiming_uniform");
   EXPECT_EQ(std::get<double>(weight.init.args.at("a")), 2.23606797749979);
@@ -368,6 +377,10 @@ TEST(TextFormatErrors, DeclarationProblems) {
   EXPECT_EQ(parseError(head + "  %y = relu(%x) loc(\"a\" \"b\")\n}\n"), "t.cir:3:25: expected ')' after loc(...)");
   EXPECT_EQ(parseError(head + "  input\n}\n"), "t.cir:4:1: expected '%name' after 'input'");
   EXPECT_EQ(parseError(head + "  update %x = %nope\n}\n"), "t.cir:3:15: use of undefined value '%nope'");
+  EXPECT_EQ(parseError(head + "  param %p : f32[2] = zeros shard of [4] at [2] by tp [2, 0]\n}\n"),
+            "t.cir:3:55: the steps of '%p' over tp need one entry per dim");
+  EXPECT_EQ(parseError(head + "  param %p : f32[2] = zeros shard of [4] at [2] by [2]\n}\n"),
+            "t.cir:3:52: expected a mesh axis (dp, tp) after 'by'");
 }
 
 // ---- Files ----
