@@ -167,14 +167,23 @@ void Graph::compact() {
       values[nodes[i].results[r]].result_index = static_cast<int32_t>(r);
     }
   }
-  rebuildNameIndex();
+  remapNameIndex(remap);
   rebuildParamIndex();
 }
 
-void Graph::rebuildNameIndex() {
-  by_name_.clear();
-  by_name_.reserve(values.size());
-  for (size_t i = 0; i < values.size(); ++i) by_name_.emplace(values[i].name, static_cast<ValueId>(i));
+void Graph::remapNameIndex(const std::vector<ValueId>& remap) {
+  // Walks the index in place (no name is hashed or copied again): dropped values leave it, the
+  // others take their new ids.
+  for (auto it = by_name_.begin(); it != by_name_.end();) {
+    const ValueId old_id = it->second;
+    const ValueId new_id = old_id >= 0 && static_cast<size_t>(old_id) < remap.size() ? remap[old_id] : kNoValue;
+    if (new_id == kNoValue) {
+      it = by_name_.erase(it);
+    } else {
+      it->second = new_id;
+      ++it;
+    }
+  }
 }
 
 std::vector<std::vector<int32_t>> Graph::computeUsers() const {

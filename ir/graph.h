@@ -124,7 +124,8 @@ class Graph {
 
  private:
   ValueId newValue(const std::string& value_name, TensorType type);
-  void rebuildNameIndex();
+  // Gives the name index the ids of `remap` (old id -> new id, kNoValue: dropped).
+  void remapNameIndex(const std::vector<ValueId>& remap);
   void rebuildParamIndex();
   std::unordered_map<std::string, ValueId> by_name_;
   // Position in `params` of each parameter's value, kept by addParam and compact (the only places
