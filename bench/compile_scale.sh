@@ -2,8 +2,9 @@
 # How compile time and memory grow with the model: a text-IR GPT of about 100,000 nodes (2,180
 # layers of width 64) compiled with --train on one device, under --dp 2 and under --dp 2 --tp 2,
 # and how much each --recompute mode saves on a GPT of GPT-2 small's shape (12 x 768, seq 1024,
-# batch 8, AdamW) with the predicted step on an H100 (`simulate --cluster h100x8`). Wall seconds
-# and peak resident memory from /usr/bin/time; the plans are checked to be the same from run to run.
+# batch 8, AdamW) with the predicted step on an H100 (`simulate --cluster h100x8`), and GPT-3 175B
+# (batch 1536, seq 2048) on 1024 devices: `--strategy auto` and `simulate` of its SPMD plan. Wall
+# seconds and peak resident memory from /usr/bin/time.
 # Usage: bench/compile_scale.sh [LAYERS]   (env: CLEAVE=path to cleave)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,4 +42,19 @@ for mode in none selective full; do
   step=$("$cleave" simulate "$work/r.cplan" --cluster h100x8 --json | $python -c 'import json, sys; print("%.1f ms" % (json.load(sys.stdin)["step_time_s"] * 1e3))')
   echo "| $mode | $arena | $instructions | $step |"
 done
+
+echo
+"$cleave" gen gpt --layers 96 --hidden 12288 --heads 96 --seq 2048 --vocab 50257 --batch 1536 -o "$work/gpt3.cir" >/dev/null
+echo "| GPT-3 175B, batch 1536, h100x8x128 | wall s | peak memory | plan file | distinct programs |"
+echo "| --- | --- | --- | --- | --- |"
+/usr/bin/time -f "%e %M" -o "$work/time.txt" "$cleave" compile "$work/gpt3.cir" --train --optimizer adamw:lr=1e-4 \
+  --strategy auto --devices 1024 --cluster h100x8x128 -o "$work/gpt3.cplan" >"$work/out.txt"
+read -r seconds kib <"$work/time.txt"
+programs=$("$cleave" inspect "$work/gpt3.cplan" --json | $python -c 'import json, sys; print(json.load(sys.stdin)["distinct_programs"])')
+printf "| compile --strategy auto --devices 1024 | %.1f | %.2f GiB | %.1f MB | %s |\n" "$seconds" \
+  "$($python -c "print($kib / 2**20)")" "$($python -c "import os; print(os.path.getsize('$work/gpt3.cplan') / 1e6)")" "$programs"
+/usr/bin/time -f "%e %M" -o "$work/time.txt" "$cleave" simulate "$work/gpt3.cplan" --cluster h100x8x128 >"$work/sim.txt"
+read -r seconds kib <"$work/time.txt"
+printf "| simulate | %.1f | %.2f GiB | | |\n" "$seconds" "$($python -c "print($kib / 2**20)")"
+grep -E "^(strategy auto|predicted step|model FLOPs|memory per device)" "$work/out.txt" "$work/sim.txt" | sed 's/^[^:]*://'
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

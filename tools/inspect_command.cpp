@@ -55,7 +55,7 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
   const int distinct = distinctPrograms(plan);
   if (distinct < plan.ranks_size())
     text += "SPMD: the file holds " + std::to_string(distinct) + " distinct rank programs for " +
-            std::to_string(plan.ranks_size()) + " ranks (data-parallel replicas run their dp 0 rank's)\n";
+            std::to_string(plan.ranks_size()) + " ranks (the others run the programs of their stage's first rank)\n";
   return text;
 }
 
