@@ -251,6 +251,10 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "Training with --dp: 1 shards the optimizer state over the data-parallel replicas (ZeRO stage "
                       "1); 0 (default) keeps it whole on each")
       ->check(CLI::Range(0, 3));
+  compile->add_flag("--sequence-parallel", flags.sequence_parallel,
+                    "With --tp: split the activations between tensor-parallel regions (layer norms, residual adds) "
+                    "along the sequence over the tp ranks, reduce-scattering and all-gathering them instead of "
+                    "all-reducing (Megatron's sequence parallelism)");
   compile->add_option("--recompute", flags.recompute,
                       "Training: activations the backward pass computes again instead of keeping (docs/training.md): "
                       "none (default), selective (keeps weight products and layer boundaries) or full (keeps layer "

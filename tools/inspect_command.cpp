@@ -46,6 +46,7 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
                      " microbatch(es)";
   if (!strategy.schedule().empty()) text += " (" + strategy.schedule() + ")";
   if (strategy.zero() != 0) text += ", zero " + std::to_string(strategy.zero());
+  if (strategy.sequence_parallel()) text += ", sequence parallel";
   text += ", batch " + std::to_string(plan.global_batch());
   if (plan.has_training())
     text += ", training (" + plan.training().loss() + ", " + plan.training().optimizer() +

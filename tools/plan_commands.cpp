@@ -136,6 +136,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.allow_replicated = flags.allow_replicated;
   options.fusion = flags.fusion == "on";
   options.zero = flags.zero;
+  options.sequence_parallel = flags.sequence_parallel;
   options.dp = flags.dp;
   options.tp = flags.tp;
   options.pp = flags.pp;

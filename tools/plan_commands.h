@@ -23,6 +23,7 @@ struct CompileFlags {
   bool allow_replicated = false;  // --tp may leave weights whole (--allow-replicated)
   std::string fusion = "on";    // --fusion on|off: elementwise chains become fused nodes
   int zero = 0;                 // --zero 1: optimizer state sharded over the dp replicas
+  bool sequence_parallel = false;  // --sequence-parallel
   bool train = false;
   std::string loss = "softmax_cross_entropy";
   std::string optimizer = "sgd:lr=0.01";

@@ -155,7 +155,16 @@ Status gradAllReduceGradient(GradientContext& g) {
   return g.status;
 }
 
+// all_gather: this device's block of dy, which is the same on every device; with sum_gradient
+// (each device's users computed a part of it, as a column-split weight op does from a value
+// gathered along the sequence), the sum of every device's dy, reduce-scattered.
 Status allGatherGradient(GradientContext& g) {
+  if (forwardAttrs(g).getInt("sum_gradient") != 0) {
+    AttrMap attrs = groupAttrs(g, {"dim"});
+    attrs.emplace("reduce", std::string("sum"));
+    g.operand_grads[0] = g.emit(OpId::reduce_scatter, {dy(g)}, std::move(attrs));
+    return g.status;
+  }
   g.operand_grads[0] = g.emit(OpId::shard_slice, {dy(g)}, groupAttrs(g, {"dim"}));
   return g.status;
 }
@@ -191,7 +200,8 @@ void addCommunicationOps(std::vector<OpDef>& table) {
                                   {axisAttr(), groupSizeAttr()}, checkedShapeRule<sameTypes>));
   table.push_back(communicationOp(OpId::all_gather, "all_gather",
                                   "joins every device's block along dim, in the axis's device order",
-                                  {axisAttr(), groupSizeAttr(), requiredAttr("dim", AttrKind::kInt)},
+                                  {axisAttr(), groupSizeAttr(), requiredAttr("dim", AttrKind::kInt),
+                                   optionalInt("sum_gradient", 0)},
                                   checkedShapeRule<resizedDimType>));
   table.push_back(communicationOp(OpId::reduce_scatter, "reduce_scatter",
                                   "sums over a mesh axis and keeps this device's block of dim",

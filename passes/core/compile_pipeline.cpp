@@ -270,10 +270,14 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   if (mesh.tp() > 1) CLEAVE_TRY(checkTensorParallelSplits(forward, mesh, options.allow_replicated));
 
   CLEAVE_ASSIGN_OR_RETURN(const std::set<std::string> kept_whole, sharedParametersKeptWhole(forward, stages, mesh));
+  int sequence_splits = 0;  // with --sequence-parallel: the partial sums reduce-scattered along the sequence
   auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage()));
     if (boundary) *boundary = stage.boundary;
-    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, nullptr, kept_whole));
+    TensorParallelReport report;
+    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, &report, kept_whole,
+                                                                  options.sequence_parallel));
+    sequence_splits += report.sequence_splits;
     if (options.train && options.training.precision == Precision::kBF16) CLEAVE_TRY(autocastToBf16(partitioned).status());
     // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
     // pass reads: it runs for every pipeline, even with one microbatch.
@@ -355,6 +359,10 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
           if (param.init.kind == "data" && step.axis == kTensorAxis) stages_split_with_data.insert(coord.stage());
     result.ranks.push_back(std::move(rank));
   }
+  if (options.sequence_parallel && sequence_splits == 0)
+    return Status::badInput("--sequence-parallel: no activation of the model is a partial sum over tp shaped [batch, "
+                            "sequence, ...] with a sequence that divides by " + std::to_string(mesh.tp()) +
+                            ", so nothing would split along the sequence");
   return result;
 }
 
@@ -397,6 +405,9 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   if (options.zero == 1 && (!options.train || options.dp < 2))
     return Status::usage("compile: --zero 1 shards the optimizer state over data-parallel replicas: it needs --train "
                          "and --dp 2 or more");
+  if (options.sequence_parallel && options.tp < 2)
+    return Status::usage("compile: --sequence-parallel splits the activations between tensor-parallel regions along "
+                         "the sequence over the tp ranks: it needs --tp 2 or more");
   if (options.zero != 0 && options.zero != 1)
     return Status::usage("compile: --zero " + std::to_string(options.zero) +
                          ": only stage 1 (sharded optimizer state) is built; stages 2 and 3 are not yet");
@@ -472,6 +483,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   }
   if (options.train) describeTraining(options, logits_name, plan);
   plan.mutable_strategy()->set_zero(options.zero);
+  plan.mutable_strategy()->set_sequence_parallel(options.sequence_parallel);
   CLEAVE_TRY(checkMemoryLimit(plan, options.memory_limit_bytes).withContext(options.model_file + ": "));
   return plan;
 }

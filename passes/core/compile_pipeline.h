@@ -31,6 +31,7 @@ struct CompileOptions {
   bool train = false;
   TrainingOptions training;     // used when `train`
   int zero = 0;                 // 1: optimizer state sharded over the dp replicas (ZeRO stage 1; needs dp > 1)
+  bool sequence_parallel = false;  // with tp > 1: activations between tp regions split along the sequence (Megatron's)
   int64_t memory_limit_bytes = 0;  // per device: pipeline stages are balanced under it and every
                                    // rank's planned arena must fit in it; 0: no limit
   std::optional<ClusterSpec> cluster;  // the devices pipeline stages are balanced for; none: cpu-local

@@ -8,7 +8,8 @@ namespace {
 Status partition(Graph& graph, const PassOptions& options) {
   const DeviceMesh mesh =
       DeviceMesh::pipelineDataTensor(1, static_cast<int>(options.getInt("dp")), static_cast<int>(options.getInt("tp")));
-  CLEAVE_ASSIGN_OR_RETURN(graph, partitionForDevice(graph, mesh, mesh.coord(static_cast<int>(options.getInt("rank")))));
+  CLEAVE_ASSIGN_OR_RETURN(graph, partitionForDevice(graph, mesh, mesh.coord(static_cast<int>(options.getInt("rank"))),
+                                                    nullptr, {}, options.getInt("sequence-parallel") != 0));
   return Status::ok();
 }
 
@@ -30,7 +31,8 @@ PassInfo makePartitionPass() {
                  "Megatron-style tp splits, collectives where layouts change)",
       .options = {{"dp", int64_t{1}, "data-parallel degree"},
                   {"tp", int64_t{1}, "tensor-parallel degree"},
-                  {"rank", int64_t{0}, "the device: rank = dp_index * tp + tp_index"}},
+                  {"rank", int64_t{0}, "the device: rank = dp_index * tp + tp_index"},
+                  {"sequence-parallel", int64_t{0}, "1: activations between tp regions split along the sequence"}},
       .run = partition,
       .check_options = checkMesh,
   };

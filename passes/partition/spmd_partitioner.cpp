@@ -63,8 +63,10 @@ TensorData dataBlock(const TensorData& whole, const Shape& start, const Shape& s
 
 class DevicePartitioner {
  public:
-  DevicePartitioner(const Graph& global, const DeviceMesh& mesh, MeshCoord coord, const std::set<std::string>& whole)
+  DevicePartitioner(const Graph& global, const DeviceMesh& mesh, MeshCoord coord, const std::set<std::string>& whole,
+                    bool sequence_parallel)
       : whole_(whole),
+        sequence_parallel_(sequence_parallel),
         global_(global),
         mesh_(mesh),
         coord_(coord),
@@ -112,7 +114,10 @@ class DevicePartitioner {
       CLEAVE_ASSIGN_OR_RETURN(ValueId new_value, reshard(update.new_value, sharding_of_[update.target]));
       local_.updates.push_back({local_of_[update.target], new_value});
     }
-    if (report) reportWeights(*report);
+    if (report) {
+      reportWeights(*report);
+      report->sequence_splits = sequence_splits_;
+    }
     return std::move(local_);
   }
 
@@ -310,9 +315,31 @@ class DevicePartitioner {
     return results[0];
   }
 
-  // Makes `v` (global) whole over every axis it is partial over.
-  Status resolvePartial(ValueId v) {
+  // True when `v` (global), a partial sum over tp, may be reduce-scattered along its sequence dim
+  // (sequence parallelism): a float [batch, sequence, ...] value whose sequence dim is whole here
+  // and divides by tp.
+  bool splitsAlongSequence(ValueId v) const {
+    const ValueSharding& s = sharding_of_[v];
+    const TensorType& type = global_.values[v].type;
+    return sequence_parallel_ && tp_ != kNoAxis && mesh_.tp() > 1 && isFloat(type.dtype) && type.rank() >= 3 &&
+           s.partial[tp_] == ValueSharding::Partial::kSum && s.dim_axis[1] == kNoAxis &&
+           type.shape[1] % mesh_.tp() == 0;
+  }
+
+  // Makes `v` (global) whole over every axis it is partial over; with `along_sequence`, a partial
+  // sum over tp that splitsAlongSequence is reduce-scattered along dim 1 instead.
+  Status resolvePartial(ValueId v, bool along_sequence = false) {
     ValueSharding& s = sharding_of_[v];
+    if (along_sequence && splitsAlongSequence(v)) {
+      AttrMap attrs = groupAttrs(tp_);
+      attrs.emplace("dim", int64_t{1});
+      attrs.emplace("reduce", std::string("sum"));
+      CLEAVE_ASSIGN_OR_RETURN(local_of_[v], emit(OpId::reduce_scatter, {local_of_[v]}, std::move(attrs),
+                                                 global_.values[v].name + ".scattered"));
+      s.partial[tp_] = ValueSharding::Partial::kNone;
+      s.dim_axis[1] = tp_;
+      ++sequence_splits_;
+    }
     for (size_t a = 0; a < s.partial.size(); ++a) {
       if (s.partial[a] == ValueSharding::Partial::kNone) continue;
       AttrMap attrs = groupAttrs(static_cast<int8_t>(a));
@@ -324,8 +351,9 @@ class DevicePartitioner {
     return Status::ok();
   }
 
-  // The local value of `v` laid out as `target` (which has no partial axes; `v` has none either).
-  Expected<ValueId> reshard(ValueId v, const ValueSharding& target) {
+  // The local value of `v` laid out as `target` (which has no partial axes; `v` has none either);
+  // with `sum_gradient`, its gathers sum their gradients (all_gather's sum_gradient).
+  Expected<ValueId> reshard(ValueId v, const ValueSharding& target, bool sum_gradient = false) {
     ValueSharding current = sharding_of_[v];
     if (current == target) return local_of_[v];
     auto cached = reshard_cache_.find({v, target.str(mesh_)});
@@ -338,6 +366,7 @@ class DevicePartitioner {
       if (current.dim_axis[d] != kNoAxis) {
         AttrMap attrs = groupAttrs(current.dim_axis[d]);
         attrs.merge(AttrMap(dim_attr));
+        if (sum_gradient) attrs.emplace("sum_gradient", int64_t{1});
         CLEAVE_ASSIGN_OR_RETURN(local, emit(OpId::all_gather, {local}, std::move(attrs), name + ".gathered"));
       }
       if (target.dim_axis[d] != kNoAxis) {
@@ -366,8 +395,12 @@ class DevicePartitioner {
   Status partitionNode(const Node& node) {
     if (node.op == OpId::constant) return copyReplicated(node);
     if (node.op == OpId::recv) return partitionRecv(node);
+    // Sequence parallelism applies where the op's sharding rule places the tokens (not in reshapes,
+    // sends or the special tp patterns below).
+    const bool by_rule = !opDef(node.op).reshape_like && node.op != OpId::send && !isRowSplitGemmWithC(node) &&
+                         !isVocabParallelEmbedding(node) && !isVocabParallelCrossEntropy(node);
     for (ValueId v : node.operands)
-      if (!isPendingParam(v)) CLEAVE_TRY(resolvePartial(v));
+      if (!isPendingParam(v)) CLEAVE_TRY(resolvePartial(v, by_rule));
     if (opDef(node.op).reshape_like) return partitionReshape(node);
     if (node.op == OpId::send) return partitionSend(node);
     if (isRowSplitGemmWithC(node)) return partitionRowSplitGemm(node);
@@ -694,12 +727,18 @@ class DevicePartitioner {
     // 1. Factors take the axes of the operands that already have a layout, first come first served.
     std::vector<int8_t> factor_axis(rule.numFactors(), kNoAxis);
     auto axisUsed = [&](int8_t axis) { return std::find(factor_axis.begin(), factor_axis.end(), axis) != factor_axis.end(); };
+    // With sequence parallelism, a weight op about to split a weight that has no layout yet over
+    // tp leaves its input's sequence split (dim 1) aside: the input is gathered along the sequence
+    // and the weight takes Megatron's column split.
+    const bool gathers_sequence = sequence_parallel_ && mesh_.tp() > 1 && opDef(node.op).weight_operand == 1 &&
+                                  node.operands.size() >= 2 && isPendingParam(node.operands[1]);
     for (size_t o = 0; o < node.operands.size(); ++o) {
       ValueId v = node.operands[o];
       if (isPendingParam(v)) continue;
       const ValueSharding& s = sharding_of_[v];
       for (size_t d = 0; d < s.dim_axis.size(); ++d) {
         int8_t axis = s.dim_axis[d];
+        if (gathers_sequence && axis == tp_ && d == 1 && s.dim_axis.size() >= 3) continue;
         int f = rule.operand_dims[o][d];
         if (axis == kNoAxis || f == ShardingRule::kNoFactor || kinds[f] == FactorKind::kNeedReplication) continue;
         if (factor_axis[f] == kNoAxis && !axisUsed(axis) && rule.factor_sizes[f] % axisSize(axis) == 0) factor_axis[f] = axis;
@@ -733,10 +772,16 @@ class DevicePartitioner {
           if (a == dp_) a = kNoAxis;  // weights are never split over dp
         CLEAVE_TRY(createParam(v, std::move(param_layout)));
       }
-      CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, target));
+      // A value the op splits over an axis it is replicated over has its gradient summed over the
+      // axis: by grad_all_reduce (Megatron's "f"), or, for a value gathered over the axis here (a
+      // sequence split meeting a column split), by the gather's gradient, a reduce-scatter.
+      const ValueSharding before = sharding_of_[v];
+      const bool sums_gathered_gradient = carries_gradient_[v] && tp_ != kNoAxis && axisUsed(tp_) &&
+                                          target.replicatedOver(tp_) && !before.replicatedOver(tp_);
+      CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, target, sums_gathered_gradient));
       if (carries_gradient_[v])
         for (int8_t axis : {dp_, tp_})
-          if (axis != kNoAxis && axisUsed(axis) && target.replicatedOver(axis)) {
+          if (axis != kNoAxis && axisUsed(axis) && target.replicatedOver(axis) && before.replicatedOver(axis)) {
             CLEAVE_ASSIGN_OR_RETURN(local, gradientSync(v, local, axis));
           }
       local_operands.push_back(local);
@@ -815,6 +860,8 @@ class DevicePartitioner {
   }
 
   const std::set<std::string>& whole_;  // parameters kept whole
+  const bool sequence_parallel_;        // partial sums over tp of [batch, sequence, ...] reduce-scatter along the sequence
+  int sequence_splits_ = 0;             // how many did
   const Graph& global_;
   const DeviceMesh& mesh_;
   const MeshCoord coord_;
@@ -833,8 +880,9 @@ class DevicePartitioner {
 }  // namespace
 
 Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord,
-                                   TensorParallelReport* report, const std::set<std::string>& whole) {
-  return DevicePartitioner(global, mesh, coord, whole).run(report);
+                                   TensorParallelReport* report, const std::set<std::string>& whole,
+                                   bool sequence_parallel) {
+  return DevicePartitioner(global, mesh, coord, whole, sequence_parallel).run(report);
 }
 
 }  // namespace cleave

@@ -60,9 +60,18 @@ struct ValueSharding {
 // `whole` names parameters to keep whole on every device (a parameter pipeline stages share, which
 // every stage must lay out alike); where `report` is given it receives what tensor parallelism did
 // to the weights of weight ops.
+//
+// With `sequence_parallel` (Megatron's sequence parallelism, Korthikanti et al. 2022), a partial sum
+// over tp of a [batch, sequence, ...] activation (rank 3 or more, its sequence dim 1 dividing by tp)
+// that feeds an op partitioned by its rule is reduce-scattered along the sequence instead of
+// all-reduced: layer norms, residual adds and other elementwise work between the tp regions run
+// on 1/tp of the tokens, and the next weight op all-gathers its input along the sequence before its
+// column split. The gradients follow (an all-gather's is a reduce-scatter); weights replicated over
+// tp but used on split tokens (a layer norm's) have their gradients summed over tp.
 struct TensorParallelReport;
 Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, MeshCoord coord,
-                                   TensorParallelReport* report = nullptr, const std::set<std::string>& whole = {});
+                                   TensorParallelReport* report = nullptr, const std::set<std::string>& whole = {},
+                                   bool sequence_parallel = false);
 
 // The weights (rank >= 2) of the weight ops (matmul, gemm, conv2d; through transposes and reshapes
 // of the weight), named with their type ("%h.0.attn.c_attn.weight f32[32,96]"): those split over the
@@ -71,6 +80,7 @@ Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, 
 struct TensorParallelReport {
   std::vector<std::string> split, whole, splittable;
   int64_t split_bytes = 0, whole_bytes = 0;
+  int sequence_splits = 0;  // partial sums reduce-scattered along the sequence (sequence_parallel)
 };
 
 }  // namespace cleave

@@ -45,6 +45,7 @@ void recordSearch(planpb::Plan& plan, const ClusterSpec& cluster, const std::vec
 Expected<planpb::Plan> compileSearchedStrategy(const Graph& model, CompileOptions options,
                                                const StrategySearchResult& searched, const ClusterSpec& cluster,
                                                const StrategyFallbackNote& note) {
+  const bool sequence_parallel = options.sequence_parallel;  // asked for: applies where the strategy has tp > 1
   std::vector<const StrategyEstimate*> ranked = {&searched.best};
   for (const StrategyEstimate& alternative : searched.alternatives) ranked.push_back(&alternative);
   Expected<planpb::Plan> plan = Status::internal("compile: no strategy was compiled");
@@ -58,6 +59,7 @@ Expected<planpb::Plan> compileSearchedStrategy(const Graph& model, CompileOption
     options.schedule = std::string(pipelineScheduleName(strategy.schedule));
     options.training.recompute = strategy.recompute;
     options.zero = strategy.zero;
+    options.sequence_parallel = sequence_parallel && strategy.tp > 1;
     plan = compileModel(model, options);
     if (plan) {
       recordSearch(*plan, cluster, ranked, k, errors, searched.over_memory);

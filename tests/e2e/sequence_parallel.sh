@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Sequence parallelism (`cleave compile --tp N --sequence-parallel`, Megatron's): the activations
+# between tensor-parallel regions (layer norms, residual adds) are split along the sequence over
+# the tp ranks; partial sums are reduce-scattered and weight ops' inputs all-gathered instead of
+# all-reduced. The GPT trains with one device's losses under tp alone and mixed with dp, pp,
+# microbatches, recomputation, ZeRO and without fusion; GPT-2 and LLaMA exported from PyTorch
+# follow PyTorch's losses; the plan moves all-gathers and reduce-scatters in place of the
+# all-reduces and holds fewer activation bytes; misuse is an error.
+# Usage: bash sequence_parallel.sh PATH_TO_cleave SOURCE_DIR
+set -euo pipefail
+
+cleave=$1
+source_dir=$2
+fixtures=$source_dir/tests/fixtures
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+python=/usr/bin/python3
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$cleave" gen gpt --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o gpt.cir >/dev/null
+
+compile() {
+  local name=$1 model=$2
+  shift 2
+  "$cleave" compile "$model" --train "$@" -o "$name.cplan" >"$name.log" 2>&1 || { cat "$name.log" >&2; fail "compile $name: $*"; }
+}
+train() {
+  local name=$1 data=$2
+  shift 2
+  "$cleave" run "$name.cplan" --data "$data" --steps 4 --progress never --metrics "$name.jsonl" "$@" >"$name.run" 2>&1 ||
+    { cat "$name.run" >&2; fail "run $name"; }
+}
+same_losses() { $python "$source_dir/tests/e2e/same_losses.py" "$2" "$1.jsonl" "$2.jsonl" "$3" || fail "$2's losses differ from $1's"; }
+# figures NAME: "all_reduce all_gather reduce_scatter activation_bytes" of rank 0's train program.
+figures() {
+  "$cleave" inspect "$1.cplan" --json | $python -c '
+import json, sys
+r = json.load(sys.stdin)["ranks"][0]
+k = r["comm_bytes_by_kind"]
+print(k["all_reduce"], k["all_gather"], k["reduce_scatter"], r["activation_bytes"])'
+}
+
+# 1. One device's losses, under every mix.
+optimizer=(--optimizer adamw:lr=1e-3)
+compile one gpt.cir "${optimizer[@]}"
+train one synthetic
+for flags in "--tp 2" "--tp 4" "--dp 2 --tp 2" "--tp 2 --pp 2 --microbatches 2" "--dp 2 --tp 2 --pp 2 --microbatches 4 --schedule 1f1b" \
+  "--tp 2 --recompute selective" "--tp 2 --recompute full" "--dp 2 --tp 2 --zero 1" "--tp 2 --fusion off"; do
+  name="sp${flags// /}"
+  # shellcheck disable=SC2086
+  compile "$name" gpt.cir "${optimizer[@]}" $flags --sequence-parallel
+  train "$name" synthetic
+  same_losses one "$name" 1e-5
+done
+grep -q "sequence parallel" <("$cleave" inspect sp--tp2.cplan) || fail "inspect does not say the plan is sequence-parallel"
+
+# 2. What it moves and keeps: no activation all-reduce, the same bytes as gathers and scatters,
+#    fewer activation bytes.
+compile tp gpt.cir "${optimizer[@]}" --tp 2
+read -r tp_ar tp_ag tp_rs tp_act < <(figures tp)
+read -r sp_ar sp_ag sp_rs sp_act < <(figures sp--tp2)
+echo "  gpt --tp 2: all-reduce $tp_ar bytes, activations $tp_act; with --sequence-parallel: all-reduce $sp_ar," \
+  "all-gather $sp_ag, reduce-scatter $sp_rs, activations $sp_act"
+(( sp_ar * 10 < tp_ar )) || fail "--sequence-parallel still all-reduces activations ($sp_ar of $tp_ar bytes)"
+(( sp_ag == sp_rs && sp_ag + sp_rs + sp_ar <= tp_ar + tp_ar / 20 )) ||
+  fail "--sequence-parallel moves $sp_ag + $sp_rs + $sp_ar bytes, not the all-reduce's $tp_ar"
+(( sp_act < tp_act )) || fail "--sequence-parallel keeps as many activation bytes ($sp_act) as --tp alone ($tp_act)"
+
+# 3. Exports from PyTorch, against PyTorch's losses.
+for fixture in modern/llama_dynamo18 modern/gpt2_legacy17; do
+  dir=$fixtures/$fixture
+  name=${fixture#modern/}
+  compile "$name-sp" "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" \
+    --optimizer "$(cat "$dir/train/optimizer.txt")" --tp 2 --sequence-parallel
+  train "$name-sp" "npy:$dir/train"
+  $python - "$name-sp.jsonl" "$dir/train/losses.json" "$name" <<'PY' || fail "$name under --tp 2 --sequence-parallel differs from PyTorch"
+import json, sys
+actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+expected = json.load(open(sys.argv[2]))[:4]
+worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
+print(f"  {sys.argv[3]} --tp 2 --sequence-parallel: losses within {worst:.1e} of PyTorch's")
+assert len(actual) == 4 and worst <= 2e-3, worst
+PY
+done
+
+# 4. Misuse: without --tp 2, or on a model with no sequence to split (the MLP), is an error.
+code=0
+"$cleave" compile gpt.cir --train --sequence-parallel -o bad.cplan >bad.log 2>&1 || code=$?
+(( code == 2 )) && grep -q "needs --tp 2 or more" bad.log || { cat bad.log >&2; fail "--sequence-parallel without --tp: exit $code"; }
+code=0
+"$cleave" compile "$source_dir/examples/mlp.cir" --train --tp 2 --sequence-parallel -o bad.cplan >bad.log 2>&1 || code=$?
+(( code == 1 )) && grep -q "nothing would split along the sequence" bad.log ||
+  { cat bad.log >&2; fail "--sequence-parallel on the MLP: exit $code"; }
+echo "sequence_parallel: ok"
