@@ -92,6 +92,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   search.memory_limit_bytes = options.memory_limit_bytes;
   if (!flags.recompute.empty()) search.recompute_modes = {options.training.recompute};  // as given
   if (flags.zero != 0) search.zero_stages = {flags.zero};
+  search.sequence_parallel = flags.sequence_parallel;
   CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(model, search, CostModel(cluster)));
   std::printf("strategy auto on %s: %s, predicted %s per step, %s per device (%lld candidates, %lld estimated, %.2f s)\n",
               cluster.name.c_str(), result.best.strategy.str().c_str(), millis(result.best.step_time_s).c_str(),

@@ -583,8 +583,10 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
     profile.tp = tp;
     profile.tp_link = cost_model.cluster().linkFor(strideGroup(tp, 1));
     const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(1, 1, tp);
-    auto part1 = tp == 1 ? Expected<Graph>(forward[0]) : partitionForDevice(forward[0], mesh, MeshCoord{});
-    auto part2 = tp == 1 ? Expected<Graph>(forward[1]) : partitionForDevice(forward[1], mesh, MeshCoord{});
+    auto part1 = tp == 1 ? Expected<Graph>(forward[0])
+                         : partitionForDevice(forward[0], mesh, MeshCoord{}, nullptr, {}, options.sequence_parallel);
+    auto part2 = tp == 1 ? Expected<Graph>(forward[1])
+                         : partitionForDevice(forward[1], mesh, MeshCoord{}, nullptr, {}, options.sequence_parallel);
     if (!part1 || !part2) {
       profile.infeasible = "tp " + std::to_string(tp) + ": " + (!part1 ? part1 : part2).status().message();
     } else {

@@ -87,6 +87,9 @@ struct StrategySearchOptions {
   // ZeRO stages considered when training with dp > 1: 0 and 1 (the optimizer state 1/dp, a
   // reduce-scatter for the all-reduce and an all-gather of the parameters after the update).
   std::vector<int> zero_stages = {0, 1};
+  // Profile each tp degree above 1 as --sequence-parallel partitions it (its activations between
+  // the tp regions 1/tp, reduce-scatters and all-gathers for their all-reduces).
+  bool sequence_parallel = false;
   int64_t memory_limit_bytes = 0;  // per device; 0: the cluster's device memory
   int64_t bucket_bytes = 25 * 1000 * 1000;  // gradient all-reduce buckets (as CompileOptions)
   size_t alternatives = 5;         // how many of the next fastest strategies the result keeps

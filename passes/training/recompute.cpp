@@ -40,8 +40,18 @@ std::vector<bool> nodesComputing(const Graph& graph, const std::vector<ValueId>&
 namespace {
 
 // A node whose work must not be done twice: a collective or a message (the other ranks would have
-// to join), a random draw (it would draw other numbers), or one with side effects.
-bool mustNotRepeat(const OpDef& def) { return def.isCommunication() || def.random || def.side_effects; }
+// to join), a random draw (it would draw other numbers), or one with side effects. Sequence
+// parallelism's gather of a layer's tokens (all_gather with sum_gradient) is the exception, as in
+// Megatron: the tp ranks, which run the same graph, all gather again at the same place, so each
+// keeps 1/tp of those tokens rather than all of them.
+bool mustNotRepeat(const Node& node) {
+  const OpDef& def = opDef(node.op);
+  if (node.op == OpId::all_gather) {
+    auto sum_gradient = node.attrs.find("sum_gradient");
+    if (sum_gradient != node.attrs.end() && std::get<int64_t>(sum_gradient->second) != 0) return false;
+  }
+  return def.isCommunication() || def.random || def.side_effects;
+}
 
 // A product with a weight: matmul, gemm or conv2d with an operand that does not depend on the
 // data (a parameter, or a view or cast of one).
@@ -125,8 +135,7 @@ class Recomputation {
       for (ValueId v : node.operands)
         if (data_[v]) last_read[v] = at;
       for (ValueId r : node.results) position[r] = at;
-      const OpDef& def = opDef(node.op);
-      const bool keep = mustNotRepeat(def) || (mode_ == RecomputeMode::kSelective && isWeightProduct(node, data_));
+      const bool keep = mustNotRepeat(node) || (mode_ == RecomputeMode::kSelective && isWeightProduct(node, data_));
       if (keep)
         for (ValueId r : node.results) kept_[r] = true;
     }
