@@ -352,11 +352,14 @@ class DevicePartitioner {
   }
 
   // The local value of `v` laid out as `target` (which has no partial axes; `v` has none either);
-  // with `sum_gradient`, its gathers sum their gradients (all_gather's sum_gradient).
+  // with `sum_gradient`, its gathers sum their gradients (all_gather's sum_gradient). Such a gather
+  // is cached apart: every user of it must give a partial gradient, or the sum counts a whole one
+  // tp times.
   Expected<ValueId> reshard(ValueId v, const ValueSharding& target, bool sum_gradient = false) {
     ValueSharding current = sharding_of_[v];
     if (current == target) return local_of_[v];
-    auto cached = reshard_cache_.find({v, target.str(mesh_)});
+    const std::string key = target.str(mesh_) + (sum_gradient ? " summing gradients" : "");
+    auto cached = reshard_cache_.find({v, key});
     if (cached != reshard_cache_.end()) return cached->second;
     ValueId local = local_of_[v];
     const std::string& name = global_.values[v].name;
@@ -375,7 +378,7 @@ class DevicePartitioner {
         CLEAVE_ASSIGN_OR_RETURN(local, emit(OpId::shard_slice, {local}, std::move(attrs), name + ".block"));
       }
     }
-    reshard_cache_.emplace(std::make_pair(v, target.str(mesh_)), local);
+    reshard_cache_.emplace(std::make_pair(v, key), local);
     return local;
   }
 

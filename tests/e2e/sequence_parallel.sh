@@ -61,6 +61,34 @@ for flags in "--tp 2" "--tp 4" "--dp 2 --tp 2" "--tp 2 --pp 2 --microbatches 2" 
 done
 grep -q "sequence parallel" <("$cleave" inspect sp--tp2.cplan) || fail "inspect does not say the plan is sequence-parallel"
 
+# 1b. A layer norm's tokens gathered both for a column split (whose users each give part of the
+#     gradient: summed by the gather) and for a softmax over the sequence (whole on every rank: not
+#     summed). Summing both would count the softmax's gradient twice (1.9e-5 off here).
+cat >mixed.cir <<'CIR'
+graph @mixed {
+  input %x : f32[4,4,8]
+  param %w1 : f32[16,8] = kaiming_uniform {a = 2.23606797749979, seed = 1}
+  param %w2 : f32[8,16] = kaiming_uniform {a = 2.23606797749979, seed = 2}
+  param %g : f32[8] = ones
+  param %b : f32[8] = zeros
+  param %w3 : f32[8,8] = kaiming_uniform {a = 2.23606797749979, seed = 3}
+  %h = matmul(%x, %w1) {transpose_b = 1}
+  %a = relu(%h)
+  %fc2 = matmul(%a, %w2) {transpose_b = 1}
+  %res = add(%x, %fc2)
+  %ln = layer_norm(%res, %g, %b)
+  %o = matmul(%ln, %w3) {transpose_b = 1}
+  %s = softmax(%ln) {axis = 1}
+  %y = add(%o, %s)
+  output %y
+}
+CIR
+compile mixed-one mixed.cir
+train mixed-one synthetic
+compile mixed-sp mixed.cir --tp 2 --sequence-parallel
+train mixed-sp synthetic
+same_losses mixed-one mixed-sp 1e-6
+
 # 2. What it moves and keeps: no activation all-reduce, the same bytes as gathers and scatters,
 #    fewer activation bytes.
 compile tp gpt.cir "${optimizer[@]}" --tp 2
