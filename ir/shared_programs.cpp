@@ -57,11 +57,11 @@ class MeshIndex {
 // rank at `to`: along an axis the members span, or where a member lies off the template's
 // coordinate, the member keeps its coordinate; elsewhere it takes `to`'s.
 template <typename Members>
-Status moveRanks(const MeshIndex& mesh, const Coord& from, const Coord& to, Members& members, const std::string& where) {
+Status moveRanks(const MeshIndex& mesh, const Coord& from, const Coord& to, Members& members) {
   std::vector<Coord> coords;
   for (int member : members) {
     const planpb::RankPlan* rank = mesh.rank(member);
-    if (!rank) return Status::badInput(where + "names rank " + std::to_string(member) + ", which the plan lacks");
+    if (!rank) return Status::badInput("names rank " + std::to_string(member) + ", which the plan lacks");
     coords.push_back(coordOf(*rank));
   }
   std::array<bool, 3> spans{false, false, false};
@@ -72,8 +72,8 @@ Status moveRanks(const MeshIndex& mesh, const Coord& from, const Coord& to, Memb
     for (int axis = 0; axis < 3; ++axis)
       if (!spans[axis] && moved[axis] == from[axis]) moved[axis] = to[axis];
     int number = mesh.rankAt(moved);
-    if (number < 0) return Status::badInput(where + "has no counterpart of rank " + std::to_string(members[k]) +
-                                            " at " + coordStr(moved));
+    if (number < 0) return Status::badInput("has no counterpart of rank " + std::to_string(members[k]) + " at " +
+                                            coordStr(moved));
     members[k] = number;
   }
   return Status::ok();
@@ -81,13 +81,13 @@ Status moveRanks(const MeshIndex& mesh, const Coord& from, const Coord& to, Memb
 
 // A slice of this rank's block (Instruction.shard_axis): its starts and ends along its one axis
 // move by the difference in the axis's index times the block's size.
-Status moveBlock(planpb::Instruction& instruction, const Coord& from, const Coord& to, const std::string& where) {
+Status moveBlock(planpb::Instruction& instruction, const Coord& from, const Coord& to) {
   const int axis = axisIndex(instruction.shard_axis());
   auto& attrs = *instruction.mutable_attrs();
   auto starts = attrs.find("starts"), ends = attrs.find("ends");
   if (axis < 0 || instruction.kind() != planpb::KERNEL || instruction.op() != "slice" || starts == attrs.end() ||
       ends == attrs.end() || starts->second.ints().values_size() != 1 || ends->second.ints().values_size() != 1)
-    return Status::badInput(where + "a block over axis '" + instruction.shard_axis() +
+    return Status::badInput("a block over axis '" + instruction.shard_axis() +
                             "' must be a slice along one axis with starts and ends");
   const int64_t start = starts->second.ints().values(0), block = ends->second.ints().values(0) - start;
   const int64_t moved = start + (to[axis] - from[axis]) * block;
@@ -122,14 +122,16 @@ Expected<planpb::RankPlan> derive(const MeshIndex& mesh, const planpb::RankPlan&
   for (planpb::Program& program : *derived.mutable_programs()) {
     for (int i = 0; i < program.instructions_size(); ++i) {
       planpb::Instruction& instruction = *program.mutable_instructions(i);
-      const std::string at = where + "program '" + program.name() + "', instruction " + std::to_string(i) + ": ";
-      if (instruction.group_size() > 0) CLEAVE_TRY(moveRanks(mesh, from, to, *instruction.mutable_group(), at));
-      if (!instruction.shard_axis().empty()) CLEAVE_TRY(moveBlock(instruction, from, to, at));
-      if (instruction.kind() == planpb::SEND || instruction.kind() == planpb::RECV) {
+      Status moved = Status::ok();
+      if (instruction.group_size() > 0) moved = moveRanks(mesh, from, to, *instruction.mutable_group());
+      if (moved && !instruction.shard_axis().empty()) moved = moveBlock(instruction, from, to);
+      if (moved && (instruction.kind() == planpb::SEND || instruction.kind() == planpb::RECV)) {
         std::array<int, 1> peer{instruction.peer()};
-        CLEAVE_TRY(moveRanks(mesh, from, to, peer, at));
+        moved = moveRanks(mesh, from, to, peer);
         instruction.set_peer(peer[0]);
       }
+      if (!moved)
+        return moved.withContext(where + "program '" + program.name() + "', instruction " + std::to_string(i) + ": ");
     }
     for (auto* list : {program.mutable_inputs(), program.mutable_outputs()}) {
       for (planpb::NamedBuffer& named : *list) {
