@@ -327,8 +327,15 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       hooks.norm_scope = gradientNormScope(mesh, coord, boundary);
       CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
       if (options.zero == 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]));
-      CLEAVE_ASSIGN_OR_RETURN(std::vector<PipelineNodeLabel> train_labels,
-                              orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));
+      // One stage with one microbatch has one forward and one backward step: program order is the
+      // schedule. (Reordering it would put every node right after its operands, and so run the
+      // copies recomputation placed before the backward nodes that need them in the forward pass.)
+      std::vector<PipelineNodeLabel> train_labels;
+      if (mesh.pp() == 1 && options.microbatches == 1) {
+        train_labels = labelPipelineNodes(*train, coord.stage(), options.microbatches);
+      } else {
+        CLEAVE_ASSIGN_OR_RETURN(train_labels, orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));
+      }
       CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));
       auto eval = std::make_unique<Graph>(std::move(eval_graph));
       std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage(), options.microbatches);

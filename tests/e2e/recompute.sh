@@ -59,14 +59,21 @@ done
 (( $(cat "$tmp/gpt-selective.arena") < $(cat "$tmp/gpt-none.arena") )) || fail "gpt: --recompute selective saves nothing"
 (( $(cat "$tmp/gpt-full.arena") < $(cat "$tmp/gpt-selective.arena") )) || fail "gpt: full keeps as much as selective"
 
-# 2. Partitioned, with and without fusion: the single device's losses without recomputation.
+# 2. Partitioned, with and without fusion: the single device's losses without recomputation, and
+#    less memory than the same split without it (under dp or tp alone too, where the stage's one
+#    step keeps program order, so the copies run just before the backward nodes that need them).
 for flags in "--dp 2" "--tp 2" "--pp 2 --microbatches 2" "--dp 2 --tp 2 --fusion off" "--tp 2 --pp 2 --microbatches 4 --schedule 1f1b"; do
+  # shellcheck disable=SC2086
+  compile "gpt-none${flags// /}" "$tmp/gpt.cir" "${gpt_flags[@]}" $flags
   for mode in selective full; do
     name="gpt-$mode${flags// /}"
     compile "$name" "$tmp/gpt.cir" "${gpt_flags[@]}" $flags --recompute "$mode"
     train "$name" synthetic
     same_losses gpt-none "$name" 1e-5
   done
+  echo "  gpt $flags: arena $(mib "gpt-none${flags// /}") -> $(mib "gpt-selective${flags// /}") -> $(mib "gpt-full${flags// /}")"
+  (( $(cat "$tmp/gpt-full${flags// /}.arena") < $(cat "$tmp/gpt-none${flags// /}.arena") )) ||
+    fail "gpt $flags: --recompute full does not shrink the arena"
 done
 
 # 3. Hugging Face and torchvision exports: recomputation changes no loss (BatchNorm's statistics included).
