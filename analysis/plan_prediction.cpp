@@ -46,18 +46,16 @@ Expected<PlanPrediction> predictPlan(const planpb::Plan& plan, const CostModel& 
   // Per rank: memory, end, busy compute time and kernel FLOPs.
   const DeviceSpec& device = model.cluster().device;
   prediction.memory_limit_bytes = device.memory_bytes;
-  std::map<int32_t, const RankTimeline*> timeline_of_rank;
-  for (const RankTimeline& ranked : prediction.timeline.ranks) timeline_of_rank[ranked.rank] = &ranked;
   std::map<int32_t, std::pair<int64_t, double>> memory_and_flops;  // by rank holding programs
   for (int r = 0; r < plan.ranks_size(); ++r) {
     // A rank that runs another's programs (kept shared) has that rank's figures.
     const planpb::RankPlan& rank = plan.ranks(r);
     const planpb::RankPlan& running = rankRunning(plan, rank);
-    const RankTimeline& ranked = *timeline_of_rank.at(running.rank());
+    const RankTimeline& ranked = runningTimeline(prediction.timeline, prediction.timeline.ranks[r]);
     RankPrediction figures;
     figures.rank = rank.rank();
     figures.stage = rank.stage();
-    figures.end_s = prediction.timeline.ranks[r].end_s;
+    figures.end_s = ranked.end_s;
     for (const TimelineEvent& event : ranked.events)
       if (event.stream == 0) figures.busy_s += event.duration_s;
     auto [known, fresh] = memory_and_flops.try_emplace(running.rank());

@@ -365,11 +365,15 @@ Expected<ProgramTimeline> simulateProgram(const planpb::Plan& plan, std::string_
     if (isSharedRank(rank)) ranked.same_program_as = rank.same_program_as();
     timeline.ranks.push_back(std::move(ranked));
   }
-  std::map<int32_t, double> end_of_rank;
-  for (const RankTimeline& ranked : timeline.ranks) end_of_rank[ranked.rank] = ranked.end_s;
-  for (RankTimeline& ranked : timeline.ranks)
-    if (ranked.same_program_as >= 0) ranked.end_s = end_of_rank[ranked.same_program_as];
+  for (RankTimeline& ranked : timeline.ranks) ranked.end_s = runningTimeline(timeline, ranked).end_s;
   return timeline;
+}
+
+const RankTimeline& runningTimeline(const ProgramTimeline& timeline, const RankTimeline& rank) {
+  if (rank.same_program_as < 0) return rank;
+  for (const RankTimeline& named : timeline.ranks)
+    if (named.rank == rank.same_program_as) return named;
+  return rank;
 }
 
 std::string chromeTraceJson(const ProgramTimeline& timeline, int only_rank) {
@@ -385,13 +389,9 @@ std::string chromeTraceJson(const ProgramTimeline& timeline, int only_rank) {
     out += first ? "\n" : ",\n";
     first = false;
   };
-  std::map<int32_t, const RankTimeline*> timeline_of_rank;
-  for (const RankTimeline& rank : timeline.ranks) timeline_of_rank[rank.rank] = &rank;
   for (const RankTimeline& listed : timeline.ranks) {
     if (only_rank >= 0 && listed.rank != only_rank) continue;
-    // A replica kept shared shows the events of the rank whose programs it runs.
-    auto running = timeline_of_rank.find(listed.same_program_as);
-    const RankTimeline& rank = running != timeline_of_rank.end() ? *running->second : listed;
+    const RankTimeline& rank = runningTimeline(timeline, listed);  // a shared rank shows its events
     const std::string pid = std::to_string(listed.rank);
     // Metadata: the process is the rank, its threads the streams.
     begin();

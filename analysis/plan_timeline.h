@@ -82,11 +82,15 @@ struct ProgramTimeline {
 //   - a collective starts when every member has reached it and ends its alpha-beta time later on all;
 //   - a send takes its transfer time; the matching recv ends when the send's data has arrived.
 // Ranks that run another's programs and were kept shared (RankPlan.same_program_as) are not
-// simulated: a data-parallel replica runs the same instructions at the same times as the rank it
-// names (every replica waits for the same collectives), so its collectives count only the ranks
-// that hold programs, and its timeline is that rank's.
+// simulated: such a rank runs the same instructions at the same times as the rank it names (the
+// ranks of a stage wait for the same collectives), so collectives count only the ranks that hold
+// programs, and its timeline is that rank's.
 // Errors (kBadInput) name unmatched communication and the instructions a deadlocked plan waits at.
 Expected<ProgramTimeline> simulateProgram(const planpb::Plan& plan, std::string_view program, const CostModel& model);
+
+// The timeline whose events `rank` has: the one of the rank it names when it was kept shared
+// (RankTimeline.same_program_as), else its own.
+const RankTimeline& runningTimeline(const ProgramTimeline& timeline, const RankTimeline& rank);
 
 // The timeline as a Chrome trace (JSON: traceEvents of ph "X", pid = rank, tid = stream, times in
 // microseconds), viewable in Perfetto or chrome://tracing. `only_rank` >= 0 keeps that rank only.

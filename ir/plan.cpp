@@ -2,6 +2,7 @@
 #include "ir/plan.h"
 
 #include "ir/graph.h"
+#include "ir/device_mesh.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -103,6 +104,9 @@ Status validateBuffers(const planpb::RankPlan& rank) {
   return Status::ok();
 }
 
+// The mesh axes a rank's block of a tensor is picked along (shard steps, shard_axis).
+bool isBlockAxis(std::string_view axis) { return axis == kDataAxis || axis == kTensorAxis; }
+
 // Checks parameter entries: unique names, persistent root buffers, known initializers.
 Status validateParameters(const planpb::RankPlan& rank) {
   std::set<std::string> names;
@@ -128,7 +132,7 @@ Status validateParameters(const planpb::RankPlan& rank) {
       if (!converted) return converted.status().withContext(where + "initializer argument '" + arg_name + "': ");
     }
     for (const planpb::ShardStep& step : param.shard_steps())
-      if (step.dim() < 0 || step.dim() >= param.shard_offset_size() || (step.axis() != "dp" && step.axis() != "tp"))
+      if (step.dim() < 0 || step.dim() >= param.shard_offset_size() || !isBlockAxis(step.axis()))
         return Status::badInput(where + "a shard step along dim " + std::to_string(step.dim()) + " over axis '" +
                                 step.axis() + "' does not fit its " + std::to_string(param.shard_offset_size()) +
                                 "-dim block (axes: dp, tp)");
@@ -168,7 +172,7 @@ Status validateInstruction(const planpb::RankPlan& rank, const planpb::Instructi
   }
   if (!instruction.shard_axis().empty() &&
       (instruction.kind() != planpb::KERNEL || instruction.op() != "slice" ||
-       (instruction.shard_axis() != "dp" && instruction.shard_axis() != "tp")))
+       !isBlockAxis(instruction.shard_axis())))
     return Status::badInput(where + "a block over axis '" + instruction.shard_axis() +
                             "' must be a slice, over dp or tp");
   if (instruction.kind() != planpb::KERNEL) return Status::ok();

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/device_mesh.h"
 #include "ir/plan.pb.h"
 
 namespace cleave {
@@ -18,9 +19,9 @@ Coord coordOf(const planpb::RankPlan& rank) { return {rank.dp_index(), rank.tp_i
 
 // The index of mesh axis `axis` in a Coord, or -1.
 int axisIndex(const std::string& axis) {
-  if (axis == "dp") return 0;
-  if (axis == "tp") return 1;
-  if (axis == "pp") return 2;
+  if (axis == kDataAxis) return 0;
+  if (axis == kTensorAxis) return 1;
+  if (axis == kPipelineAxis) return 2;
   return -1;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -265,12 +266,14 @@ int runInspectPlan(const InspectPlanFlags& flags) {
   Expected<ProgramTimeline> timeline = simulateProgram(plan, program, model);
   std::vector<RankReport> reports;
   std::vector<const planpb::RankPlan*> listed, ranks;  // the ranks listed, and whose programs each runs
-  
+  std::map<int32_t, RankReport> report_of_running;  // each program is reported once
   for (const auto& rank : plan.ranks()) {
     if (flags.rank >= 0 && rank.rank() != flags.rank) continue;
     // A rank that runs another's programs reports them, under its own number and coordinates.
     const planpb::RankPlan& running = rankRunning(plan, rank);
-    RankReport report = reportRank(running, program);
+    auto [known, fresh] = report_of_running.try_emplace(running.rank());
+    if (fresh) known->second = reportRank(running, program);
+    RankReport report = known->second;
     report.rank = rank.rank();
     report.dp_index = rank.dp_index();
     report.tp_index = rank.tp_index();

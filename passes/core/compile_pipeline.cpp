@@ -150,10 +150,16 @@ Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vect
 
 // A --tp that splits no weight, or leaves whole most of the layer weights or a weight a column
 // split fits, is an error unless replicated weights are allowed: a user asking for tensor
-// parallelism expects its memory saving, not a silent copy of the model on every rank.
-Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, bool allow_replicated) {
+// parallelism expects its memory saving, not a silent copy of the model on every rank. So is a
+// --sequence-parallel under which nothing splits along a sequence.
+Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, bool allow_replicated,
+                                 bool sequence_parallel) {
   TensorParallelReport report;
-  CLEAVE_TRY(partitionForDevice(forward, mesh, mesh.coord(0), &report).status());
+  CLEAVE_TRY(partitionForDevice(forward, mesh, mesh.coord(0), &report, {}, sequence_parallel).status());
+  if (sequence_parallel && report.sequence_splits == 0)
+    return Status::badInput("--sequence-parallel: no activation of the model is a partial sum over tp shaped [batch, "
+                            "sequence, ...] with a sequence that divides by " + std::to_string(mesh.tp()) +
+                            ", so nothing would split along the sequence");
   const std::string tp = "--tp " + std::to_string(mesh.tp());
   auto list = [](const std::vector<std::string>& names) {
     std::string text;
@@ -267,17 +273,15 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     eval_forward.updates.clear();  // evaluation leaves the model's state (running statistics) as it is
   }
 
-  if (mesh.tp() > 1) CLEAVE_TRY(checkTensorParallelSplits(forward, mesh, options.allow_replicated));
+  if (mesh.tp() > 1)
+    CLEAVE_TRY(checkTensorParallelSplits(forward, mesh, options.allow_replicated, options.sequence_parallel));
 
   CLEAVE_ASSIGN_OR_RETURN(const std::set<std::string> kept_whole, sharedParametersKeptWhole(forward, stages, mesh));
-  int sequence_splits = 0;  // with --sequence-parallel: the partial sums reduce-scattered along the sequence
   auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage()));
     if (boundary) *boundary = stage.boundary;
-    TensorParallelReport report;
-    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, &report, kept_whole,
+    CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, nullptr, kept_whole,
                                                                   options.sequence_parallel));
-    sequence_splits += report.sequence_splits;
     if (options.train && options.training.precision == Precision::kBF16) CLEAVE_TRY(autocastToBf16(partitioned).status());
     // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
     // pass reads: it runs for every pipeline, even with one microbatch.
@@ -366,10 +370,6 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
           if (param.init.kind == "data" && step.axis == kTensorAxis) stages_split_with_data.insert(coord.stage());
     result.ranks.push_back(std::move(rank));
   }
-  if (options.sequence_parallel && sequence_splits == 0)
-    return Status::badInput("--sequence-parallel: no activation of the model is a partial sum over tp shaped [batch, "
-                            "sequence, ...] with a sequence that divides by " + std::to_string(mesh.tp()) +
-                            ", so nothing would split along the sequence");
   return result;
 }
 

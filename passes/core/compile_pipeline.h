@@ -35,9 +35,9 @@ struct CompileOptions {
   int64_t memory_limit_bytes = 0;  // per device: pipeline stages are balanced under it and every
                                    // rank's planned arena must fit in it; 0: no limit
   std::optional<ClusterSpec> cluster;  // the devices pipeline stages are balanced for; none: cpu-local
-  // Data-parallel replicas name the program of the first (RankPlan.same_program_as) rather than
+  // The ranks of a stage name the program of its first rank (RankPlan.same_program_as) rather than
   // hold a copy; expandSharedPrograms (ir/shared_programs.h) gives every rank its own, as
-  // readPlanFile does. False: every rank holds its own already.
+  // readPlanFile does. False: every rank's graphs are built and lowered on their own.
   bool share_programs = true;
 };
 

@@ -388,14 +388,19 @@ Status copyMemoryLayout(const planpb::RankPlan& planned, planpb::RankPlan& rank)
   return Status::ok();
 }
 
-// Lowers one rank's graphs into `rank` and plans its memory; with `same_graphs`, a rank lowered
-// from the very same graphs, the graphs are not verified again and its memory layout is reused.
-Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& mesh, MeshCoord coord,
-                 const std::set<std::string>& batch_split, const planpb::RankPlan* same_graphs, planpb::RankPlan& rank) {
+// The rank's number and mesh coordinates.
+void setCoordinates(const DeviceMesh& mesh, MeshCoord coord, planpb::RankPlan& rank) {
   rank.set_rank(mesh.rankOf(coord));
   rank.set_stage(coord.stage());
   rank.set_dp_index(coord[kDataAxis]);
   rank.set_tp_index(coord[kTensorAxis]);
+}
+
+// Lowers one rank's graphs into `rank` and plans its memory; with `same_graphs`, a rank lowered
+// from the very same graphs, the graphs are not verified again and its memory layout is reused.
+Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& mesh, MeshCoord coord,
+                 const std::set<std::string>& batch_split, const planpb::RankPlan* same_graphs, planpb::RankPlan& rank) {
+  setCoordinates(mesh, coord, rank);
   const std::string where = mesh.size() > 1 ? "rank " + std::to_string(mesh.rankOf(coord)) + ", " : "";
   // 1. Each graph becomes a program; parameters are shared by name.
   std::map<std::string, int32_t> param_buffers;
@@ -454,10 +459,7 @@ Expected<planpb::Plan> lowerToPlan(const LoweringInput& input) {
       const planpb::RankPlan* same_graphs = fresh ? nullptr : &plan.ranks(first->second);
       if (same_graphs && input.share_programs) {
         planpb::RankPlan& shared = *plan.add_ranks();
-        shared.set_rank(input.mesh.rankOf(rank.coord));
-        shared.set_stage(rank.coord.stage());
-        shared.set_dp_index(rank.coord[kDataAxis]);
-        shared.set_tp_index(rank.coord[kTensorAxis]);
+        setCoordinates(input.mesh, rank.coord, shared);
         shared.set_same_program_as(same_graphs->rank());
         continue;
       }

@@ -47,9 +47,9 @@ struct LoweringInput {
   std::string model_file;
   int64_t global_batch = 0;
   std::string schedule = "gpipe";
-  // Ranks lowered from the very same graphs as an earlier rank (data-parallel replicas) name its
-  // programs (RankPlan.same_program_as) instead of holding a copy: the plan grows with distinct
-  // programs, not ranks. False: every rank holds its own (the same plan, expanded).
+  // Ranks given the very same graphs as an earlier rank (the ranks of a stage) name its programs
+  // (RankPlan.same_program_as) instead of holding a copy: the plan grows with distinct programs,
+  // not ranks. False: every rank holds its own.
   bool share_programs = true;
 };
 
