@@ -248,8 +248,9 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   compile->add_option("--clip-grad-norm", flags.clip_grad_norm,
                       "Clip the gradients to this global norm (torch.nn.utils.clip_grad_norm_), over every rank's shards");
   compile->add_option("--zero", flags.zero,
-                      "Training with --dp: 1 shards the optimizer state over the data-parallel replicas (ZeRO stage "
-                      "1); 0 (default) keeps it whole on each")
+                      "Training with --dp, ZeRO's stages: 1 shards the optimizer state over the data-parallel "
+                      "replicas; 2 also sums the gradients over microbatches in blocks; 3 also holds the parameters "
+                      "in blocks, all-gathered before each forward and backward pass; 0 (default) keeps all whole")
       ->check(CLI::Range(0, 3));
   compile->add_flag("--sequence-parallel", flags.sequence_parallel,
                     "With --tp: split the activations between tensor-parallel regions (layer norms, residual adds) "

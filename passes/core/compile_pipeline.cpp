@@ -15,7 +15,9 @@
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
+#include "passes/training/gradient_sharding.h"
 #include "passes/training/optimizer_sharding.h"
+#include "passes/training/parameter_sharding.h"
 #include "passes/partition/microbatching.h"
 #include "passes/partition/pipeline_backward.h"
 #include "passes/lowering/pipeline_schedule.h"
@@ -330,7 +332,9 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
       hooks.norm_scope = gradientNormScope(mesh, coord, boundary);
       CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
-      if (options.zero == 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]));
+      if (options.zero >= 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]));
+      // Stage 2 shards sums over microbatches; one microbatch's gradient is freed once reduce-scattered.
+      if (options.zero >= 2 && options.microbatches > 1) CLEAVE_TRY(shardGradientSums(*train).status());
       // One stage with one microbatch has one forward and one backward step: program order is the
       // schedule. (Reordering it would put every node right after its operands, and so run the
       // copies recomputation placed before the backward nodes that need them in the forward pass.)
@@ -343,6 +347,11 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));
       auto eval = std::make_unique<Graph>(std::move(eval_graph));
       std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage(), options.microbatches);
+      if (options.zero == 3) {  // parameters held in blocks, gathered per step by both programs
+        CLEAVE_ASSIGN_OR_RETURN(const ShardedParameterDims dims,
+                                shardParameters(*train, train_labels, coord.stage(), mesh.dp(), coord[kDataAxis]));
+        CLEAVE_TRY(gatherShardedParameters(*eval, eval_labels, coord.stage(), dims, mesh.dp(), coord[kDataAxis]));
+      }
       CLEAVE_ASSIGN_OR_RETURN(ProgramGraph train_program, programOf("train", train.get(), train_labels, options.fusion));
       CLEAVE_ASSIGN_OR_RETURN(ProgramGraph eval_program, programOf("eval", eval.get(), eval_labels, options.fusion));
       rank.programs = {std::move(train_program), std::move(eval_program)};
@@ -409,15 +418,18 @@ Status checkMemoryLimit(const planpb::Plan& plan, int64_t limit_bytes) {
 Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& options) {
   if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.microbatches < 1)
     return Status::usage("compile: --dp, --tp, --pp and --microbatches must be at least 1");
-  if (options.zero == 1 && (!options.train || options.dp < 2))
-    return Status::usage("compile: --zero 1 shards the optimizer state over data-parallel replicas: it needs --train "
-                         "and --dp 2 or more");
+  if (options.zero != 0 && (!options.train || options.dp < 2))
+    return Status::usage("compile: --zero " + std::to_string(options.zero) +
+                         " shards the training state over data-parallel replicas: it needs --train and --dp 2 or more");
   if (options.sequence_parallel && options.tp < 2)
     return Status::usage("compile: --sequence-parallel splits the activations between tensor-parallel regions along "
                          "the sequence over the tp ranks: it needs --tp 2 or more");
-  if (options.zero != 0 && options.zero != 1)
+  if (options.zero < 0 || options.zero > 3)
+    return Status::usage("compile: --zero " + std::to_string(options.zero) + ": the ZeRO stages are 1, 2 and 3");
+  if (options.zero >= 2 && options.train && options.training.clip_grad_norm > 0)
     return Status::usage("compile: --zero " + std::to_string(options.zero) +
-                         ": only stage 1 (sharded optimizer state) is built; stages 2 and 3 are not yet");
+                         " with --clip-grad-norm: the norm of gradients sharded over the replicas is not built yet "
+                         "(--zero 1 clips the all-reduced gradients)");
   const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(options.pp, options.dp, options.tp);
   // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
   auto shaped = modelAtBatch(model, options.model_at_batch, options.batch);

@@ -30,7 +30,8 @@ struct CompileOptions {
   std::string schedule = "1f1b";
   bool train = false;
   TrainingOptions training;     // used when `train`
-  int zero = 0;                 // 1: optimizer state sharded over the dp replicas (ZeRO stage 1; needs dp > 1)
+  int zero = 0;                 // ZeRO stage over the dp replicas (needs dp > 1): 1 optimizer state sharded,
+                                // 2 and gradient sums, 3 and parameters (passes/training/*_sharding.h)
   bool sequence_parallel = false;  // with tp > 1: activations between tp regions split along the sequence (Megatron's)
   int64_t memory_limit_bytes = 0;  // per device: pipeline stages are balanced under it and every
                                    // rank's planned arena must fit in it; 0: no limit

@@ -64,8 +64,9 @@ std::vector<int> nodeMicrobatches(const Graph& graph, int num_microbatches) {
   return of_node;
 }
 
-// Per node: a graph output (but the gradient norm, which the backward pass computes) or a send to
-// a later stage needs it.
+
+}  // namespace
+
 std::vector<bool> forwardNodes(const Graph& graph, int stage) {
   std::vector<bool> needed(graph.values.size(), false), forward(graph.nodes.size(), false);
   for (ValueId v : graph.outputs)
@@ -81,8 +82,6 @@ std::vector<bool> forwardNodes(const Graph& graph, int stage) {
   }
   return forward;
 }
-
-}  // namespace
 
 Expected<PipelineScheduleKind> parsePipelineSchedule(std::string_view name) {
   if (name == "gpipe") return PipelineScheduleKind::kGPipe;

@@ -48,6 +48,10 @@ struct PipelineNodeLabel {
   bool operator==(const PipelineNodeLabel&) const = default;
 };
 
+// Per node: whether it is forward work, which a graph output (but the gradient norm, which the
+// backward pass computes) or a send to a later stage than `stage` needs.
+std::vector<bool> forwardNodes(const Graph& graph, int stage);
+
 // Labels the nodes of an unrolled stage graph (unrollMicrobatches, then appendPipelineBackward and
 // any appended optimizer) from its structure alone:
 // - a node's microbatch comes from its operands: slices of graph inputs (unrollMicrobatches's rows

@@ -12,6 +12,18 @@
 
 namespace cleave {
 
+void holdDataParallelBlock(Graph& graph, Param& param, int64_t dim, int dp_size, int dp_index) {
+  TensorType& type = graph.values[param.value].type;
+  const int64_t block = type.shape[dim] / dp_size;
+  if (param.full_shape.empty()) {
+    param.full_shape = type.shape;
+    param.shard_offset.assign(type.shape.size(), 0);
+  }
+  param.shard_offset[dim] += dp_index * block;
+  param.shard_steps.push_back({dim, std::string(kDataAxis), block});
+  type.shape[dim] = block;
+}
+
 Status shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
   if (dp_size < 2)
     return Status::usage("optimizer sharding needs 2 or more data-parallel replicas, got " + std::to_string(dp_size));
@@ -37,7 +49,6 @@ Status shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
     int64_t dim = 0;
     while (dim < type.rank() && type.shape[dim] % dp_size != 0) ++dim;
     if (dim == type.rank()) continue;  // no dim divides: the update stays whole
-    const int64_t block = type.shape[dim] / dp_size;
     const AttrMap block_of_rows = {{"axis", std::string("dp")}, {"group_size", int64_t{dp_size}}, {"dim", dim}};
     AttrMap summed_block = block_of_rows;
     summed_block["reduce"] = std::string("sum");
@@ -79,13 +90,7 @@ Status shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
       if (!state || state->trainable)
         return Status::internal("optimizer sharding: operand " + std::to_string(o) + " of the update of '%" +
                                 graph.values[param].name + "' is not an optimizer state");
-      if (state->full_shape.empty()) {
-        state->full_shape = type.shape;
-        state->shard_offset.assign(type.shape.size(), 0);
-      }
-      state->shard_offset[dim] += dp_index * block;
-      state->shard_steps.push_back({dim, std::string(kDataAxis), block});
-      graph.values[operands[o]].type.shape[dim] = block;
+      holdDataParallelBlock(graph, *state, dim, dp_size, dp_index);
     }
     // 3. The update of the blocks, under the old results' names; the parameter's next value is
     //    the blocks of every replica gathered.

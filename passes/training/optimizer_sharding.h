@@ -20,4 +20,9 @@ namespace cleave {
 // Errors: dp_size < 2, an index out of range.
 Status shardOptimizerState(Graph& graph, int dp_size, int dp_index);
 
+// Makes `param` (of `graph`) hold block `dp_index` of `dp_size` along `dim` (which must divide by
+// dp_size) of the tensor it held: its type, its block's start in the whole tensor, and the shard
+// step that derives that start from a replica's index.
+void holdDataParallelBlock(Graph& graph, Param& param, int64_t dim, int dp_size, int dp_index);
+
 }  // namespace cleave
