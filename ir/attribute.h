@@ -24,6 +24,9 @@ struct TensorData {
   bool operator==(const TensorData&) const = default;
 };
 
+// The block of `whole` (row-major) that starts at `start` and has shape `size`.
+TensorData dataBlock(const TensorData& whole, const Shape& start, const Shape& size);
+
 // The kinds an attribute can have; the order matches Attribute's variant.
 enum class AttrKind : uint8_t { kInt, kFloat, kString, kInts, kFloats, kTensor };
 

@@ -300,13 +300,15 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   //   - with share_programs off, each (stage, tp index) is built, and under --zero each rank: the
   //     blocks a graph holds are then its own rank's, as lowering each rank needs;
   //   - tp ranks hold their own graphs where a split parameter carries its block's data (an ONNX
-  //     import) or the gradient norm counts replicated weights on tp index 0 only (clipping).
+  //     import) or the gradient norm counts replicated weights on tp index 0 only (clipping), and
+  //     dp replicas where --zero 3 splits such a parameter.
   const bool tp_may_share = options.share_programs && !(options.train && options.training.clip_grad_norm > 0);
   std::map<int, size_t> built_at;  // rank whose graphs were built -> its entry in result.ranks
   std::set<int> stages_split_with_data;  // stages whose tp ranks hold graphs of their own
+  std::set<int> replicas_hold_data;      // stages whose dp replicas do (--zero 3 of imported weights)
   for (int r = 0; r < mesh.size(); ++r) {
     MeshCoord coord = mesh.coord(r);
-    MeshCoord first_coord = coord.with(kDataAxis, 0);
+    MeshCoord first_coord = replicas_hold_data.count(coord.stage()) ? coord : coord.with(kDataAxis, 0);
     if (tp_may_share && !stages_split_with_data.count(coord.stage())) first_coord = first_coord.with(kTensorAxis, 0);
     auto first = built_at.find(mesh.rankOf(first_coord));
     if ((options.zero == 0 || options.share_programs) && first != built_at.end()) {
@@ -376,7 +378,8 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     for (const ProgramGraph& program : rank.programs)
       for (const Param& param : program.graph->params)
         for (const Param::ShardStep& step : param.shard_steps)
-          if (param.init.kind == "data" && step.axis == kTensorAxis) stages_split_with_data.insert(coord.stage());
+          if (param.init.kind == "data")
+            (step.axis == kTensorAxis ? stages_split_with_data : replicas_hold_data).insert(coord.stage());
     result.ranks.push_back(std::move(rank));
   }
   return result;

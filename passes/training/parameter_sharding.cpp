@@ -91,6 +91,12 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
     }
     for (auto& [key, gather] : mine) gathers_of_step[key].push_back(std::move(gather));
     holdDataParallelBlock(graph, param, dim->second, dp_size, dp_index);
+    if (param.init.kind == "data" && param.init.data) {  // imported weights: this replica's block of the data
+      const TensorType& block = graph.values[param.value].type;
+      Shape start(block.shape.size(), 0);
+      start[dim->second] = dp_index * block.shape[dim->second];
+      param.init.data = std::make_shared<const TensorData>(dataBlock(*param.init.data, start, block.shape));
+    }
   }
   // 2. Where each runs: a step's gathers in the order of their first readers, each before the first
   //    reader of the one before it (the first before its own).

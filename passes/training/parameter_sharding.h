@@ -26,7 +26,9 @@ using ShardedParameterDims = std::map<std::string, int64_t>;
 // schedule that reads it (a microbatch's forward or backward pass; with recomputation, the
 // backward pass gathers it again), issued one parameter ahead of its readers (prefetch: the gather
 // of a step's next parameter runs while the readers of the one before compute). Returns the sharded
-// parameters and their dims, which the rank's other programs (eval) must shard alike.
+// parameters and their dims, which the rank's other programs (eval) must shard alike. A parameter
+// imported with its data keeps this replica's block of the data (so replicas hold programs of their
+// own, as tensor-parallel blocks of data do).
 // Errors: dp_size < 2, dp_index out of range.
 Expected<ShardedParameterDims> shardParameters(Graph& graph, std::vector<PipelineNodeLabel>& labels, int stage,
                                                int dp_size, int dp_index);

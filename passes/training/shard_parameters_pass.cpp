@@ -7,11 +7,18 @@ namespace cleave {
 namespace {
 
 Status shard(Graph& graph, const PassOptions& options) {
-  // One stage, one microbatch: the steps are the forward and the backward pass.
+  // One stage, one microbatch: the steps are the forward and the backward pass. The forward pass is
+  // what the outputs but the gradients (which autodiff makes outputs) need.
+  std::vector<std::string> outputs;
+  for (ValueId v : graph.outputs) outputs.push_back(graph.values[v].name);
+  std::erase_if(graph.outputs, [&](ValueId v) { return graph.values[v].name.ends_with(".grad"); });
   std::vector<PipelineNodeLabel> labels = labelPipelineNodes(graph, 0, 1);
-  return shardParameters(graph, labels, 0, static_cast<int>(options.getInt("dp")),
-                         static_cast<int>(options.getInt("index")))
-      .status();
+  Status status = shardParameters(graph, labels, 0, static_cast<int>(options.getInt("dp")),
+                                  static_cast<int>(options.getInt("index")))
+                      .status();
+  graph.outputs.clear();
+  for (const std::string& name : outputs) graph.outputs.push_back(graph.findValue(name));
+  return status;
 }
 
 }  // namespace

@@ -110,7 +110,12 @@ INSTANTIATE_TEST_SUITE_P(Splits, SharedPrograms,
                                            Split{"gpt_dp2_tp2_zero1", "gpt", 2, 2, 1, 1, "1f1b", 1},
                                            Split{"gpt_dp2_tp2_pp2_m2_zero1", "gpt", 2, 2, 2, 2, "1f1b", 1},
                                            Split{"mlp_dp2_tp2_clip", "mlp", 2, 2, 1, 1, "1f1b", 0, 1.0, 2},
-                                           Split{"gpt_dp2_tp2_zero1_clip", "gpt", 2, 2, 1, 1, "1f1b", 1, 1.0, 2}),
+                                           Split{"gpt_dp2_tp2_zero1_clip", "gpt", 2, 2, 1, 1, "1f1b", 1, 1.0, 2},
+                                           Split{"gpt_dp4_m2_zero2", "gpt", 4, 1, 1, 2, "1f1b", 2},
+                                           Split{"gpt_dp2_tp2_pp2_m4_zero2", "gpt", 2, 2, 2, 4, "1f1b", 2},
+                                           Split{"gpt_dp4_zero3", "gpt", 4, 1, 1, 1, "1f1b", 3},
+                                           Split{"gpt_dp2_tp2_pp2_m4_zero3", "gpt", 2, 2, 2, 4, "gpipe", 3},
+                                           Split{"mlp_dp3_pp2_m2_zero3", "mlp", 3, 1, 2, 2, "1f1b", 3}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The simulation of a plan kept shared (inspect, simulate) predicts what that of its derived plan
