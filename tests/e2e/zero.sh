@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Optimizer state sharded over data-parallel replicas (`cleave compile --dp D --zero 1`, ZeRO stage
-# 1): the GPT, the convnet and GPT-2 exported from PyTorch train with one device's losses (SGD with
-# momentum and AdamW; with tp, pp and recomputation too; under mpirun), each rank holds 1/D of the
-# optimizer state, checkpoints of a sharded run resume on one device and the other way round, and
-# --zero without --dp 2, or stages 2 and 3, are usage errors.
+# ZeRO's stages over data-parallel replicas (`cleave compile --dp D --zero 1|2|3`): 1 shards the
+# optimizer state, 2 also sums the gradients over microbatches in blocks, 3 also holds the
+# parameters in blocks gathered per step. The GPT, the convnet and GPT-2 exported from PyTorch
+# train with one device's losses (SGD with momentum and AdamW; with tp, pp, microbatches and
+# recomputation too; under mpirun), each rank holds 1/D of what its stage shards, each stage's
+# saving shows in the arena, evaluation scores as one device's, checkpoints of a sharded run resume
+# on one device and the other way round, and --zero without --dp 2, or 2 and 3 with clipping, are
+# usage errors.
 # Usage: bash zero.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
 
@@ -72,6 +75,50 @@ for optimizer in sgd:lr=0.05,momentum=0.9 adamw:lr=1e-3; do
   done
 done
 
+# Stages 2 and 3: one device's losses under every split (AdamW; SGD for the plain dp case).
+for model in gpt cnn; do
+  for zero in 2 3; do
+    for flags in "--dp 2" "--dp 4 --microbatches 2" "--dp 2 --tp 2" "--dp 2 --pp 2 --microbatches 4" \
+      "--dp 2 --tp 2 --pp 2 --microbatches 2 --schedule gpipe" "--dp 2 --recompute selective --microbatches 2"; do
+      [[ $model == cnn && $flags == *tp* ]] && continue
+      name="$model-adamw-zero$zero${flags// /}"
+      # shellcheck disable=SC2086
+      compile "$name" "$model.cir" --batch 8 --optimizer adamw:lr=1e-3 $flags --zero $zero
+      train "$name" synthetic
+      same_losses "$model-adamw-one" "$name" 1e-5
+    done
+    compile "$model-sgd-zero$zero--dp2" "$model.cir" --batch 8 --optimizer sgd:lr=0.05,momentum=0.9 --dp 2 --zero $zero
+    train "$model-sgd-zero$zero--dp2" synthetic
+    same_losses "$model-sgd-one" "$model-sgd-zero$zero--dp2" 1e-5
+  done
+done
+
+# What each stage keeps per rank (inspect --json): the GPT at --dp 4 with 4 microbatches. Stage 1
+# quarters the optimizer state, 2 shrinks the arena further (gradients summed in blocks), 3 quarters
+# the parameters too; stage 2 reduce-scatters each microbatch's gradients (4 times stage 1's bytes),
+# stage 3 gathers the parameters in every forward and backward step.
+for zero in 0 1 2 3; do
+  flags=(--dp 4 --microbatches 4)
+  [[ $zero != 0 ]] && flags+=(--zero "$zero")
+  compile "gpt-memory-zero$zero" gpt.cir --batch 16 --optimizer adamw:lr=1e-3 "${flags[@]}"
+  "$cleave" inspect "gpt-memory-zero$zero.cplan" --json >"memory-zero$zero.json"
+done
+$python - memory-zero{0,1,2,3}.json <<'PY' || fail "the ZeRO stages do not save what they should"
+import json, sys
+ranks = [json.load(open(p))["ranks"][0] for p in sys.argv[1:]]
+arena = [r["peak_memory_bytes"] for r in ranks]
+params = [r["param_bytes"] for r in ranks]
+state = [r["optimizer_state_bytes"] for r in ranks]
+moved = [r["comm_bytes_by_kind"] for r in ranks]
+print(f"  gpt --dp 4 --microbatches 4, zero 0-3: arena {arena}, parameters {params}, optimizer state {state}")
+print(f"    reduce-scattered {[m['reduce_scatter'] for m in moved]}, all-gathered {[m['all_gather'] for m in moved]}")
+assert arena[0] > arena[1] > arena[2] > arena[3], arena
+assert params[0] == params[1] == params[2] and params[3] * 4 <= params[0] + 4096, params
+assert state[1] * 4 <= state[0] + 4096 and state[1] == state[2] == state[3], state
+assert moved[2]["reduce_scatter"] == 4 * moved[1]["reduce_scatter"] == moved[3]["reduce_scatter"], moved
+assert moved[3]["all_gather"] > 4 * moved[1]["all_gather"], moved
+PY
+
 # Gradients the update alone reads are reduce-scattered, not all-reduced; with clipping (the norm
 # of the whole sum) they are all-reduced and sliced.
 "$cleave" inspect gpt-adamw-zero--dp2.cplan --json >zero.json
@@ -84,19 +131,22 @@ assert zero["reduce_scatter"] > 0 and zero["all_gather"] > 0 and zero["all_reduc
 assert clip["reduce_scatter"] == 0 and clip["all_reduce"] > 0 and clip["all_gather"] > 0, clip
 PY
 
-# 2. GPT-2 exported from PyTorch, against PyTorch's losses.
+# 2. GPT-2 exported from PyTorch (its weights imported with their data), against PyTorch's losses.
 dir=$fixtures/modern/gpt2_legacy17
-compile gpt2-zero "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" --optimizer "$(cat "$dir/train/optimizer.txt")" \
-  --dp 2 --zero 1
-train gpt2-zero "npy:$dir/train"
-$python - gpt2-zero.jsonl "$dir/train/losses.json" <<'PY' || fail "GPT-2 under --dp 2 --zero 1 differs from PyTorch"
+for flags in "--dp 2 --zero 1" "--dp 2 --zero 3" "--dp 2 --tp 2 --zero 3" "--dp 2 --pp 2 --microbatches 2 --zero 2"; do
+  name="gpt2${flags// /}"
+  # shellcheck disable=SC2086
+  compile "$name" "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" --optimizer "$(cat "$dir/train/optimizer.txt")" $flags
+  train "$name" "npy:$dir/train"
+  $python - "$name.jsonl" "$dir/train/losses.json" "$flags" <<'PY' || fail "GPT-2 under $flags differs from PyTorch"
 import json, sys
 actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
 expected = json.load(open(sys.argv[2]))[:5]
 worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
-print(f"  gpt2-zero                        losses within {worst:.1e} of PyTorch's")
+print(f"  gpt2 {sys.argv[3]:<34} losses within {worst:.1e} of PyTorch's")
 assert len(actual) == 5 and worst <= 2e-3, worst
 PY
+done
 
 # 3. Under mpirun, one process per rank.
 if command -v mpirun >/dev/null; then
@@ -104,6 +154,10 @@ if command -v mpirun >/dev/null; then
     --data synthetic --steps 5 --progress never --metrics gpt-adamw-zero-mpi.jsonl >mpi.log 2>&1 ||
     { cat mpi.log >&2; fail "mpirun of the sharded plan"; }
   same_losses gpt-adamw-one gpt-adamw-zero-mpi 1e-5
+  mpirun --allow-run-as-root --oversubscribe -np 4 "$cleave" run "gpt-adamw-zero3--dp2--pp2--microbatches4.cplan" --backend mpi \
+    --threads 1 --data synthetic --steps 5 --progress never --metrics gpt-adamw-zero3-mpi.jsonl >mpi.log 2>&1 ||
+    { cat mpi.log >&2; fail "mpirun of the stage 3 plan"; }
+  same_losses gpt-adamw-one gpt-adamw-zero3-mpi 1e-5
 fi
 
 # 4. Checkpoints hold whole tensors: 3 sharded steps resume on one device, 3 one-device steps
@@ -115,6 +169,24 @@ same_losses gpt-adamw-one from-zero 1e-5
 train_steps gpt-adamw-one --steps 3 --metrics to-zero.jsonl --checkpoint-dir to-zero
 train_steps gpt-adamw-zero--dp2 --steps 5 --metrics to-zero.jsonl --checkpoint-dir to-zero --resume
 same_losses gpt-adamw-one to-zero 1e-5
+# The same with parameters in blocks (stage 3, with pipeline stages).
+train_steps gpt-adamw-zero3--dp2--pp2--microbatches4 --steps 3 --metrics from-zero3.jsonl --checkpoint-dir from-zero3
+train_steps gpt-adamw-one --steps 5 --metrics from-zero3.jsonl --checkpoint-dir from-zero3 --resume
+same_losses gpt-adamw-one from-zero3 1e-5
+train_steps gpt-adamw-one --steps 3 --metrics to-zero3.jsonl --checkpoint-dir to-zero3
+train_steps gpt-adamw-zero3--dp2--pp2--microbatches4 --steps 5 --metrics to-zero3.jsonl --checkpoint-dir to-zero3 --resume
+same_losses gpt-adamw-one to-zero3 1e-5
+
+# Evaluation reads the parameters gathered too: GPT-2 scores as on one device.
+compile gpt2-one "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" --optimizer "$(cat "$dir/train/optimizer.txt")"
+for name in gpt2-one gpt2--dp2--zero3; do
+  "$cleave" run "$name.cplan" --data "npy:$dir/train" --eval-data "npy:$dir/train" --steps 2 --progress never \
+    >"$name.eval" 2>&1 || { cat "$name.eval" >&2; fail "evaluating $name"; }
+done
+grep -i "accuracy" gpt2-one.eval >one.scores || fail "no accuracy in $(cat gpt2-one.eval)"
+grep -i "accuracy" gpt2--dp2--zero3.eval >zero3.scores || true
+cmp -s one.scores zero3.scores || fail "evaluation under --zero 3 differs: $(cat zero3.scores) vs $(cat one.scores)"
+echo "  evaluation under --dp 2 --zero 3 as on one device: $(head -1 one.scores)"
 
 # 5. --strategy auto with --zero 1 chooses among sharded strategies (dp 2 or more).
 "$cleave" compile gpt.cir --train --optimizer adamw --strategy auto --devices 4 --zero 1 -o auto.cplan >auto.log 2>&1 ||
@@ -134,5 +206,6 @@ expect_usage() {
 }
 expect_usage "needs --train and --dp 2 or more" --train --zero 1
 expect_usage "needs --train and --dp 2 or more" --dp 2 --zero 1
-expect_usage "stages 2 and 3 are not yet" --train --dp 2 --zero 2
+expect_usage "needs --train and --dp 2 or more" --train --zero 3
+expect_usage "with --clip-grad-norm: the norm of gradients sharded" --train --dp 2 --zero 2 --clip-grad-norm 1
 echo "zero: ok"
