@@ -279,7 +279,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     CLEAVE_TRY(checkTensorParallelSplits(forward, mesh, options.allow_replicated, options.sequence_parallel));
 
   CLEAVE_ASSIGN_OR_RETURN(const std::set<std::string> kept_whole, sharedParametersKeptWhole(forward, stages, mesh));
-  auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary) -> Expected<Graph> {
+  auto devicePart = [&](const Graph& whole, MeshCoord coord, StageBoundary* boundary, int microbatches) -> Expected<Graph> {
     CLEAVE_ASSIGN_OR_RETURN(PipelineStage stage, extractStage(whole, stages, coord.stage()));
     if (boundary) *boundary = stage.boundary;
     CLEAVE_ASSIGN_OR_RETURN(Graph partitioned, partitionForDevice(stage.graph, mesh, coord, nullptr, kept_whole,
@@ -287,8 +287,8 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     if (options.train && options.training.precision == Precision::kBF16) CLEAVE_TRY(autocastToBf16(partitioned).status());
     // Unrolling also gives pipeline messages their per-microbatch tags, which the stage's backward
     // pass reads: it runs for every pipeline, even with one microbatch.
-    if (options.microbatches == 1 && mesh.pp() == 1) return partitioned;
-    return unrollMicrobatches(partitioned, options.microbatches);
+    if (microbatches == 1 && mesh.pp() == 1) return partitioned;
+    return unrollMicrobatches(partitioned, microbatches);
   };
 
   DeviceGraphs result;
@@ -322,7 +322,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     RankGraphs rank{coord, {}, {}};
     if (options.train) {
       StageBoundary boundary;
-      CLEAVE_ASSIGN_OR_RETURN(Graph train_graph, devicePart(train_forward, coord, &boundary));
+      CLEAVE_ASSIGN_OR_RETURN(Graph train_graph, devicePart(train_forward, coord, &boundary, options.microbatches));
       auto train = std::make_unique<Graph>(std::move(train_graph));
       TrainingStepHooks hooks;
       hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
@@ -346,9 +346,12 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       } else {
         CLEAVE_ASSIGN_OR_RETURN(train_labels, orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));
       }
-      CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr));
+      // Evaluation runs one microbatch per replica at a time (its batch is dp x the microbatch's
+      // rows): it returns the logits of its rows, which at a language model's vocabulary would
+      // otherwise take more memory than training does (GPT-3's last stage: 37 GiB for 96 rows).
+      CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr, 1));
       auto eval = std::make_unique<Graph>(std::move(eval_graph));
-      std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage(), options.microbatches);
+      std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage(), 1);
       if (options.zero == 3) {  // parameters held in blocks, gathered per step by both programs
         CLEAVE_ASSIGN_OR_RETURN(const ShardedParameterDims dims,
                                 shardParameters(*train, train_labels, coord.stage(), mesh.dp(), coord[kDataAxis]));
@@ -360,7 +363,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       result.owned.push_back(std::move(train));
       result.owned.push_back(std::move(eval));
     } else {
-      CLEAVE_ASSIGN_OR_RETURN(Graph infer_graph, devicePart(forward, coord, nullptr));
+      CLEAVE_ASSIGN_OR_RETURN(Graph infer_graph, devicePart(forward, coord, nullptr, options.microbatches));
       auto infer = std::make_unique<Graph>(std::move(infer_graph));
       std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage(), options.microbatches);
       CLEAVE_ASSIGN_OR_RETURN(ProgramGraph infer_program, programOf("infer", infer.get(), labels, options.fusion));
