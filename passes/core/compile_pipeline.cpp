@@ -15,6 +15,7 @@
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
+#include "passes/training/gradient_clipping.h"
 #include "passes/training/gradient_sharding.h"
 #include "passes/training/optimizer_sharding.h"
 #include "passes/training/parameter_sharding.h"
@@ -333,10 +334,17 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       };
       hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
       hooks.norm_scope = gradientNormScope(mesh, coord, boundary);
-      CLEAVE_TRY(appendTrainingStep(*train, options.training, hooks));
+      // Under ZeRO, clipping comes after sharding: the norm sums the blocks the updates read, and
+      // the gradients stay reduce-scattered.
+      TrainingOptions step_options = options.training;
+      const bool clip_sharded = options.zero >= 1 && step_options.clip_grad_norm > 0;
+      if (clip_sharded) step_options.clip_grad_norm = 0;
+      CLEAVE_TRY(appendTrainingStep(*train, step_options, hooks));
       if (options.zero >= 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]));
       // Stage 2 shards sums over microbatches; one microbatch's gradient is freed once reduce-scattered.
       if (options.zero >= 2 && options.microbatches > 1) CLEAVE_TRY(shardGradientSums(*train).status());
+      if (clip_sharded)
+        CLEAVE_TRY(appendShardedGradientClipping(*train, options.training.clip_grad_norm, hooks.norm_scope, mesh.dp()));
       // One stage with one microbatch has one forward and one backward step: program order is the
       // schedule. (Reordering it would put every node right after its operands, and so run the
       // copies recomputation placed before the backward nodes that need them in the forward pass.)
@@ -432,10 +440,6 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
                          "the sequence over the tp ranks: it needs --tp 2 or more");
   if (options.zero < 0 || options.zero > 3)
     return Status::usage("compile: --zero " + std::to_string(options.zero) + ": the ZeRO stages are 1, 2 and 3");
-  if (options.zero >= 2 && options.train && options.training.clip_grad_norm > 0)
-    return Status::usage("compile: --zero " + std::to_string(options.zero) +
-                         " with --clip-grad-norm: the norm of gradients sharded over the replicas is not built yet "
-                         "(--zero 1 clips the all-reduced gradients)");
   const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(options.pp, options.dp, options.tp);
   // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
   auto shaped = modelAtBatch(model, options.model_at_batch, options.batch);

@@ -652,10 +652,8 @@ std::vector<ParallelStrategy> StrategyEstimator::candidates() const {
             continue;
           }
           for (RecomputeMode recompute : impl_->options.recompute_modes)
-            for (int zero : impl_->options.zero_stages) {
-              if (zero > 1 && impl_->options.training.clip_grad_norm > 0) continue;  // not built (compileModel)
+            for (int zero : impl_->options.zero_stages)
               if (zero == 0 || dp > 1) all.push_back({dp, tp, pp, microbatches, schedule, recompute, zero});
-            }
         }
       }
     }

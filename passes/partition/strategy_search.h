@@ -87,7 +87,7 @@ struct StrategySearchOptions {
   // ZeRO stages considered when training with dp > 1: 1 (the optimizer state 1/dp, a
   // reduce-scatter for the all-reduce and an all-gather of the parameters after the update),
   // 2 (the running gradient sum 1/dp, a reduce-scatter per microbatch), 3 (the parameters 1/dp,
-  // gathered for every forward and backward step). With gradient clipping, 0 and 1 only.
+  // gathered for every forward and backward step).
   std::vector<int> zero_stages = {0, 1, 2, 3};
   // Profile each tp degree above 1 as --sequence-parallel partitions it (its activations between
   // the tp regions 1/tp, reduce-scatters and all-gathers for their all-reduces).

@@ -32,4 +32,12 @@ struct GradientNormScope {
 // Errors: max_norm <= 0, a name taken.
 Status appendGradientClipping(Graph& graph, double max_norm, const GradientNormScope& scope = {});
 
+// The same for a training graph whose optimizer step ZeRO has sharded over `dp_size` data-parallel
+// replicas (shardOptimizerState, shardGradientSums): each update's gradient operand, a block this
+// replica holds alone or a whole gradient every replica holds (counted 1/dp_size on each), adds its
+// sum of squares; the parts are all-reduced over dp, then over the other devices as `scope` says;
+// each update then reads its gradient scaled by the coefficient, and the updates and what reads them
+// move after the clipping. So gradients stay reduce-scattered (ZeRO's traffic) under clipping.
+Status appendShardedGradientClipping(Graph& graph, double max_norm, const GradientNormScope& scope, int dp_size);
+
 }  // namespace cleave
