@@ -36,6 +36,9 @@ struct CompileOptions {
   int64_t memory_limit_bytes = 0;  // per device: pipeline stages are balanced under it and every
                                    // rank's planned arena must fit in it; 0: no limit
   std::optional<ClusterSpec> cluster;  // the devices pipeline stages are balanced for; none: cpu-local
+  // With pp > 1: the forward graph's nodes (by first result name) where stages 1..pp-1 start, as
+  // the strategy search split them within memory; empty (or not all found): balanced here by time.
+  std::vector<std::string> stage_start_nodes;
   // The ranks of a stage name the program of its first rank (RankPlan.same_program_as) rather than
   // hold a copy; expandSharedPrograms (ir/shared_programs.h) gives every rank its own, as
   // readPlanFile does. False: every rank's graphs are built and lowered on their own.

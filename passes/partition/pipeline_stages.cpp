@@ -406,6 +406,29 @@ class StageBuilder {
   std::vector<ValueId> mapped_;  // per source value: its value in the stage graph
 };
 
+// Stages of input-dependent nodes by unit (stage s holds units [starts[s], starts[s + 1])), then of
+// the others: the first stage of their users.
+StageAssignment assignmentAt(const Graph& graph, int num_stages, const std::vector<WorkUnit>& units,
+                             const UnitSums& sums, const std::vector<size_t>& starts, const std::vector<bool>& data_nodes) {
+  StageAssignment assignment;
+  assignment.num_stages = num_stages;
+  assignment.node_stage.assign(graph.nodes.size(), num_stages - 1);
+  for (int s = 0; s < num_stages; ++s) {
+    assignment.stage_cost.push_back(sums.cost(starts[s], starts[s + 1]));
+    assignment.stage_memory_bytes.push_back(sums.memory(s, starts[s], starts[s + 1]));
+    for (size_t u = starts[s]; u < starts[s + 1]; ++u)
+      for (int32_t node : units[u].nodes) assignment.node_stage[node] = s;
+  }
+  const std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  for (size_t i = graph.nodes.size(); i-- > 0;) {
+    if (data_nodes[i]) continue;
+    for (ValueId r : graph.nodes[i].results)
+      for (int32_t user : users[r]) assignment.node_stage[i] = std::min(assignment.node_stage[i], assignment.node_stage[user]);
+  }
+  return assignment;
+}
+
+
 }  // namespace
 
 std::vector<int64_t> parameterBytesByFirstUser(const Graph& graph) {
@@ -443,24 +466,37 @@ Expected<StageAssignment> assignStages(const Graph& graph, int num_stages, const
       units.size(), num_stages, [&](int, size_t begin, size_t end) { return sums.cost(begin, end); },
       [&](int stage, size_t begin, size_t end) { return sums.fits(stage, begin, end); });
   if (starts.empty()) return memoryLimitError(graph, num_stages, model, sums, units.size());
-  // 3. Stages of input-dependent nodes, then of the others: the first stage of their users.
-  StageAssignment assignment;
-  assignment.num_stages = num_stages;
-  assignment.node_stage.assign(graph.nodes.size(), num_stages - 1);
-  for (int s = 0; s < num_stages; ++s) {
-    assignment.stage_cost.push_back(sums.cost(starts[s], starts[s + 1]));
-    assignment.stage_memory_bytes.push_back(sums.memory(s, starts[s], starts[s + 1]));
-    for (size_t u = starts[s]; u < starts[s + 1]; ++u)
-      for (int32_t node : units[u].nodes) assignment.node_stage[node] = s;
-  }
-  const std::vector<std::vector<int32_t>> users = graph.computeUsers();
-  for (size_t i = graph.nodes.size(); i-- > 0;) {
-    if (data_nodes[i]) continue;
-    for (ValueId r : graph.nodes[i].results)
-      for (int32_t user : users[r]) assignment.node_stage[i] = std::min(assignment.node_stage[i], assignment.node_stage[user]);
-  }
-  return assignment;
+  return assignmentAt(graph, num_stages, units, sums, starts, data_nodes);
 }
+
+Expected<StageAssignment> assignStagesAt(const Graph& graph, int num_stages, const std::vector<std::string>& first_nodes,
+                                         const StageCostModel& model) {
+  CLEAVE_TRY(checkCostModel(graph, num_stages, model));
+  if (first_nodes.size() + 1 != static_cast<size_t>(num_stages))
+    return Status::internal("pipeline stages: " + std::to_string(first_nodes.size()) + " stage starts for " +
+                            std::to_string(num_stages) + " stages");
+  const std::vector<bool> data_values = dataDependentValues(graph);
+  const std::vector<bool> data_nodes = dataDependentNodes(graph, data_values);
+  const std::vector<WorkUnit> units = workUnits(graph, model, data_nodes);
+  std::vector<int> unit_of(graph.nodes.size(), -1);
+  for (size_t u = 0; u < units.size(); ++u)
+    for (int32_t node : units[u].nodes) unit_of[node] = static_cast<int>(u);
+  std::vector<size_t> starts = {0};
+  for (const std::string& name : first_nodes) {
+    const ValueId v = graph.findValue(name);
+    const int32_t node = v == kNoValue ? -1 : graph.values[v].producer;
+    if (node < 0 || unit_of[node] < 0)
+      return Status::badInput("pipeline stages: no node of work '%" + name + "' to start a stage at");
+    const size_t unit = static_cast<size_t>(unit_of[node]);
+    if (unit <= starts.back())
+      return Status::badInput("pipeline stages: the stage starting at '%" + name + "' starts before the one before it ends");
+    starts.push_back(unit);
+  }
+  starts.push_back(units.size());
+  const UnitSums sums(units, model, num_stages);
+  return assignmentAt(graph, num_stages, units, sums, starts, data_nodes);
+}
+
 
 Expected<std::vector<StageTransfer>> stageTransfers(const Graph& graph, const StageAssignment& assignment) {
   CLEAVE_ASSIGN_OR_RETURN(StageLayout layout, layStages(graph, assignment));

@@ -53,6 +53,12 @@ std::vector<int64_t> nodeResultBytes(const Graph& graph);
 // with work than stages, or no split within the memory limit (naming the least memory any split needs).
 Expected<StageAssignment> assignStages(const Graph& graph, int num_stages, const StageCostModel& model);
 
+// The same split with stages 1..num_stages-1 starting at the given nodes (each named by its first
+// result, in program order) instead of balanced. Errors: a wrong count, a name no node of work
+// defines, starts out of order.
+Expected<StageAssignment> assignStagesAt(const Graph& graph, int num_stages, const std::vector<std::string>& first_nodes,
+                                         const StageCostModel& model);
+
 // One value passed from a stage to a later one: its name in the forward graph, the two stages, its
 // transfer tag (its index among all transfers, the same on every stage), and whether its gradient
 // travels back in the backward pass: the value is float, depends on a trainable parameter through

@@ -60,6 +60,7 @@ Expected<planpb::Plan> compileSearchedStrategy(const Graph& model, CompileOption
     options.training.recompute = strategy.recompute;
     options.zero = strategy.zero;
     options.sequence_parallel = sequence_parallel && strategy.tp > 1;
+    options.stage_start_nodes = ranked[k]->stage_start_nodes;
     plan = compileModel(model, options);
     if (plan) {
       recordSearch(*plan, cluster, ranked, k, errors, searched.over_memory);

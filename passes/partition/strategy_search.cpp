@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <optional>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 
 #include "passes/training/autodiff.h"
@@ -50,6 +51,7 @@ struct ProfileNode {
   double param_bytes = 0;    // parameters first used here (this device's blocks)
   double grad_bytes = 0;     // of them, trainable (their gradients)
   double optimizer_s = 0;    // the optimizer's updates of those trainable parameters
+  std::string forward_name;  // its first result's name when the unpartitioned forward graph has it
 };
 
 // One tensor-parallel degree's profile: the nodes of one device's forward graph split over tp.
@@ -172,7 +174,8 @@ Expected<std::array<BackwardReads, 3>> backwardReads(const Graph& forward, const
 // node keeps) and the nodes it copies (training).
 Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double rows1, const Graph& at_rows2, double rows2,
                                                 const std::array<BackwardReads, 3>& reads, const OptimizerSpec& optimizer,
-                                                bool train, const CostModel& model) {
+                                                bool train, const CostModel& model,
+                                                const std::unordered_set<std::string>& forward_names) {
   if (at_rows1.nodes.size() != at_rows2.nodes.size())
     return Status::internal("strategy search: the partitioned graph's nodes differ between batch sizes");
   const Graph& graph = at_rows1;
@@ -217,6 +220,8 @@ Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double ro
     if (node.op != node2.op) return Status::internal("strategy search: partitioned graphs differ at node " + std::to_string(n));
     if (opDef(node.op).view) continue;
     ProfileNode unit;
+    if (!node.results.empty() && forward_names.count(graph.values[node.results[0]].name))
+      unit.forward_name = graph.values[node.results[0]].name;
     std::optional<CommKind> forward = opDef(node.op).communication;
     if (forward == CommKind::kSend || forward == CommKind::kRecv) forward.reset();  // stage boundaries, not collectives
     if (forward || node.op == OpId::grad_all_reduce) {
@@ -484,6 +489,17 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
     starts = *balance(t, s, kInfinity);
   }
   e.stage_starts = starts;
+  // The forward node each later stage starts at (the first profile node at or after its start that
+  // the forward graph has); none when one has none.
+  for (size_t k = 1; k < starts.size(); ++k) {
+    int node = starts[k];
+    while (node < n && tp_profile.nodes[node].forward_name.empty()) ++node;
+    if (node == n) {
+      e.stage_start_nodes.clear();
+      break;
+    }
+    e.stage_start_nodes.push_back(tp_profile.nodes[node].forward_name);
+  }
 
   // 2. Per stage: its time per microbatch, memory, the transfer to the next stage, and its tail
   //    (the exposed gradient all-reduce and the optimizer after its last backward step).
@@ -601,7 +617,12 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
     }
   }
 
-  // 3. One device's graph per tp degree dividing the devices (a degree the partitioner rejects is infeasible).
+  // 3. One device's graph per tp degree dividing the devices (a degree the partitioner rejects is
+  //    infeasible); its nodes know the forward graph's nodes by name, so that compile can split
+  //    stages where the estimate did.
+  std::unordered_set<std::string> forward_names;
+  for (const Node& node : forward[0].nodes)
+    if (!node.results.empty()) forward_names.insert(forward[0].values[node.results[0]].name);
   for (int tp : divisorsOf(options.devices)) {
     TpProfile profile;
     profile.tp = tp;
@@ -621,7 +642,7 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
         reads = std::move(*backward_reads);
       }
       auto nodes = profileGraph(*part1, static_cast<double>(rows1), *part2, static_cast<double>(rows2), reads,
-                                options.training.optimizer, options.train, cost_model);
+                                options.training.optimizer, options.train, cost_model, forward_names);
       if (!nodes) return nodes.status();
       profile.nodes = std::move(*nodes);
       if (profile.nodes.empty()) profile.infeasible = "tp " + std::to_string(tp) + ": the model has no work";

@@ -66,6 +66,9 @@ struct StrategyEstimate {
   double optimizer_s = 0;       // the optimizer update of the slowest stage
   int64_t memory_bytes = 0;     // per device, on the stage that needs the most
   std::vector<int> stage_starts;  // the profile node each stage starts at (stage 0 at 0)
+  // The forward graph's node (its first result's name) each stage after the first starts at, for
+  // compile to split there (CompileOptions::stage_start_nodes); empty when they cannot be named.
+  std::vector<std::string> stage_start_nodes;
   std::string infeasible;       // why the strategy cannot run (too much memory, ...); empty when it can
 
   bool feasible() const { return infeasible.empty(); }
