@@ -137,19 +137,22 @@ assert zero["reduce_scatter"] > 0 and zero["all_gather"] > 0 and zero["all_reduc
 assert clip["reduce_scatter"] == zero["reduce_scatter"] and clip["all_reduce"] <= 16 and clip["all_gather"] > 0, clip
 PY
 
-# 2. GPT-2 exported from PyTorch (its weights imported with their data), against PyTorch's losses.
-dir=$fixtures/modern/gpt2_legacy17
-for flags in "--dp 2 --zero 1" "--dp 2 --zero 3" "--dp 2 --tp 2 --zero 3" "--dp 2 --pp 2 --microbatches 2 --zero 2"; do
-  name="gpt2${flags// /}"
+# 2. GPT-2 (legacy exporter) and LLaMA (torch.export) exported from PyTorch, their weights imported
+#    with their data, against PyTorch's losses.
+for case in "gpt2_legacy17:--dp 2 --zero 1" "gpt2_legacy17:--dp 2 --zero 3" "gpt2_legacy17:--dp 2 --tp 2 --zero 3" \
+  "gpt2_legacy17:--dp 2 --pp 2 --microbatches 2 --zero 2" "llama_dynamo21:--dp 2 --zero 3 --clip-grad-norm 100"; do
+  fixture=${case%%:*} flags=${case#*:}
+  dir=$fixtures/modern/$fixture
+  name="$fixture${flags// /}"
   # shellcheck disable=SC2086
   compile "$name" "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" --optimizer "$(cat "$dir/train/optimizer.txt")" $flags
   train "$name" "npy:$dir/train"
-  $python - "$name.jsonl" "$dir/train/losses.json" "$flags" <<'PY' || fail "GPT-2 under $flags differs from PyTorch"
+  $python - "$name.jsonl" "$dir/train/losses.json" "$fixture $flags" <<'PY' || fail "$fixture under $flags differs from PyTorch"
 import json, sys
 actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
 expected = json.load(open(sys.argv[2]))[:5]
 worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
-print(f"  gpt2 {sys.argv[3]:<34} losses within {worst:.1e} of PyTorch's")
+print(f"  {sys.argv[3]:<50} losses within {worst:.1e} of PyTorch's")
 assert len(actual) == 5 and worst <= 2e-3, worst
 PY
 done
@@ -184,13 +187,14 @@ train_steps gpt-adamw-zero3--dp2--pp2--microbatches4 --steps 5 --metrics to-zero
 same_losses gpt-adamw-one to-zero3 1e-5
 
 # Evaluation reads the parameters gathered too: GPT-2 scores as on one device.
+dir=$fixtures/modern/gpt2_legacy17
 compile gpt2-one "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" --optimizer "$(cat "$dir/train/optimizer.txt")"
-for name in gpt2-one gpt2--dp2--zero3; do
+for name in gpt2-one gpt2_legacy17--dp2--zero3; do
   "$cleave" run "$name.cplan" --data "npy:$dir/train" --eval-data "npy:$dir/train" --steps 2 --progress never \
     >"$name.eval" 2>&1 || { cat "$name.eval" >&2; fail "evaluating $name"; }
 done
 grep -i "accuracy" gpt2-one.eval >one.scores || fail "no accuracy in $(cat gpt2-one.eval)"
-grep -i "accuracy" gpt2--dp2--zero3.eval >zero3.scores || true
+grep -i "accuracy" gpt2_legacy17--dp2--zero3.eval >zero3.scores || true
 cmp -s one.scores zero3.scores || fail "evaluation under --zero 3 differs: $(cat zero3.scores) vs $(cat one.scores)"
 echo "  evaluation under --dp 2 --zero 3 as on one device: $(head -1 one.scores)"
 
