@@ -28,6 +28,12 @@ Expected<ValueId> scalarConstant(Graph& graph, double value, const std::string& 
   return addOne(graph, OpId::constant, {}, {{"value", scalarTensor(value, DType::kF32)}}, name);
 }
 
+// partial + part; `part` itself when there is no partial yet.
+Expected<ValueId> addToPartial(Graph& graph, ValueId partial, ValueId part) {
+  if (partial == kNoValue) return part;
+  return addOne(graph, OpId::add, {partial, part}, {}, "grad_norm.partial");
+}
+
 // grad_norm = sqrt(total), a graph output.
 Expected<ValueId> appendNorm(Graph& graph, ValueId total) {
   CLEAVE_ASSIGN_OR_RETURN(ValueId norm, addOne(graph, OpId::sqrt, {total}, {}, std::string(kGradNormOutput)));
@@ -79,11 +85,7 @@ Status appendGradientClipping(Graph& graph, double max_norm, const GradientNormS
     grads.emplace_back(grad, name);
     if (scope.counts && !scope.counts(graph, param)) continue;
     CLEAVE_ASSIGN_OR_RETURN(ValueId sum, sumOfSquares(graph, grad, name));
-    if (partial == kNoValue) {
-      partial = sum;
-    } else {
-      CLEAVE_ASSIGN_OR_RETURN(partial, addOne(graph, OpId::add, {partial, sum}, {}, "grad_norm.partial"));
-    }
+    CLEAVE_ASSIGN_OR_RETURN(partial, addToPartial(graph, partial, sum));
   }
   if (partial == kNoValue) {
     CLEAVE_ASSIGN_OR_RETURN(partial, scalarConstant(graph, 0.0, "grad_norm.partial"));
@@ -130,11 +132,7 @@ Status appendShardedGradientClipping(Graph& graph, double max_norm, const Gradie
       CLEAVE_ASSIGN_OR_RETURN(ValueId share, scalarConstant(graph, 1.0 / dp_size, "grad_norm.replica_share"));
       CLEAVE_ASSIGN_OR_RETURN(sum, addOne(graph, OpId::mul, {sum, share}, {}, graph.values[grad].name + ".share"));
     }
-    if (partial == kNoValue) {
-      partial = sum;
-    } else {
-      CLEAVE_ASSIGN_OR_RETURN(partial, addOne(graph, OpId::add, {partial, sum}, {}, "grad_norm.partial"));
-    }
+    CLEAVE_ASSIGN_OR_RETURN(partial, addToPartial(graph, partial, sum));
   }
   if (partial == kNoValue) {
     CLEAVE_ASSIGN_OR_RETURN(partial, scalarConstant(graph, 0.0, "grad_norm.partial"));
