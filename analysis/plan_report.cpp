@@ -97,6 +97,11 @@ std::vector<WeightLayout> weightLayouts(const planpb::RankPlan& rank) {
     if (layout.full_shape.empty()) layout.full_shape = layout.shape;
     for (size_t d = 0; d < layout.shape.size() && d < layout.full_shape.size(); ++d)
       if (layout.shape[d] != layout.full_shape[d]) layout.split_dims.push_back(static_cast<int>(d));
+    for (const planpb::ShardStep& step : param.shard_steps())
+      if (std::find(layout.split_axes.begin(), layout.split_axes.end(), step.axis()) == layout.split_axes.end())
+        layout.split_axes.push_back(step.axis());
+    // A plan written before shard steps were recorded: tensor parallelism split it.
+    if (!layout.split_dims.empty() && layout.split_axes.empty()) layout.split_axes.push_back("tp");
     layouts.push_back(std::move(layout));
   }
   return layouts;

@@ -48,6 +48,7 @@ struct WeightLayout {
   std::vector<int64_t> shape;
   std::vector<int64_t> full_shape;
   std::vector<int> split_dims;
+  std::vector<std::string> split_axes;  // the mesh axes the weight is split over ("tp", "dp": ZeRO 3), in order
 };
 
 // The model weights (not the optimizer state) `rank` holds, in the plan's order.

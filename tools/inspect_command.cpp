@@ -137,8 +137,8 @@ std::string tablesText(const std::vector<RankReport>& reports, const std::string
   return text.str();
 }
 
-// Layer by layer, how each rank holds the model's weights: "split dim 1 over tp" with the block's
-// shape, or "whole"; ranks holding the same weights alike (the dp replicas) are listed once.
+// Layer by layer, how each rank holds the model's weights: "split dim 1 over tp" (or "over dp" under
+// ZeRO 3, "over tp and dp") with the block's shape, or "whole"; ranks holding the same weights alike (the dp replicas) are listed once.
 std::string weightsText(const std::vector<const planpb::RankPlan*>& ranks) {
   std::ostringstream text;
   std::vector<std::string> seen;
@@ -150,7 +150,9 @@ std::string weightsText(const std::vector<const planpb::RankPlan*>& ranks) {
       if (!w.split_dims.empty()) {
         how = "split dim";
         for (size_t i = 0; i < w.split_dims.size(); ++i) how += (i ? "," : " ") + std::to_string(w.split_dims[i]);
-        how += " over tp, holds " + shapeStr(w.shape);
+        how += " over ";
+        for (size_t i = 0; i < w.split_axes.size(); ++i) how += (i ? " and " : "") + w.split_axes[i];
+        how += ", holds " + shapeStr(w.shape);
         ++split;
       } else {
         ++whole;
@@ -169,7 +171,8 @@ std::string weightsText(const std::vector<const planpb::RankPlan*>& ranks) {
 nlohmann::ordered_json weightsJson(const planpb::RankPlan& rank) {
   nlohmann::ordered_json weights = nlohmann::ordered_json::array();
   for (const WeightLayout& w : weightLayouts(rank))
-    weights.push_back({{"name", w.name}, {"shape", w.shape}, {"full_shape", w.full_shape}, {"split_dims", w.split_dims}});
+    weights.push_back({{"name", w.name}, {"shape", w.shape}, {"full_shape", w.full_shape}, {"split_dims", w.split_dims},
+                       {"split_axes", w.split_axes}});
   return weights;
 }
 

@@ -125,6 +125,13 @@ assert moved[2]["reduce_scatter"] == 4 * moved[1]["reduce_scatter"] == moved[3][
 assert moved[3]["all_gather"] > 4 * moved[1]["all_gather"], moved
 PY
 
+# inspect --weights says which axis splits a weight: dp under stage 3, tp and dp under both.
+"$cleave" inspect gpt-adamw-zero3--dp2--tp2.cplan --weights >weights.txt
+grep -q "wte.weight \[128,64\]: split dim 0 over tp and dp, holds \[32,64\]" weights.txt ||
+  fail "inspect --weights does not show the stage-3 blocks: $(grep wte weights.txt)"
+grep -q "wpe.weight \[16,64\]: split dim 0 over dp, holds \[8,64\]" weights.txt ||
+  fail "inspect --weights does not show the stage-3 blocks: $(grep wpe weights.txt)"
+
 # Gradients the update alone reads are reduce-scattered, not all-reduced; with clipping too (the
 # norm sums each replica's blocks, one scalar all-reduced).
 "$cleave" inspect gpt-adamw-zero--dp2.cplan --json >zero.json
