@@ -49,10 +49,11 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
   // 1. Per parameter and step: its readers there, the first one's index.
   struct Gather {
-    ValueId param;
+    ValueId param;                 // what is gathered: a parameter's block, or a cast of it
     int64_t dim;
-    std::vector<ValueId> aliases;  // the parameter and its gradient marks, which readers read
+    std::vector<ValueId> aliases;  // the values readers read it as (the parameter and its gradient marks)
     std::vector<int32_t> readers;  // in program order
+    size_t earliest = 0;           // the first node it may run before (after the cast it gathers)
     size_t at = 0;                 // the node it runs before
   };
   using StepKey = std::pair<int, bool>;  // the step's microbatch (-1: outside every step), backward
@@ -82,14 +83,38 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
     }
     std::sort(readers.begin(), readers.end());
     readers.erase(std::unique(readers.begin(), readers.end()), readers.end());
-    std::map<StepKey, Gather> mine;
+    // A cast of the parameter (its bf16 copy under autocast) casts the block instead, and its
+    // readers gather the cast block: the same values, half the bytes moved, and no whole copy kept
+    // from the first step to the last (as FSDP's mixed precision gathers bf16 parameters).
+    Shape block_shape = type.shape;
+    block_shape[dim->second] /= dp_size;
+    std::vector<int32_t> own_readers;
+    auto gatherPerStep = [&](ValueId source, const std::vector<ValueId>& read_as, const std::vector<int32_t>& by) {
+      const int32_t producer = graph.values[source].producer;
+      const size_t earliest = producer < 0 ? 0 : static_cast<size_t>(producer) + 1;
+      std::map<StepKey, Gather> mine;
+      for (int32_t n : by) {
+        const PipelineNodeLabel& label = labels[n];
+        StepKey key{label.microbatch, !forward[n]};
+        mine.try_emplace(key, Gather{source, dim->second, read_as, {}, earliest, 0}).first->second.readers.push_back(n);
+      }
+      for (auto& [key, gather] : mine) gathers_of_step[key].push_back(std::move(gather));
+    };
     for (int32_t n : readers) {
-      const PipelineNodeLabel& label = labels[n];
-      StepKey key{label.microbatch, !forward[n]};
-      Gather& gather = mine.try_emplace(key, Gather{param.value, dim->second, aliases, {}, 0}).first->second;
-      gather.readers.push_back(n);
+      Node& cast = graph.nodes[n];
+      if (cast.op != OpId::cast || cast.operands.size() != 1 || cast.results.size() != 1) {
+        own_readers.push_back(n);
+        continue;
+      }
+      cast.operands[0] = param.value;
+      const ValueId cast_block = cast.results[0];
+      graph.values[cast_block].type.shape = block_shape;
+      std::vector<int32_t> cast_readers;
+      for (int32_t user : users[cast_block])
+        if (cast_readers.empty() || cast_readers.back() != user) cast_readers.push_back(user);
+      gatherPerStep(cast_block, {cast_block}, cast_readers);
     }
-    for (auto& [key, gather] : mine) gathers_of_step[key].push_back(std::move(gather));
+    gatherPerStep(param.value, aliases, own_readers);
     holdDataParallelBlock(graph, param, dim->second, dp_size, dp_index);
     if (param.init.kind == "data" && param.init.data) {  // imported weights: this replica's block of the data
       const TensorType& block = graph.values[param.value].type;
@@ -106,7 +131,7 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
               [](const Gather& a, const Gather& b) { return a.readers.front() < b.readers.front(); });
     for (size_t k = 0; k < gathers.size(); ++k) {
       Gather& gather = gathers[k];
-      gather.at = static_cast<size_t>(gathers[k == 0 ? 0 : k - 1].readers.front());
+      gather.at = std::max(gather.earliest, static_cast<size_t>(gathers[k == 0 ? 0 : k - 1].readers.front()));
       const std::string& name = graph.values[gather.param].name;
       AttrMap attrs{{"axis", std::string(kDataAxis)}, {"group_size", int64_t{dp_size}}, {"dim", gather.dim}};
       const SourceLoc loc = graph.nodes[gather.readers.front()].loc;

@@ -99,6 +99,19 @@ for model in gpt cnn; do
   done
 done
 
+# Under --precision bf16, stage 3 casts each block and gathers it in bf16: bitwise the losses of the
+# same split without ZeRO.
+for flags in "--dp 2" "--dp 2 --tp 2"; do
+  name="gpt-bf16${flags// /}"
+  # shellcheck disable=SC2086
+  compile "$name" gpt.cir --batch 8 --precision bf16 $flags
+  train "$name" synthetic
+  # shellcheck disable=SC2086
+  compile "$name-zero3" gpt.cir --batch 8 --precision bf16 $flags --zero 3
+  train "$name-zero3" synthetic
+  same_losses "$name" "$name-zero3" 0
+done
+
 # What each stage keeps per rank (inspect --json): the GPT at --dp 4 with 4 microbatches. Stage 1
 # quarters the optimizer state, 2 shrinks the arena further (gradients summed in blocks), 3 quarters
 # the parameters too; stage 2 reduce-scatters each microbatch's gradients (4 times stage 1's bytes),
