@@ -7,6 +7,7 @@
 
 #include "ir/gradient.h"
 #include "passes/training/autodiff.h"
+#include "passes/training/optimizer.h"
 
 namespace cleave {
 namespace {
@@ -67,8 +68,6 @@ Status checkMaxNorm(const Graph& graph, double max_norm) {
     return Status::badInput("gradient clipping: the model already has a value named '%" + std::string(kGradNormOutput) + "'");
   return Status::ok();
 }
-
-bool isOptimizerUpdate(const Node& node) { return node.op == OpId::sgd_update || node.op == OpId::adamw_update; }
 
 }  // namespace
 

@@ -134,6 +134,8 @@ Expected<OptimizerSpec> parseOptimizerSpec(std::string_view text) {
   return spec;
 }
 
+bool isOptimizerUpdate(const Node& node) { return node.op == OpId::sgd_update || node.op == OpId::adamw_update; }
+
 Status appendOptimizer(Graph& graph, const OptimizerSpec& spec) {
   // 1. The trainable parameters that have a gradient (a snapshot: state parameters are added below).
   std::vector<std::pair<ValueId, ValueId>> params_with_grads;

@@ -51,4 +51,8 @@ Expected<OptimizerSpec> parseOptimizerSpec(std::string_view text);
 // has a gradient, or a state name is taken.
 Status appendOptimizer(Graph& graph, const OptimizerSpec& spec);
 
+// Whether `node` is one parameter's optimizer update (sgd_update, adamw_update): operand 0 the
+// parameter (or the block of it ZeRO updates), operand 1 its gradient.
+bool isOptimizerUpdate(const Node& node);
+
 }  // namespace cleave

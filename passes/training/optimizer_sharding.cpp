@@ -4,6 +4,7 @@
 #include "passes/training/optimizer_sharding.h"
 
 #include "passes/training/gradient_buckets.h"
+#include "passes/training/optimizer.h"
 #include "ir/device_mesh.h"
 
 #include <map>
@@ -41,7 +42,7 @@ Status shardOptimizerState(Graph& graph, int dp_size, int dp_index) {
   std::map<ValueId, ValueId> next_value_of;                            // old update result -> its replacement
   for (size_t i = 0; i < original_nodes; ++i) {
     const Node update = graph.nodes[i];  // a copy: adding nodes moves them
-    if (update.op != OpId::sgd_update && update.op != OpId::adamw_update) continue;
+    if (!isOptimizerUpdate(update)) continue;
     const ValueId param = update.operands[0];
     const TensorType type = graph.values[param].type;
     // The first dim that divides by the replicas (dim 0, rows, for most; a vocabulary of 50257

@@ -7,6 +7,7 @@
 
 #include "ir/device_mesh.h"
 #include "passes/training/optimizer_sharding.h"
+#include "passes/training/optimizer.h"
 
 namespace cleave {
 namespace {
@@ -23,8 +24,6 @@ bool isDataParallelSlice(const Node& node, int64_t& dim) {
   dim = *d;
   return true;
 }
-
-bool isOptimizerUpdate(const Node& node) { return node.op == OpId::sgd_update || node.op == OpId::adamw_update; }
 
 Status checkReplicas(int dp_size, int dp_index) {
   if (dp_size < 2)
