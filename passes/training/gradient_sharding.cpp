@@ -66,8 +66,8 @@ Expected<int> shardGradientSums(Graph& graph) {
       running = graph.nodes[add].operands[0];
     }
     if (adds.empty()) continue;
-    // 2. Every running sum becomes a block; each part is reduce-scattered right before its add, and
-    //    so is the first (or the zeros become a block of zeros).
+    // 2. Every running sum becomes a block; each part, the first too, is reduce-scattered (or the
+    //    zeros become a block of zeros).
     auto scatterBefore = [&](int32_t add, size_t operand) -> Status {
       const ValueId part = graph.nodes[add].operands[operand];
       CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> part_block,
