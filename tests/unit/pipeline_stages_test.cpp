@@ -188,6 +188,33 @@ TEST(AssignStages, NodesWithoutWorkJoinTheNextNodeWithWork) {
             "have work (a cost above 0)");
 }
 
+// Stages split where the strategy search split them, named by their first node, whatever the
+// balance by time would do.
+TEST(AssignStages, AtGivenStartsSplitsThere) {
+  Graph graph = reluChain(6);
+  StageCostModel model;
+  model.node_costs = {1, 1, 1, 1, 1, 1};
+  auto name = [&](int node) { return graph.values[graph.nodes[node].results[0]].name; };
+  auto at = assignStagesAt(graph, 3, {name(1), name(5)}, model);
+  ASSERT_TRUE(at) << at.status().message();
+  EXPECT_EQ(at->node_stage, (std::vector<int>{0, 1, 1, 1, 1, 2}));
+  EXPECT_EQ(at->stage_cost, (std::vector<double>{1, 4, 1}));
+  // Balanced, the same chain splits 2 / 2 / 2.
+  auto balanced = assignStages(graph, 3, model);
+  ASSERT_TRUE(balanced);
+  EXPECT_EQ(balanced->node_stage, (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  // Errors: a name no node defines, starts out of order, the wrong count.
+  auto unknown = assignStagesAt(graph, 2, {"nowhere"}, model);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.status().message(), "pipeline stages: no node of work '%nowhere' to start a stage at");
+  auto backwards = assignStagesAt(graph, 3, {name(4), name(2)}, model);
+  ASSERT_FALSE(backwards);
+  EXPECT_NE(backwards.status().message().find("starts before the one before it ends"), std::string::npos);
+  auto first = assignStagesAt(graph, 2, {name(0)}, model);
+  ASSERT_FALSE(first);
+  EXPECT_FALSE(assignStagesAt(graph, 3, {name(2)}, model));
+}
+
 TEST(AssignStages, RejectsCostVectorsOfTheWrongSize) {
   Graph graph = reluChain(3);
   StageCostModel model;

@@ -299,6 +299,8 @@ TEST(StrategySearch, Gpt3AtItsOwnBatchFitsOnlyWithTheMemorySavers) {
   ASSERT_TRUE(result.hasValue()) << result.status().message();
   EXPECT_TRUE(result->best.strategy.recompute != RecomputeMode::kNone || result->best.strategy.zero >= 2)
       << result->best.strategy.str();
+  // Compile splits the stages where the estimate did: each later stage's first forward node is named.
+  EXPECT_EQ(result->best.stage_start_nodes.size(), static_cast<size_t>(result->best.strategy.pp - 1));
   EXPECT_LE(result->best.memory_bytes, cluster->device.memory_bytes);
   EXPECT_LT(result->seconds, 5.0 * kTimeScale);
   std::printf("gpt3 175B, batch 1536, on h100x8x128: %s, %.2f s/step, %.1f GiB per device; search %.2f s\n",
