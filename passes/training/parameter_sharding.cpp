@@ -52,11 +52,11 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
     int64_t dim;
     std::vector<ValueId> aliases;  // the values readers read it as (the parameter and its gradient marks)
     std::vector<int32_t> readers;  // in program order
-    size_t earliest = 0;           // the first node it may run before (after the cast it gathers)
     size_t at = 0;                 // the node it runs before
   };
   using StepKey = std::pair<int, bool>;  // the step's microbatch (-1: outside every step), backward
   std::map<StepKey, std::vector<Gather>> gathers_of_step;
+  std::vector<bool> first(graph.nodes.size(), false);  // casts of blocks, which run before every other node
   for (Param& param : graph.params) {
     auto dim = dims.find(graph.values[param.value].name);
     if (dim == dims.end()) continue;
@@ -89,13 +89,11 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
     block_shape[dim->second] /= dp_size;
     std::vector<int32_t> own_readers;
     auto gatherPerStep = [&](ValueId source, const std::vector<ValueId>& read_as, const std::vector<int32_t>& by) {
-      const int32_t producer = graph.values[source].producer;
-      const size_t earliest = producer < 0 ? 0 : static_cast<size_t>(producer) + 1;
       std::map<StepKey, Gather> mine;
       for (int32_t n : by) {
         const PipelineNodeLabel& label = labels[n];
         StepKey key{label.microbatch, !forward[n]};
-        mine.try_emplace(key, Gather{source, dim->second, read_as, {}, earliest, 0}).first->second.readers.push_back(n);
+        mine.try_emplace(key, Gather{source, dim->second, read_as, {}, 0}).first->second.readers.push_back(n);
       }
       for (auto& [key, gather] : mine) gathers_of_step[key].push_back(std::move(gather));
     };
@@ -106,6 +104,7 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
         continue;
       }
       cast.operands[0] = param.value;
+      first[n] = true;  // cast before everything, so that its gathers can run ahead of their readers
       const ValueId cast_block = cast.results[0];
       graph.values[cast_block].type.shape = block_shape;
       std::vector<int32_t> cast_readers;
@@ -130,7 +129,7 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
               [](const Gather& a, const Gather& b) { return a.readers.front() < b.readers.front(); });
     for (size_t k = 0; k < gathers.size(); ++k) {
       Gather& gather = gathers[k];
-      gather.at = std::max(gather.earliest, static_cast<size_t>(gathers[k == 0 ? 0 : k - 1].readers.front()));
+      gather.at = static_cast<size_t>(gathers[k == 0 ? 0 : k - 1].readers.front());
       const std::string& name = graph.values[gather.param].name;
       AttrMap attrs{{"axis", std::string(kDataAxis)}, {"group_size", int64_t{dp_size}}, {"dim", gather.dim}};
       const SourceLoc loc = graph.nodes[gather.readers.front()].loc;
@@ -144,11 +143,17 @@ Status blockAndGather(Graph& graph, std::vector<PipelineNodeLabel>& labels, int 
       graph.nodes.pop_back();
     }
   }
-  // 3. The nodes and their labels in the new order.
+  // 3. The nodes and their labels in the new order: the casts of blocks first.
   std::vector<Node> nodes;
   std::vector<PipelineNodeLabel> ordered;
   nodes.reserve(graph.nodes.size() + before.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (!first[i]) continue;
+    nodes.push_back(std::move(graph.nodes[i]));
+    ordered.push_back(labels[i]);
+  }
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (first[i]) continue;
     if (auto it = before.find(i); it != before.end()) {
       for (auto& [node, label] : it->second) {
         nodes.push_back(std::move(node));
