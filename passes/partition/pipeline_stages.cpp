@@ -428,6 +428,17 @@ StageAssignment assignmentAt(const Graph& graph, int num_stages, const std::vect
   return assignment;
 }
 
+// The input-dependent nodes in program order, grouped into units that start at a node with work.
+struct DataUnits {
+  std::vector<bool> data_nodes;
+  std::vector<WorkUnit> units;
+};
+DataUnits dataUnits(const Graph& graph, const StageCostModel& model) {
+  DataUnits result;
+  result.data_nodes = dataDependentNodes(graph, dataDependentValues(graph));
+  result.units = workUnits(graph, model, result.data_nodes);
+  return result;
+}
 
 }  // namespace
 
@@ -453,9 +464,7 @@ std::vector<int64_t> nodeResultBytes(const Graph& graph) {
 Expected<StageAssignment> assignStages(const Graph& graph, int num_stages, const StageCostModel& model) {
   CLEAVE_TRY(checkCostModel(graph, num_stages, model));
   // 1. The input-dependent nodes in program order, grouped into units that start at a node with work.
-  const std::vector<bool> data_values = dataDependentValues(graph);
-  const std::vector<bool> data_nodes = dataDependentNodes(graph, data_values);
-  const std::vector<WorkUnit> units = workUnits(graph, model, data_nodes);
+  const auto [data_nodes, units] = dataUnits(graph, model);
   if (units.size() < static_cast<size_t>(num_stages))
     return Status::badInput("pipeline stages: cannot split graph '" + graph.name + "' into " +
                             std::to_string(num_stages) + " stages: only " + std::to_string(units.size()) +
@@ -475,9 +484,7 @@ Expected<StageAssignment> assignStagesAt(const Graph& graph, int num_stages, con
   if (first_nodes.size() + 1 != static_cast<size_t>(num_stages))
     return Status::internal("pipeline stages: " + std::to_string(first_nodes.size()) + " stage starts for " +
                             std::to_string(num_stages) + " stages");
-  const std::vector<bool> data_values = dataDependentValues(graph);
-  const std::vector<bool> data_nodes = dataDependentNodes(graph, data_values);
-  const std::vector<WorkUnit> units = workUnits(graph, model, data_nodes);
+  const auto [data_nodes, units] = dataUnits(graph, model);
   std::vector<int> unit_of(graph.nodes.size(), -1);
   for (size_t u = 0; u < units.size(); ++u)
     for (int32_t node : units[u].nodes) unit_of[node] = static_cast<int>(u);
@@ -496,7 +503,6 @@ Expected<StageAssignment> assignStagesAt(const Graph& graph, int num_stages, con
   const UnitSums sums(units, model, num_stages);
   return assignmentAt(graph, num_stages, units, sums, starts, data_nodes);
 }
-
 
 Expected<std::vector<StageTransfer>> stageTransfers(const Graph& graph, const StageAssignment& assignment) {
   CLEAVE_ASSIGN_OR_RETURN(StageLayout layout, layStages(graph, assignment));

@@ -489,17 +489,6 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
     starts = *balance(t, s, kInfinity);
   }
   e.stage_starts = starts;
-  // The forward node each later stage starts at (the first profile node at or after its start that
-  // the forward graph has); none when one has none.
-  for (size_t k = 1; k < starts.size(); ++k) {
-    int node = starts[k];
-    while (node < n && tp_profile.nodes[node].forward_name.empty()) ++node;
-    if (node == n) {
-      e.stage_start_nodes.clear();
-      break;
-    }
-    e.stage_start_nodes.push_back(tp_profile.nodes[node].forward_name);
-  }
 
   // 2. Per stage: its time per microbatch, memory, the transfer to the next stage, and its tail
   //    (the exposed gradient all-reduce and the optimizer after its last backward step).
@@ -686,6 +675,21 @@ StrategyEstimate StrategyEstimator::estimate(const ParallelStrategy& strategy) c
   return impl_->estimate(strategy, nullptr);
 }
 
+std::vector<std::string> StrategyEstimator::stageStartNodes(const StrategyEstimate& estimate) const {
+  // The first profile node at or after each later stage's start that the forward graph has.
+  const TpProfile* profile = impl_->profile(estimate.strategy.tp);
+  if (!profile) return {};
+  const int n = static_cast<int>(profile->nodes.size());
+  std::vector<std::string> names;
+  for (size_t k = 1; k < estimate.stage_starts.size(); ++k) {
+    int node = estimate.stage_starts[k];
+    while (node < n && profile->nodes[node].forward_name.empty()) ++node;
+    if (node == n) return {};
+    names.push_back(profile->nodes[node].forward_name);
+  }
+  return names;
+}
+
 StrategyEstimate StrategyEstimator::estimateWithStages(const ParallelStrategy& strategy,
                                                        std::span<const int> stage_starts) const {
   std::vector<int> starts(stage_starts.begin(), stage_starts.end());
@@ -759,6 +763,10 @@ Expected<StrategySearchResult> searchStrategy(const StrategyEstimator& estimator
   }
   result.best = kept.front().first;
   for (size_t k = 1; k < kept.size(); ++k) result.alternatives.push_back(kept[k].first);
+  // The stage starts compile splits at, for the estimates it may compile.
+  result.best.stage_start_nodes = estimator.stageStartNodes(result.best);
+  for (StrategyEstimate& alternative : result.alternatives)
+    alternative.stage_start_nodes = estimator.stageStartNodes(alternative);
   std::sort(over_memory.begin(), over_memory.end(), faster);
   for (const auto& [estimate, index] : over_memory) {
     if (estimate.step_time_s >= result.best.step_time_s || result.over_memory.size() >= options.alternatives) break;

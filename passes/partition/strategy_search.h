@@ -67,7 +67,8 @@ struct StrategyEstimate {
   int64_t memory_bytes = 0;     // per device, on the stage that needs the most
   std::vector<int> stage_starts;  // the profile node each stage starts at (stage 0 at 0)
   // The forward graph's node (its first result's name) each stage after the first starts at, for
-  // compile to split there (CompileOptions::stage_start_nodes); empty when they cannot be named.
+  // compile to split there (CompileOptions::stage_start_nodes); set by searchStrategy on the
+  // estimates it returns as feasible; empty when they cannot be named.
   std::vector<std::string> stage_start_nodes;
   std::string infeasible;       // why the strategy cannot run (too much memory, ...); empty when it can
 
@@ -123,6 +124,9 @@ class StrategyEstimator {
   // The estimate of `strategy` with stages starting at the given profile nodes (stage_starts[0]
   // == 0, increasing); for tests that enumerate every split.
   StrategyEstimate estimateWithStages(const ParallelStrategy& strategy, std::span<const int> stage_starts) const;
+  // The forward graph's nodes (first result names) where `estimate`'s stages after the first start;
+  // empty when one cannot be named (a stage starting past the last named profile node).
+  std::vector<std::string> stageStartNodes(const StrategyEstimate& estimate) const;
   // The number of profile nodes (the units stages are made of) at tensor-parallel degree `tp`
   // (0 when that degree is infeasible).
   int profileNodes(int tp) const;

@@ -1,6 +1,8 @@
 // Gradient buckets: merges the backward pass's data-parallel all-reduces, in the order gradients appear.
 #include "passes/training/gradient_buckets.h"
 
+#include "ir/device_mesh.h"
+
 #include <map>
 #include <set>
 #include <utility>
@@ -15,10 +17,13 @@ bool isBucketable(const Node& node) { return node.operands.size() == 1 && isData
 
 }  // namespace
 
+bool isOverDataParallel(const Node& node, OpId op) {
+  return node.op == op && OpContext{opDef(node.op), {}, {}, node.attrs}.getString("axis") == kDataAxis;
+}
+
 bool isDataParallelGradientSum(const Node& node) {
-  if (node.op != OpId::all_reduce) return false;
-  OpContext attrs{opDef(node.op), {}, {}, node.attrs};
-  return attrs.getString("axis") == "dp" && attrs.getString("reduce") == "sum";
+  return isOverDataParallel(node, OpId::all_reduce) &&
+         OpContext{opDef(node.op), {}, {}, node.attrs}.getString("reduce") == "sum";
 }
 
 Status bucketGradientAllReduces(Graph& graph, int64_t bucket_bytes) {

@@ -11,6 +11,9 @@ namespace cleave {
 // The default bucket size, as PyTorch DDP's (25 MB).
 constexpr int64_t kDefaultBucketBytes = 25 * 1000 * 1000;
 
+// Whether `node` is an `op` node over the data-parallel replicas (its attribute axis is "dp").
+bool isOverDataParallel(const Node& node, OpId op);
+
 // Whether `node` sums gradients over the data-parallel replicas: an all-reduce over "dp" with
 // reduce "sum" (one gradient, or a bucket of several).
 bool isDataParallelGradientSum(const Node& node);

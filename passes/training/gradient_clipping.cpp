@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/device_mesh.h"
 #include "ir/gradient.h"
 #include "passes/training/autodiff.h"
 #include "passes/training/optimizer.h"
@@ -139,7 +140,7 @@ Status appendShardedGradientClipping(Graph& graph, double max_norm, const Gradie
   // 2. Summed over the replicas, then over the other devices as the scope says.
   ValueId total = partial;
   if (dp_size > 1) {
-    AttrMap attrs{{"axis", std::string("dp")}, {"group_size", int64_t{dp_size}}, {"reduce", std::string("sum")}};
+    AttrMap attrs{{"axis", std::string(kDataAxis)}, {"group_size", int64_t{dp_size}}, {"reduce", std::string("sum")}};
     CLEAVE_ASSIGN_OR_RETURN(total, addOne(graph, OpId::all_reduce, {total}, std::move(attrs), "grad_norm.sum_dp"));
   }
   if (scope.sum_over_devices) {

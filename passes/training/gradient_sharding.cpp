@@ -7,18 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "ir/device_mesh.h"
+#include "passes/training/gradient_buckets.h"
 
 namespace cleave {
 namespace {
-
-// Whether `node` is a reduce-scatter over data-parallel replicas.
-bool isDataParallelReduceScatter(const Node& node) {
-  if (node.op != OpId::reduce_scatter) return false;
-  auto axis = node.attrs.find("axis");
-  return axis != node.attrs.end() && std::get_if<std::string>(&axis->second) &&
-         std::get<std::string>(axis->second) == kDataAxis;
-}
 
 // Whether `v` is expand(constant 0): the start of a sum over microbatches.
 bool isZeros(const Graph& graph, ValueId v) {
@@ -45,7 +37,7 @@ Expected<int> shardGradientSums(Graph& graph) {
   std::map<ValueId, ValueId> block_sum_of;  // a dropped reduce-scatter's result -> the sum of blocks
   int sharded = 0;
   for (size_t i = 0; i < original; ++i) {
-    if (!isDataParallelReduceScatter(graph.nodes[i])) continue;
+    if (!isOverDataParallel(graph.nodes[i], OpId::reduce_scatter)) continue;
     const Node scatter = graph.nodes[i];  // a copy: adding nodes moves them
     const ValueId sum = scatter.operands[0];
     if (users[sum].size() != 1 || read_outside[sum]) continue;

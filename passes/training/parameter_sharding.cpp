@@ -6,24 +6,12 @@
 #include <utility>
 
 #include "ir/device_mesh.h"
+#include "passes/training/gradient_buckets.h"
 #include "passes/training/optimizer_sharding.h"
 #include "passes/training/optimizer.h"
 
 namespace cleave {
 namespace {
-
-// Whether `node` takes a block over data-parallel replicas (a shard_slice over dp); sets `dim`.
-bool isDataParallelSlice(const Node& node, int64_t& dim) {
-  if (node.op != OpId::shard_slice) return false;
-  auto axis = node.attrs.find("axis");
-  auto along = node.attrs.find("dim");
-  if (axis == node.attrs.end() || along == node.attrs.end()) return false;
-  const auto* name = std::get_if<std::string>(&axis->second);
-  const auto* d = std::get_if<int64_t>(&along->second);
-  if (!name || *name != kDataAxis || !d) return false;
-  dim = *d;
-  return true;
-}
 
 Status checkReplicas(int dp_size, int dp_index) {
   if (dp_size < 2)
@@ -185,8 +173,8 @@ Expected<ShardedParameterDims> shardParameters(Graph& graph, std::vector<Pipelin
     Node& update = graph.nodes[i];
     if (!isOptimizerUpdate(update)) continue;
     const int32_t slice = graph.values[update.operands[0]].producer;
-    int64_t dim = 0;
-    if (slice < 0 || !isDataParallelSlice(graph.nodes[slice], dim)) continue;
+    if (slice < 0 || !isOverDataParallel(graph.nodes[slice], OpId::shard_slice)) continue;
+    const int64_t dim = OpContext{opDef(OpId::shard_slice), {}, {}, graph.nodes[slice].attrs}.getInt("dim");
     const ValueId param = graph.nodes[slice].operands[0];
     const Param* held = graph.findParam(param);
     const std::vector<int32_t>& gathered_by = users[update.results[0]];
