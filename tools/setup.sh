@@ -21,6 +21,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler # ONNX import and the plan schema
   libopenblas-dev                               # CPU math
   libdnnl-dev                                   # f32 convolutions (oneDNN)
+  ocl-icd-opencl-dev                            # oneDNN's CMake config requires OpenCL (a Recommends)
   libjemalloc-dev libjemalloc2                  # the executables' allocator (large compiles)
   libopenmpi-dev openmpi-bin                    # multi-process runs
   nlohmann-json3-dev libcli11-dev               # JSON output and command-line flags
