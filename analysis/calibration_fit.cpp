@@ -9,9 +9,13 @@ namespace cleave {
 std::map<OpId, double> kernelEfficiencies(const std::vector<MeasuredKernel>& kernels, const DeviceSpec& device) {
   std::map<OpId, std::pair<double, double>> sums;  // op -> (roofline, measured)
   for (const MeasuredKernel& kernel : kernels) {
-    double roofline = rooflineTime(kernel.cost, kernel.dtype, device) - device.kernel_overhead_s;
+    const bool misses = device.cache_bandwidth > 0 && kernel.footprint_bytes > device.cache_bytes;
+    const double missed = misses ? kernel.cost.bytes : 0.0;
+    const double from_memory = misses && device.memory_bandwidth > 0 ? missed / device.memory_bandwidth : 0.0;
+    double roofline = rooflineTime(kernel.cost, kernel.dtype, device, 1, missed) - device.kernel_overhead_s - from_memory;
     sums[kernel.op].first += kernel.count * roofline;
-    sums[kernel.op].second += kernel.count * std::max(kernel.seconds - device.kernel_overhead_s, 1e-9);
+    sums[kernel.op].second +=
+        kernel.count * std::max(kernel.seconds - device.kernel_overhead_s - from_memory, 1e-9);
   }
   std::map<OpId, double> efficiencies;
   for (const auto& [op, sum] : sums)

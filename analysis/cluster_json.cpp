@@ -101,7 +101,8 @@ LinkSpec readLink(const Json& json, const std::string& path, Status& status) {
 
 DeviceSpec readDevice(const Json& json, Status& status) {
   ObjectReader reader(json, "device", status);
-  reader.onlyKeys({"name", "peak_flops", "memory_bandwidth", "memory_bytes", "kernel_overhead_s", "kernel_efficiency"});
+  reader.onlyKeys({"name", "peak_flops", "memory_bandwidth", "memory_bytes", "kernel_overhead_s", "cache_bytes",
+                   "cache_bandwidth", "kernel_efficiency"});
   DeviceSpec device;
   device.name = reader.string("name", false, "device");
   if (const Json* peaks = reader.object("peak_flops", true)) {
@@ -124,6 +125,12 @@ DeviceSpec readDevice(const Json& json, Status& status) {
   if (memory > 9.0e18) reader.fail("device.memory_bytes", "is too large");
   device.memory_bytes = static_cast<int64_t>(memory);
   device.kernel_overhead_s = reader.number("kernel_overhead_s", false, 0, false);
+  double cache = reader.number("cache_bytes", false, 0, false);
+  if (cache > 9.0e18) reader.fail("device.cache_bytes", "is too large");
+  device.cache_bytes = static_cast<int64_t>(cache);
+  device.cache_bandwidth = reader.number("cache_bandwidth", false, 0, false);
+  if ((device.cache_bytes > 0) != (device.cache_bandwidth > 0))
+    reader.fail("device.cache_bytes", "and device.cache_bandwidth go together: both above 0, or neither");
   if (const Json* efficiencies = reader.object("kernel_efficiency", false)) {
     ObjectReader efficiency_reader(*efficiencies, "device.kernel_efficiency", status);
     if (status.isOk()) {
@@ -178,6 +185,10 @@ std::string clusterToJson(const ClusterSpec& cluster) {
                                     {"memory_bandwidth", cluster.device.memory_bandwidth},
                                     {"memory_bytes", cluster.device.memory_bytes},
                                     {"kernel_overhead_s", cluster.device.kernel_overhead_s}};
+  if (cluster.device.cache_bytes > 0) {
+    device["cache_bytes"] = cluster.device.cache_bytes;
+    device["cache_bandwidth"] = cluster.device.cache_bandwidth;
+  }
   if (!cluster.device.kernel_efficiency.empty()) {
     nlohmann::ordered_json efficiencies = nlohmann::ordered_json::object();
     for (const auto& [op, efficiency] : cluster.device.kernel_efficiency) efficiencies[std::string(opName(op))] = efficiency;

@@ -210,11 +210,18 @@ int64_t commFullBytes(const planpb::RankPlan& rank, const planpb::Instruction& i
   return std::max(sum(instruction.operands()), sum(instruction.results()));
 }
 
-double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device, double efficiency) {
+double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device, double efficiency, double missed_bytes) {
   double peak = device.peakFlops(dtype);
   double compute = peak > 0 ? cost.flops / peak : 0.0;
-  double memory = device.memory_bandwidth > 0 ? cost.bytes / device.memory_bandwidth : 0.0;
-  return std::max(compute, memory) / (efficiency > 0 ? efficiency : 1.0) + device.kernel_overhead_s;
+  if (efficiency <= 0) efficiency = 1.0;
+  if (device.cache_bandwidth <= 0) {
+    double memory = device.memory_bandwidth > 0 ? cost.bytes / device.memory_bandwidth : 0.0;
+    return std::max(compute, memory) / efficiency + device.kernel_overhead_s;
+  }
+  missed_bytes = std::clamp(missed_bytes, 0.0, std::max(cost.bytes, 0.0));
+  double from_cache = (cost.bytes - missed_bytes) / device.cache_bandwidth;
+  double from_memory = device.memory_bandwidth > 0 ? missed_bytes / device.memory_bandwidth : 0.0;
+  return std::max(compute, from_cache) / efficiency + from_memory + device.kernel_overhead_s;
 }
 
 DType arithmeticDType(std::span<const TensorType> operands, std::span<const TensorType> results) {
@@ -235,9 +242,9 @@ OpCost CostModel::kernelCost(const OpDef& def, std::span<const TensorType> opera
 }
 
 double CostModel::kernelTime(const OpDef& def, std::span<const TensorType> operands,
-                             std::span<const TensorType> results, const AttrMap& attrs) const {
+                             std::span<const TensorType> results, const AttrMap& attrs, double missed_bytes) const {
   return rooflineTime(kernelCost(def, operands, results, attrs), arithmeticDType(operands, results), cluster_.device,
-                      cluster_.device.efficiency(def.id));
+                      cluster_.device.efficiency(def.id), missed_bytes);
 }
 
 double CostModel::nodeTime(const Graph& graph, int32_t node_index) const {
@@ -260,8 +267,8 @@ double CostModel::nodeTime(const Graph& graph, int32_t node_index) const {
   return commTime(*comm, group_size, std::max(totalBytes(operands), totalBytes(results)), link);
 }
 
-Expected<double> CostModel::instructionTime(const planpb::RankPlan& rank,
-                                            const planpb::Instruction& instruction) const {
+Expected<double> CostModel::instructionTime(const planpb::RankPlan& rank, const planpb::Instruction& instruction,
+                                            double missed_bytes) const {
   const std::string where = instructionWhere(rank, instruction);
   switch (instruction.kind()) {
     case planpb::KERNEL: {
@@ -277,12 +284,12 @@ Expected<double> CostModel::instructionTime(const planpb::RankPlan& rank,
         if (!value) return value.status().withContext(where + "attribute '" + name + "': ");
         attrs.emplace(name, std::move(*value));
       }
-      return kernelTime(opDef(*op), *operands, *results, attrs);
+      return kernelTime(opDef(*op), *operands, *results, attrs, missed_bytes);
     }
     case planpb::COPY: {
       OpCost cost;
       cost.bytes = 2.0 * static_cast<double>(commFullBytes(rank, instruction));
-      return rooflineTime(cost, DType::kF32, cluster_.device);
+      return rooflineTime(cost, DType::kF32, cluster_.device, 1, missed_bytes);
     }
     case planpb::SEND:
     case planpb::RECV: {

@@ -25,6 +25,12 @@ struct DeviceSpec {
   double memory_bandwidth = 0;         // bytes/s between the device's memory and its cores
   int64_t memory_bytes = 0;            // capacity
   double kernel_overhead_s = 0;        // fixed time every kernel takes (launch, dispatch)
+  // The cache model (0: none, every byte moves at memory_bandwidth): the share of the last-level
+  // cache one device has, and the bytes/s its kernels read and write there. With it, a simulated
+  // kernel's bytes that the cache holds move at cache_bandwidth and the rest (cacheMissBytes,
+  // analysis/cache_reuse.h) at memory_bandwidth; `cleave calibrate` measures both.
+  int64_t cache_bytes = 0;
+  double cache_bandwidth = 0;
   // Per op, the speed its kernels reach relative to the roofline (time = roofline time / efficiency,
   // plus the overhead); `cleave calibrate` measures it. An op not listed reaches the roofline (1).
   std::map<OpId, double> kernel_efficiency;
@@ -84,9 +90,13 @@ double commTime(CommKind kind, int group_size, double full_bytes, const LinkSpec
 // total bytes (so all-gather counts its result and reduce-scatter its operand).
 int64_t commFullBytes(const planpb::RankPlan& rank, const planpb::Instruction& instruction);
 
-// Roofline time of work `cost` on `device`: max(flops / peak(dtype), bytes / bandwidth) / efficiency
-// + overhead.
-double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device, double efficiency = 1);
+// Roofline time of work `cost` on `device`: max(flops / peak(dtype), bytes / memory bandwidth) /
+// efficiency + overhead. On a device with a cache model (cache_bandwidth > 0), `missed_bytes` of
+// the bytes come from memory and the rest from the cache: max(flops / peak, (bytes - missed) /
+// cache bandwidth) / efficiency + missed / memory bandwidth + overhead. The misses are added, not
+// overlapped: a CPU kernel streaming a weight from memory (a GEMM packing it) mostly waits for it.
+double rooflineTime(const OpCost& cost, DType dtype, const DeviceSpec& device, double efficiency = 1,
+                    double missed_bytes = 0);
 
 // The dtype whose peak a kernel runs at: its first float result, else its first float operand, else f32.
 DType arithmeticDType(std::span<const TensorType> operands, std::span<const TensorType> results);
@@ -101,9 +111,10 @@ class CostModel {
   // (a lowering-specific attribute its shape rule rejects), the bytes of its operands and results.
   static OpCost kernelCost(const OpDef& def, std::span<const TensorType> operands, std::span<const TensorType> results,
                            const AttrMap& attrs);
-  // Roofline time of one instance of op `def` (kernelCost's FLOPs and bytes, the device's efficiency for it).
+  // Roofline time of one instance of op `def` (kernelCost's FLOPs and bytes, the device's efficiency
+  // for it), `missed_bytes` of them from memory on a device with a cache model.
   double kernelTime(const OpDef& def, std::span<const TensorType> operands, std::span<const TensorType> results,
-                    const AttrMap& attrs) const;
+                    const AttrMap& attrs, double missed_bytes = 0) const;
 
   // Time of node `node_index` of a per-device graph, as the pipeline stage balancer counts it:
   // views (reshape, ...) and grad_all_reduce cost nothing; collectives take their alpha-beta time
@@ -114,8 +125,11 @@ class CostModel {
 
   // Time of one plan instruction on `rank`: kernels by roofline, copies by bytes read and written,
   // collectives and send/recv by alpha-beta over the link their ranks share (a recv's time is the
-  // transfer it waits for). Errors name the instruction when its op or buffers are unknown.
-  Expected<double> instructionTime(const planpb::RankPlan& rank, const planpb::Instruction& instruction) const;
+  // transfer it waits for). `missed_bytes`: the bytes of a kernel or copy the cache does not hold
+  // (cacheMissBytes), on a device with a cache model. Errors name the instruction when its op or
+  // buffers are unknown.
+  Expected<double> instructionTime(const planpb::RankPlan& rank, const planpb::Instruction& instruction,
+                                   double missed_bytes = 0) const;
 
  private:
   ClusterSpec cluster_;

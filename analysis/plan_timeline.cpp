@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "analysis/cache_reuse.h"
 #include "ir/plan_storage.h"
 #include "ir/shared_programs.h"
 
@@ -249,9 +250,10 @@ Expected<ProgramTimeline> simulateProgram(const planpb::Plan& plan, std::string_
     state.end.assign(n, -1.0);
     state.arrived.assign(n, false);
     state.dependencies = instructionDependencies(rank, *state.program);
+    const std::vector<double> missed = cacheMissBytes(rank, *state.program, model.cluster().device.cache_bytes);
     for (int32_t i = 0; i < n; ++i) {
       const planpb::Instruction& instruction = state.program->instructions(i);
-      auto time = model.instructionTime(rank, instruction);
+      auto time = model.instructionTime(rank, instruction, missed[i]);
       if (!time) return time.status().withContext(where);
       state.duration.push_back(*time);
       state.queue_of_stream[instruction.stream()].push_back(i);

@@ -78,6 +78,8 @@ struct ProgramTimeline {
 
 // Simulates one run of `program` on every rank of `plan`:
 //   - each rank runs each stream's instructions in program order, one at a time;
+//   - each instruction takes the cost model's time, its cache misses (cacheMissBytes) included on a
+//     device with a cache model;
 //   - an instruction also waits for the instructions that write its operands (on any stream);
 //   - a collective starts when every member has reached it and ends its alpha-beta time later on all;
 //   - a send takes its transfer time; the matching recv ends when the send's data has arrived.

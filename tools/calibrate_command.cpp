@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -63,9 +64,36 @@ std::vector<MeasuredKernel> measureSuite(const std::vector<runtime::CountedKerne
   for (const auto& [kernel, count] : kernels) {
     auto seconds = runtime::kernelSeconds(kernel, devices, budget);
     if (!seconds) continue;
-    measured.push_back({kernel.op, costOf(kernel), arithmeticDType(kernel.operands, kernel.results), count, *seconds});
+    int64_t footprint = 0;
+    for (const auto* types : {&kernel.operands, &kernel.results})
+      for (const TensorType& type : *types) footprint += type.bytes();
+    measured.push_back(
+        {kernel.op, costOf(kernel), arithmeticDType(kernel.operands, kernel.results), count, footprint, *seconds});
   }
   return measured;
+}
+
+// The bytes of this machine's largest cache (the last level, which the cores share), from sysfs,
+// else glibc; 0 when neither tells.
+int64_t lastLevelCacheBytes() {
+  int64_t largest = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string path = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size";
+    std::FILE* file = std::fopen(path.c_str(), "r");
+    if (!file) continue;
+    long long size = 0;
+    char unit = 0;
+    if (std::fscanf(file, "%lld%c", &size, &unit) >= 1) {
+      if (unit == 'K') size <<= 10;
+      if (unit == 'M') size <<= 20;
+      largest = std::max<int64_t>(largest, size);
+    }
+    std::fclose(file);
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  if (largest == 0) largest = std::max<long>(sysconf(_SC_LEVEL3_CACHE_SIZE), 0);
+#endif
+  return largest;
 }
 
 }  // namespace
@@ -79,11 +107,13 @@ int runCalibrate(const CalibrateFlags& flags) {
   // 1. GEMM: the matmul kernel on 512^3 products (f32 and f64), one core.
   auto gemm32 = runtime::KernelInstance::of(OpId::matmul, {f32({512, 512}), f32({512, 512})});
   auto gemm64 = runtime::KernelInstance::of(OpId::matmul, {f64({512, 512}), f64({512, 512})});
-  // 2. Memory bandwidth: an elementwise add over 4M floats (48 MB read and written), and the
-  //    fixed cost of a kernel: an add of one element.
+  // 2. Memory bandwidth: an elementwise add over 4M floats (48 MB read and written); the cache's:
+  //    an add over 256K floats (3 MB), called on the same buffers again and again; and the fixed
+  //    cost of a kernel: an add of one element.
   auto stream = runtime::KernelInstance::of(OpId::add, {f32({4 << 20}), f32({4 << 20})});
+  auto cached = runtime::KernelInstance::of(OpId::add, {f32({256 << 10}), f32({256 << 10})});
   auto tiny = runtime::KernelInstance::of(OpId::add, {f32({1}), f32({1})});
-  for (const auto* kernel : {&gemm32, &gemm64, &stream, &tiny})
+  for (const auto* kernel : {&gemm32, &gemm64, &stream, &cached, &tiny})
     if (!*kernel) return reportError(kernel->status());
   auto gemm32_s = runtime::kernelSeconds(*gemm32, devices, budget);
   if (!gemm32_s) return reportError(gemm32_s.status());
@@ -91,6 +121,8 @@ int runCalibrate(const CalibrateFlags& flags) {
   if (!gemm64_s) return reportError(gemm64_s.status());
   auto stream_s = runtime::kernelSeconds(*stream, devices, budget);
   if (!stream_s) return reportError(stream_s.status());
+  auto cached_s = runtime::kernelSeconds(*cached, devices, budget);
+  if (!cached_s) return reportError(cached_s.status());
   auto tiny_s = runtime::kernelSeconds(*tiny, devices, budget);
   if (!tiny_s) return reportError(tiny_s.status());
 
@@ -117,6 +149,14 @@ int runCalibrate(const CalibrateFlags& flags) {
   const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   cluster.device.memory_bytes = physical / devices;
   cluster.device.kernel_overhead_s = *tiny_s;
+  // The cache model: each device's share of the last-level cache, when the machine tells its size
+  // and the share holds the 3 MB add whose speed is the cache's.
+  const int64_t cache_share = lastLevelCacheBytes() / devices;
+  const double cache_bandwidth = costOf(*cached).bytes / std::max(*cached_s - *tiny_s, 1e-9);
+  if (cache_share >= 2 * int64_t{3 << 20} && cache_bandwidth > cluster.device.memory_bandwidth) {
+    cluster.device.cache_bytes = cache_share;
+    cluster.device.cache_bandwidth = cache_bandwidth;
+  }
   cluster.hosts = 1;
   cluster.devices_per_host = devices;
   cluster.intra_host = fitLink("loopback (calibrated all-reduce)", *all_reduce_small,
@@ -136,6 +176,11 @@ int runCalibrate(const CalibrateFlags& flags) {
               cluster.device.peak_flops[DType::kF64] / 1e9);
   std::printf("  memory (elementwise add, 48 MB): %.2f GB/s; kernel overhead %.2f us\n",
               cluster.device.memory_bandwidth / 1e9, cluster.device.kernel_overhead_s * 1e6);
+  if (cluster.device.cache_bytes > 0)
+    std::printf("  cache: %.1f MiB per device at %.2f GB/s (elementwise add, 3 MB, again and again)\n",
+                static_cast<double>(cluster.device.cache_bytes) / (1 << 20), cluster.device.cache_bandwidth / 1e9);
+  else
+    std::printf("  cache: not modelled (its size unknown, or under 6 MB per device)\n");
   std::printf("  all-reduce (2 ranks): %.2f GB/s per rank, %.2f us per step; send/recv: %.2f GB/s, %.2f us\n",
               cluster.intra_host.bandwidth / 1e9, cluster.intra_host.latency * 1e6, send_link.bandwidth / 1e9,
               send_link.latency * 1e6);

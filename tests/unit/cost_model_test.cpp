@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "analysis/cache_reuse.h"
 #include "analysis/cluster_json.h"
 #include "analysis/plan_prediction.h"
 #include "analysis/plan_timeline.h"
@@ -56,6 +57,87 @@ TEST(CostModel, RooflineTakesTheSlowerOfComputeAndMemoryPlusOverhead) {
   EXPECT_DOUBLE_EQ(rooflineTime({1e6, 1000}, DType::kF32, device), 1e6 / 1e9 + 1e-6);      // compute-bound
   EXPECT_DOUBLE_EQ(rooflineTime({1e6, 1000}, DType::kF64, device), 1e6 / 5e8 + 1e-6);      // its own peak
   EXPECT_DOUBLE_EQ(device.peakFlops(DType::kBF16), 1e9);                                   // falls back to f32
+}
+
+TEST(CostModel, WithACacheModelMissedBytesComeFromMemoryOnTopOfTheRest) {
+  DeviceSpec device;
+  device.peak_flops = {{DType::kF32, 1e9}};
+  device.memory_bandwidth = 1e9;
+  device.cache_bytes = 1 << 20;
+  device.cache_bandwidth = 4e9;
+  device.kernel_overhead_s = 1e-6;
+  // All hits: the cache's bandwidth is the roofline's memory side.
+  EXPECT_DOUBLE_EQ(rooflineTime({1000, 12000}, DType::kF32, device), 12000 / 4e9 + 1e-6);
+  // A compute-bound kernel missing 8000 of its bytes waits for them after computing.
+  EXPECT_DOUBLE_EQ(rooflineTime({1e6, 12000}, DType::kF32, device, 1, 8000), 1e6 / 1e9 + 8000 / 1e9 + 1e-6);
+  // Efficiency scales the cached part only; misses beyond the kernel's bytes are clamped.
+  EXPECT_DOUBLE_EQ(rooflineTime({1000, 12000}, DType::kF32, device, 0.5, 4000), 8000 / 4e9 / 0.5 + 4000 / 1e9 + 1e-6);
+  EXPECT_DOUBLE_EQ(rooflineTime({0, 12000}, DType::kF32, device, 1, 1e9), 12000 / 1e9 + 1e-6);
+  // Without a cache model the misses change nothing.
+  device.cache_bandwidth = 0;
+  EXPECT_DOUBLE_EQ(rooflineTime({0, 12000}, DType::kF32, device, 1, 12000), 12000 / 1e9 + 1e-6);
+}
+
+TEST(CacheModel, ReusedBuffersHitAndBuffersEvictedSinceTheirLastUseMiss) {
+  // One rank whose cache holds 4 chunks. a and b (one chunk each) are used every step; big (8
+  // chunks) passes through between their uses once a step.
+  PlanBuilder b(1);
+  auto place = [&](const std::string& name, int64_t floats, int64_t chunk) {
+    int id = b.buffer(0, name, {floats});
+    b.rank(0).mutable_buffers(id)->set_offset(chunk * kCacheChunkBytes);
+    return id;
+  };
+  const int64_t chunk_floats = kCacheChunkBytes / 4;
+  int a = place("a", chunk_floats, 0);
+  int c = place("c", chunk_floats, 1);
+  int big = place("big", 8 * chunk_floats, 2);
+  int d = place("d", chunk_floats, 10);
+  b.kernel(0, "relu", {a}, {c});      // 0: a was used last (by 3); c was evicted by big since 1: misses
+  b.kernel(0, "relu", {c}, {d});      // 1: c just used; d used by 3 with only a and c since: hits
+  b.kernel(0, "relu", {big}, {big});  // 2: 8 chunks streamed through a cache of 4 (LRU): each was
+                                      //    evicted by the others since, so all miss, read and written back
+  b.kernel(0, "relu", {d}, {a});      // 3: d and a were evicted by big: both miss
+  const double chunk = static_cast<double>(kCacheChunkBytes);
+  std::vector<double> missed = cacheMissBytes(b.rank(0), b.program(0), 4 * kCacheChunkBytes);
+  ASSERT_EQ(missed.size(), 4u);
+  EXPECT_DOUBLE_EQ(missed[0], chunk);
+  EXPECT_DOUBLE_EQ(missed[1], 0);
+  EXPECT_DOUBLE_EQ(missed[2], 2 * 8 * chunk);
+  EXPECT_DOUBLE_EQ(missed[3], 2 * chunk);
+  // A cache that holds everything misses nothing in the steady state; no cache model: zeros.
+  for (double bytes : cacheMissBytes(b.rank(0), b.program(0), 16 * kCacheChunkBytes)) EXPECT_EQ(bytes, 0);
+  for (double bytes : cacheMissBytes(b.rank(0), b.program(0), 0)) EXPECT_EQ(bytes, 0);
+}
+
+TEST(CacheModel, SimulatedKernelsPayForTheirMisses) {
+  // In-place kernels on a (1 chunk) and big (8 chunks) through a cache of 4 chunks: missed bytes
+  // move at memory bandwidth, the rest at the cache's (compute is free here).
+  PlanBuilder b(1);
+  const int64_t chunk_floats = kCacheChunkBytes / 4;
+  int a = b.buffer(0, "a", {chunk_floats});
+  int big = b.buffer(0, "big", {8 * chunk_floats});
+  b.rank(0).mutable_buffers(big)->set_offset(kCacheChunkBytes);
+  b.kernel(0, "relu", {a}, {a});
+  b.kernel(0, "relu", {big}, {big});
+  ClusterSpec cluster = roundCluster();
+  cluster.device.peak_flops = {{DType::kF32, 1e15}};
+  cluster.device.memory_bandwidth = 1e9;
+  cluster.device.cache_bytes = 4 * kCacheChunkBytes;
+  cluster.device.cache_bandwidth = 1e10;
+  auto timeline = simulateProgram(b.plan, "train", CostModel(cluster));
+  ASSERT_TRUE(timeline.hasValue()) << timeline.status().message();
+  const auto& events = timeline->ranks[0].events;
+  ASSERT_EQ(events.size(), 2u);
+  const double chunk = static_cast<double>(kCacheChunkBytes);
+  // a was evicted by big: read and written back from memory.
+  EXPECT_NEAR(events[0].duration_s, 2 * chunk / 1e9, 1e-9);
+  // big streams 8 chunks through 4 in every step: all miss.
+  EXPECT_NEAR(events[1].duration_s, 2 * 8 * chunk / 1e9, 1e-9);
+  // With a cache of 16 chunks everything stays: the cache's bandwidth only.
+  cluster.device.cache_bytes = 16 * kCacheChunkBytes;
+  timeline = simulateProgram(b.plan, "train", CostModel(cluster));
+  ASSERT_TRUE(timeline.hasValue()) << timeline.status().message();
+  EXPECT_NEAR(timeline->ranks[0].events[1].duration_s, 2 * 8 * chunk / 1e10, 1e-9);
 }
 
 TEST(CostModel, CollectiveTrafficFollowsTheAlgorithm) {
@@ -317,6 +399,13 @@ TEST(ClusterSpecs, JsonRoundTripsEveryBuiltin) {
     EXPECT_DOUBLE_EQ(read->intra_host.bandwidth, cluster.intra_host.bandwidth);
     EXPECT_DOUBLE_EQ(read->inter_host.latency, cluster.inter_host.latency);
   }
+  ClusterSpec cached = *builtinCluster("cpu-local");
+  cached.device.cache_bytes = 16 << 20;
+  cached.device.cache_bandwidth = 5e10;
+  auto read = clusterFromJson(clusterToJson(cached), "cached.json");
+  ASSERT_TRUE(read.hasValue()) << read.status().message();
+  EXPECT_EQ(read->device.cache_bytes, 16 << 20);
+  EXPECT_DOUBLE_EQ(read->device.cache_bandwidth, 5e10);
 }
 
 TEST(ClusterSpecs, JsonErrorsNameTheKey) {
@@ -354,6 +443,9 @@ TEST(ClusterSpecs, JsonErrorsNameTheKey) {
                   "intra_host": {"bandwidth": 0, "latency": 0}})",
               "c.json: intra_host.bandwidth: must be a positive number");
   expectError(R"({"device": {}})", "c.json: name: missing");
+  expectError(R"({"name": "x", "device": {"peak_flops": {"f32": 1}, "memory_bandwidth": 1, "memory_bytes": 1,
+                  "cache_bytes": 1048576}, "intra_host": {"bandwidth": 1, "latency": 0}})",
+              "c.json: device.cache_bytes: and device.cache_bandwidth go together: both above 0, or neither");
 }
 
 TEST(ClusterSpecs, LoadClusterTakesANameOrAFile) {
