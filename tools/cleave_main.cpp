@@ -256,6 +256,11 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                     "With --tp: split the activations between tensor-parallel regions (layer norms, residual adds) "
                     "along the sequence over the tp ranks, reduce-scattering and all-gathering them instead of "
                     "all-reducing (Megatron's sequence parallelism)");
+  compile->add_option("--virtual-stages", flags.virtual_stages,
+                      "With --pp P: cut the model into P x V stages and give each rank V of them (stage s holds s, "
+                      "s + P, ...), run by the interleaved 1F1B schedule (Megatron-LM's): a smaller pipeline bubble "
+                      "for more messages; --microbatches must be a multiple of P. 1 (default): one stage per rank")
+      ->check(CLI::Range(1, 64));
   compile->add_option("--recompute", flags.recompute,
                       "Training: activations the backward pass computes again instead of keeping (docs/training.md): "
                       "none (default), selective (keeps weight products and layer boundaries) or full (keeps layer "

@@ -45,7 +45,12 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
                      " device(s), dp " + std::to_string(strategy.dp()) + " x tp " + std::to_string(strategy.tp()) +
                      " x pp " + std::to_string(strategy.pp()) + ", " + std::to_string(strategy.microbatches()) +
                      " microbatch(es)";
-  if (!strategy.schedule().empty()) text += " (" + strategy.schedule() + ")";
+  if (!strategy.schedule().empty())
+    text += " (" + strategy.schedule() +
+            (strategy.virtual_stages() > 1 ? ", interleaved: " + std::to_string(strategy.virtual_stages()) +
+                                                 " virtual stages per rank"
+                                           : "") +
+            ")";
   if (strategy.zero() != 0) text += ", zero " + std::to_string(strategy.zero());
   if (strategy.sequence_parallel()) text += ", sequence parallel";
   text += ", batch " + std::to_string(plan.global_batch());

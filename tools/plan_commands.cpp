@@ -82,6 +82,8 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   if (flags.devices == 0) return Status::usage("--strategy auto needs --devices N");
   if (flags.dp != 1 || flags.tp != 1 || flags.pp != 1 || flags.microbatches != 1)
     return Status::usage("--strategy auto chooses --dp, --tp, --pp and --microbatches; give only --devices");
+  if (flags.virtual_stages != 1)
+    return Status::usage("--strategy auto does not weigh --virtual-stages yet; give --pp and --microbatches by hand");
   StrategySearchOptions search;
   search.devices = flags.devices;
   search.batch = flags.batch;
@@ -138,6 +140,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.fusion = flags.fusion == "on";
   options.zero = flags.zero;
   options.sequence_parallel = flags.sequence_parallel;
+  options.virtual_stages = flags.virtual_stages;
   options.dp = flags.dp;
   options.tp = flags.tp;
   options.pp = flags.pp;

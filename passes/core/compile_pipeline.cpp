@@ -7,6 +7,7 @@
 #include <numeric>
 #include <set>
 
+#include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "ir/shared_programs.h"
 #include "analysis/cost_model.h"
@@ -23,6 +24,7 @@
 #include "passes/partition/pipeline_backward.h"
 #include "passes/lowering/pipeline_schedule.h"
 #include "passes/partition/pipeline_stages.h"
+#include "passes/lowering/virtual_stage_merge.h"
 #include "passes/partition/spmd_partitioner.h"
 
 namespace cleave {
@@ -323,7 +325,11 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       continue;
     }
     built_at.emplace(r, result.ranks.size());
-    const std::vector<PipelineStep> steps = stageSchedule(schedule, coord.stage(), mesh.pp(), options.microbatches);
+    const std::vector<PipelineStep> steps =
+        options.stages_are_virtual
+            ? virtualStageSchedule(coord.stage(), mesh.pp() / options.virtual_stages, options.virtual_stages,
+                                   options.microbatches)
+            : stageSchedule(schedule, coord.stage(), mesh.pp(), options.microbatches);
     RankGraphs rank{coord, {}, {}};
     if (options.train) {
       StageBoundary boundary;
@@ -433,6 +439,40 @@ Status checkMemoryLimit(const planpb::Plan& plan, int64_t limit_bytes) {
 
 }  // namespace
 
+// Interleaved 1F1B: the plan of pp x V stages, each stage's steps in the order its rank will run
+// them, merged into pp ranks of V virtual stages each.
+Expected<planpb::Plan> compileVirtualStages(const Graph& model, const CompileOptions& options) {
+  const int v = options.virtual_stages;
+  const std::string flag = "compile: --virtual-stages " + std::to_string(v);
+  if (options.pp < 2)
+    return Status::usage(flag + " interleaves several pipeline stages on each rank: it needs --pp 2 or more");
+  if (options.schedule != "1f1b")
+    return Status::usage(flag + " runs the interleaved 1F1B schedule: it takes --schedule 1f1b, not " +
+                         options.schedule);
+  if (options.microbatches % options.pp != 0)
+    return Status::usage(flag + ": the interleaved schedule runs the microbatches in groups of --pp " +
+                         std::to_string(options.pp) + ", so --microbatches (" + std::to_string(options.microbatches) +
+                         ") must be a multiple of it");
+  if (options.train && options.training.clip_grad_norm > 0)
+    return Status::usage(flag + ": gradient clipping sums the norm over the pipeline's stages, which "
+                         "interleaved plans do not support yet");
+  if (options.zero > 1)
+    return Status::usage(flag + ": --zero " + std::to_string(options.zero) +
+                         " is not supported with virtual stages yet (--zero 1 is)");
+  CompileOptions stages = options;
+  stages.pp = options.pp * v;
+  stages.stages_are_virtual = true;
+  stages.share_programs = false;
+  stages.memory_limit_bytes = 0;  // checked on the merged ranks
+  stages.stage_start_nodes.clear();
+  CLEAVE_ASSIGN_OR_RETURN(planpb::Plan plan, compileModel(model, stages));
+  auto merged = mergeVirtualStages(plan, options.pp, v);
+  if (!merged) return merged.status().withContext(options.model_file + ": ");
+  CLEAVE_TRY(validatePlan(*merged).withContext(options.model_file + ": virtual stages: "));
+  CLEAVE_TRY(checkMemoryLimit(*merged, options.memory_limit_bytes).withContext(options.model_file + ": "));
+  return merged;
+}
+
 Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& options) {
   if (options.dp < 1 || options.tp < 1 || options.pp < 1 || options.microbatches < 1)
     return Status::usage("compile: --dp, --tp, --pp and --microbatches must be at least 1");
@@ -444,6 +484,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
                          "the sequence over the tp ranks: it needs --tp 2 or more");
   if (options.zero < 0 || options.zero > 3)
     return Status::usage("compile: --zero " + std::to_string(options.zero) + ": the ZeRO stages are 1, 2 and 3");
+  if (options.virtual_stages > 1 && !options.stages_are_virtual) return compileVirtualStages(model, options);
   const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(options.pp, options.dp, options.tp);
   // 1. Fix the shapes for the requested batch; a multi-device graph is built for one microbatch.
   auto shaped = modelAtBatch(model, options.model_at_batch, options.batch);

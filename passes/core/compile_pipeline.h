@@ -43,6 +43,13 @@ struct CompileOptions {
   // hold a copy; expandSharedPrograms (ir/shared_programs.h) gives every rank its own, as
   // readPlanFile does. False: every rank's graphs are built and lowered on their own.
   bool share_programs = true;
+  // Interleaved 1F1B (Megatron-LM's virtual stages): with pp > 1, the model is cut into
+  // pp x virtual_stages stages and each rank holds virtual_stages of them, run in
+  // interleavedSchedule order (passes/lowering/virtual_stage_merge.h). 1: one stage per rank.
+  int virtual_stages = 1;
+  // Internal, set by compileModel for virtual stages: pp counts the virtual stages, whose steps
+  // run in virtualStageSchedule order.
+  bool stages_are_virtual = false;
 };
 
 // Compiles `model` into a memory-planned, validated plan: programs "train" and "eval" for a

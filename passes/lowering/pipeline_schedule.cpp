@@ -113,6 +113,36 @@ std::vector<PipelineStep> stageSchedule(PipelineScheduleKind kind, int stage, in
   return steps;
 }
 
+std::vector<InterleavedStep> interleavedSchedule(int stage, int num_stages, int num_chunks, int num_microbatches) {
+  const int total = num_microbatches * num_chunks;  // steps of each direction on this rank
+  const int group = num_stages * num_chunks;
+  // The k-th forward (or backward) step of the rank: its chunk and microbatch.
+  auto stepOf = [&](int k, bool backward) {
+    int chunk = (k % group) / num_stages;
+    if (backward) chunk = num_chunks - 1 - chunk;
+    return InterleavedStep{chunk, PipelineStep{backward, (k / group) * num_stages + k % num_stages}};
+  };
+  int warmup = num_microbatches == num_stages ? total
+                                                : std::min(total, (num_stages - stage - 1) * 2 + (num_chunks - 1) * num_stages);
+  std::vector<InterleavedStep> steps;
+  steps.reserve(2 * static_cast<size_t>(total));
+  for (int k = 0; k < warmup; ++k) steps.push_back(stepOf(k, false));
+  for (int k = 0; k < total - warmup; ++k) {
+    steps.push_back(stepOf(warmup + k, false));
+    steps.push_back(stepOf(k, true));
+  }
+  for (int k = total - warmup; k < total; ++k) steps.push_back(stepOf(k, true));
+  return steps;
+}
+
+std::vector<PipelineStep> virtualStageSchedule(int virtual_stage, int num_stages, int num_chunks, int num_microbatches) {
+  std::vector<PipelineStep> steps;
+  for (const InterleavedStep& step :
+       interleavedSchedule(virtual_stage % num_stages, num_stages, num_chunks, num_microbatches))
+    if (step.chunk == virtual_stage / num_stages) steps.push_back(step.step);
+  return steps;
+}
+
 int microbatchesInFlight(PipelineScheduleKind kind, int stage, int num_stages, int num_microbatches) {
   if (kind == PipelineScheduleKind::kGPipe) return num_microbatches;
   return std::clamp(num_stages - stage, 1, std::max(num_microbatches, 1));

@@ -35,6 +35,27 @@ struct PipelineStep {
 // then one forward and one backward alternating, then the remaining backwards.
 std::vector<PipelineStep> stageSchedule(PipelineScheduleKind kind, int stage, int num_stages, int num_microbatches);
 
+// Interleaved 1F1B (Megatron-LM's schedule for virtual stages): the model is cut into
+// num_stages x num_chunks virtual stages, and rank `stage` holds chunks 0..num_chunks-1, chunk j
+// being virtual stage j * num_stages + stage. One step of such a rank: a step of one of its chunks.
+struct InterleavedStep {
+  int chunk = 0;
+  PipelineStep step;
+  bool operator==(const InterleavedStep&) const = default;
+};
+
+// The steps of rank `stage` under interleaved 1F1B, in execution order, as Megatron-LM runs them:
+// forwards go over the microbatches in groups of num_stages, each group through chunk 0, then
+// chunk 1, ...; backwards likewise through the chunks in reverse; (num_stages - stage - 1) x 2 +
+// (num_chunks - 1) x num_stages warm-up forwards (all of them when num_microbatches ==
+// num_stages), then one forward and one backward alternating, then the remaining backwards.
+// num_microbatches must be a multiple of num_stages (checked by the caller).
+std::vector<InterleavedStep> interleavedSchedule(int stage, int num_stages, int num_chunks, int num_microbatches);
+
+// The steps of virtual stage `virtual_stage` alone, in the order interleavedSchedule runs them on
+// its rank (virtual_stage % num_stages): what the virtual stage's own program is ordered by.
+std::vector<PipelineStep> virtualStageSchedule(int virtual_stage, int num_stages, int num_chunks, int num_microbatches);
+
 // The most microbatches whose forward pass has run but not yet their backward pass, on `stage`
 // under `kind`: M for GPipe, min(num_stages - stage, M) for 1F1B (activations kept at once).
 int microbatchesInFlight(PipelineScheduleKind kind, int stage, int num_stages, int num_microbatches);

@@ -26,7 +26,10 @@ models=("mlp:$source_dir/examples/mlp.cir:16" "fashion_cnn:$source_dir/examples/
 strategies=("dp2:--dp 2" "dp4:--dp 4" "tp2:--tp 2" "tp4:--tp 4"
             "pp2-gpipe:--pp 2 --microbatches 4 --schedule gpipe" "pp2-1f1b:--pp 2 --microbatches 4 --schedule 1f1b"
             "pp3:--pp 3" "pp4-1f1b:--pp 4 --microbatches 4 --schedule 1f1b"
-            "dp2xtp2:--dp 2 --tp 2" "dp2xpp2:--dp 2 --pp 2 --microbatches 2" "tp2xpp2:--tp 2 --pp 2 --microbatches 2")
+            "dp2xtp2:--dp 2 --tp 2" "dp2xpp2:--dp 2 --pp 2 --microbatches 2" "tp2xpp2:--tp 2 --pp 2 --microbatches 2"
+            "pp2-v2:--pp 2 --virtual-stages 2 --microbatches 4"
+            "dp2xpp2-v2:--dp 2 --pp 2 --virtual-stages 2 --microbatches 2"
+            "tp2xpp2-v2:--tp 2 --pp 2 --virtual-stages 2 --microbatches 4")
 
 train() {  # PLAN OUT_DIR
   "$cleave" run "$1" --data synthetic --steps 5 --seed 7 --metrics "$2/metrics.jsonl" --checkpoint-dir "$2/ckpt" \

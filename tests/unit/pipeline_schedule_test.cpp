@@ -113,5 +113,60 @@ TEST(PipelineSchedule, StagesNeverWaitForEachOtherForever) {
             << pipelineScheduleName(kind) << " P=" << stages << " M=" << microbatches;
 }
 
+TEST(PipelineSchedule, InterleavedShapeIsMegatrons) {
+  // P = 2, V = 2, M = 4, rank 0: (2 - 0 - 1) x 2 + (2 - 1) x 2 = 4 warm-up forwards (microbatches
+  // 0, 1 through chunk 0, then through chunk 1), then F and B alternating, backwards through chunk 1
+  // first.
+  std::vector<InterleavedStep> expected = {
+      {0, {false, 0}}, {0, {false, 1}}, {1, {false, 0}}, {1, {false, 1}}, {0, {false, 2}}, {1, {true, 0}},
+      {0, {false, 3}}, {1, {true, 1}},  {1, {false, 2}}, {0, {true, 0}},  {1, {false, 3}}, {0, {true, 1}},
+      {1, {true, 2}},  {1, {true, 3}},  {0, {true, 2}},  {0, {true, 3}}};
+  EXPECT_EQ(interleavedSchedule(0, 2, 2, 4), expected);
+  // As many microbatches as stages: every forward first.
+  std::vector<InterleavedStep> all_forward = interleavedSchedule(1, 2, 2, 2);
+  ASSERT_EQ(all_forward.size(), 8u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_FALSE(all_forward[i].step.backward);
+  // A virtual stage's own steps, in its rank's order.
+  std::vector<PipelineStep> chunk1 = {{false, 0}, {false, 1}, {true, 0}, {true, 1},
+                                      {false, 2}, {false, 3}, {true, 2}, {true, 3}};
+  EXPECT_EQ(virtualStageSchedule(2, 2, 2, 4), chunk1);
+}
+
+// Runs interleaved 1F1B with buffered sends over P x V virtual stages (virtual stage c on rank
+// c % P): (F, m) of c waits for (F, m) of c - 1, (B, m) of c for (B, m) of c + 1. Every rank
+// must finish, and each virtual stage must run each step once, backward after forward.
+bool interleavedRunsToCompletion(int stages, int chunks, int microbatches) {
+  std::vector<std::vector<InterleavedStep>> steps;
+  for (int s = 0; s < stages; ++s) steps.push_back(interleavedSchedule(s, stages, chunks, microbatches));
+  const int virtual_stages = stages * chunks;
+  std::vector<std::set<std::pair<bool, int>>> done(virtual_stages);
+  std::vector<size_t> next(stages, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < stages; ++s)
+      while (next[s] < steps[s].size()) {
+        const InterleavedStep& step = steps[s][next[s]];
+        const int c = step.chunk * stages + s;
+        const int from = step.step.backward ? c + 1 : c - 1;
+        if (from >= 0 && from < virtual_stages && !done[from].count({step.step.backward, step.step.microbatch})) break;
+        if (step.step.backward && !done[c].count({false, step.step.microbatch})) return false;
+        if (!done[c].insert({step.step.backward, step.step.microbatch}).second) return false;
+        ++next[s];
+        progress = true;
+      }
+  }
+  for (int c = 0; c < virtual_stages; ++c)
+    if (static_cast<int>(done[c].size()) != 2 * microbatches) return false;
+  return true;
+}
+
+TEST(PipelineSchedule, InterleavedStagesNeverWaitForEachOtherForever) {
+  for (int stages = 2; stages <= 4; ++stages)
+    for (int chunks = 1; chunks <= 4; ++chunks)
+      for (int microbatches = stages; microbatches <= 4 * stages; microbatches += stages)
+        EXPECT_TRUE(interleavedRunsToCompletion(stages, chunks, microbatches))
+            << "P=" << stages << " V=" << chunks << " M=" << microbatches;
+}
+
 }  // namespace
 }  // namespace cleave

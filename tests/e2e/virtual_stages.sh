@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Interleaved 1F1B (`cleave compile --pp P --virtual-stages V`, Megatron-LM's schedule): each rank
+# holds V pipeline stages of P x V. The GPT trains with one device's losses alone and mixed with
+# dp, tp, recomputation, ZeRO 1 and without fusion; GPT-2 exported from PyTorch (both exporters)
+# follows PyTorch's losses; mpirun runs it; checkpoints resume across the interleaved and the one-device
+# plan; the simulated step has a smaller bubble than plain 1F1B's; misuse is an error.
+# Usage: bash virtual_stages.sh PATH_TO_cleave SOURCE_DIR
+set -euo pipefail
+
+cleave=$1
+source_dir=$2
+fixtures=$source_dir/tests/fixtures
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+python=/usr/bin/python3
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$cleave" gen gpt --layers 4 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o gpt.cir >/dev/null
+
+compile() {
+  local name=$1 model=$2
+  shift 2
+  "$cleave" compile "$model" --train "$@" -o "$name.cplan" >"$name.log" 2>&1 || { cat "$name.log" >&2; fail "compile $name: $*"; }
+}
+train() {
+  local name=$1 data=$2
+  shift 2
+  "$cleave" run "$name.cplan" --data "$data" --steps 4 --progress never --metrics "$name.jsonl" "$@" >"$name.run" 2>&1 ||
+    { cat "$name.run" >&2; fail "run $name"; }
+}
+# same_losses REFERENCE RUN TOLERANCE: RUN.jsonl's losses against REFERENCE.jsonl (a run) or
+# REFERENCE.json (a fixture's PyTorch losses).
+same_losses() {
+  local reference=$1.jsonl
+  [[ -f $reference ]] || reference=$1.json
+  $python "$source_dir/tests/e2e/same_losses.py" "$2" "$reference" "$2.jsonl" "$3" || fail "$2's losses differ from $1's"
+}
+step_ms() { "$cleave" simulate "$1.cplan" --cluster cpu-local --json | $python -c 'import json, sys; print(json.load(sys.stdin)["step_time_s"] * 1e3)'; }
+
+# 1. One device's losses, under every mix (AdamW: its step counter is kept per virtual stage).
+optimizer=(--optimizer adamw:lr=1e-3)
+compile one gpt.cir "${optimizer[@]}"
+train one synthetic
+for flags in "--pp 2 --virtual-stages 2 --microbatches 4" "--pp 2 --virtual-stages 4 --microbatches 2" \
+  "--pp 4 --virtual-stages 2 --microbatches 8" "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2" \
+  "--tp 2 --pp 2 --virtual-stages 2 --microbatches 4" "--pp 2 --virtual-stages 2 --microbatches 4 --recompute full" \
+  "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2 --zero 1" "--pp 2 --virtual-stages 2 --microbatches 4 --fusion off"; do
+  name="v${flags// /}"
+  # shellcheck disable=SC2086
+  compile "$name" gpt.cir "${optimizer[@]}" $flags
+  train "$name" synthetic
+  same_losses one "$name" 1e-5
+done
+grep -q "interleaved: 2 virtual stages per rank" <("$cleave" inspect v--pp2--virtual-stages2--microbatches4.cplan) ||
+  fail "inspect does not say the plan is interleaved"
+
+# 2. The schedule: no deadlock in the simulation, and a smaller bubble than 1F1B over the same
+#    ranks (4 stages, 8 microbatches: Megatron's bubble shrinks by V).
+compile plain gpt.cir "${optimizer[@]}" --pp 4 --microbatches 8
+plain=$(step_ms plain)
+interleaved=$(step_ms v--pp4--virtual-stages2--microbatches8)
+echo "  simulated step (cpu-local), pp 4 x 8 microbatches: 1F1B $plain ms, interleaved (2 virtual stages) $interleaved ms"
+$python -c "import sys; sys.exit(0 if $interleaved < $plain else 1)" || fail "interleaving does not shorten the simulated step"
+
+# 3. Exports from PyTorch, against PyTorch's losses.
+for fixture in modern/gpt2_legacy17 modern/gpt2_dynamo18; do
+  dir=$fixtures/$fixture
+  name=${fixture#modern/}
+  compile "$name-v" "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" \
+    --optimizer "$(cat "$dir/train/optimizer.txt")" --pp 2 --virtual-stages 2 --microbatches 2
+  train "$name-v" "npy:$dir/train"
+  same_losses "$dir/train/losses" "$name-v" 2e-3
+done
+
+# 4. Under mpirun, one process per rank.
+if command -v mpirun >/dev/null; then
+  mpirun --allow-run-as-root --oversubscribe -np 4 "$cleave" run v--dp2--pp2--virtual-stages2--microbatches2.cplan \
+    --backend mpi --threads 1 --data synthetic --steps 4 --progress never --metrics mpi.jsonl >mpi.log 2>&1 ||
+    { cat mpi.log >&2; fail "mpirun of the interleaved plan"; }
+  same_losses one mpi 1e-5
+fi
+
+# 5. Checkpoints: 2 interleaved steps resume on one device, 2 one-device steps resume interleaved,
+#    both on the 4-step trajectory (the step counter, AdamW's bias correction, carries over).
+resume() { "$cleave" run "$1.cplan" --data synthetic --progress never "${@:2}" >resume.log 2>&1 || { cat resume.log >&2; fail "$1 ${*:2}"; }; }
+resume v--pp2--virtual-stages2--microbatches4 --steps 2 --metrics from-v.jsonl --checkpoint-dir from-v
+resume one --steps 4 --metrics from-v.jsonl --checkpoint-dir from-v --resume
+same_losses one from-v 1e-5
+resume one --steps 2 --metrics to-v.jsonl --checkpoint-dir to-v
+resume v--pp2--virtual-stages2--microbatches4 --steps 4 --metrics to-v.jsonl --checkpoint-dir to-v --resume
+same_losses one to-v 1e-5
+
+# 6. Misuse is an error naming the flag (2), or the value that cannot be interleaved (1).
+expect_error() {
+  local code=$1 message=$2
+  shift 2
+  local got=0
+  "$cleave" compile "$@" -o bad.cplan >bad.log 2>&1 || got=$?
+  (( got == code )) && grep -q -- "$message" bad.log || { cat bad.log >&2; fail "compile $*: exit $got, not $code with '$message'"; }
+}
+expect_error 2 "needs --pp 2 or more" gpt.cir --train --virtual-stages 2
+expect_error 2 "must be a multiple of it" gpt.cir --train --pp 2 --virtual-stages 2 --microbatches 3
+expect_error 2 "takes --schedule 1f1b" gpt.cir --train --pp 2 --virtual-stages 2 --microbatches 2 --schedule gpipe
+expect_error 2 "gradient clipping" gpt.cir --train --pp 2 --virtual-stages 2 --microbatches 2 --clip-grad-norm 1
+expect_error 2 "does not weigh --virtual-stages" gpt.cir --train --strategy auto --devices 4 --virtual-stages 2
+"$cleave" gen gpt --layers 1 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o small.cir >/dev/null
+expect_error 1 "between two virtual stages of this rank" small.cir --train --pp 2 --virtual-stages 3 --microbatches 2
+# LLaMA's exported rotary frequencies are a parameter every layer reads: two virtual stages of a
+# rank would each hold and update it.
+dir=$fixtures/modern/llama_dynamo18
+expect_error 1 "is used by two virtual stages of this rank" "$dir/model.onnx" --batch "$(cat "$dir/train/batch.txt")" \
+  --train --pp 2 --virtual-stages 2 --microbatches 2
+echo "virtual_stages.sh: all checks passed"
