@@ -453,16 +453,9 @@ Expected<planpb::Plan> compileVirtualStages(const Graph& model, const CompileOpt
     return Status::usage(flag + ": the interleaved schedule runs the microbatches in groups of --pp " +
                          std::to_string(options.pp) + ", so --microbatches (" + std::to_string(options.microbatches) +
                          ") must be a multiple of it");
-  if (options.train && options.training.clip_grad_norm > 0)
-    return Status::usage(flag + ": gradient clipping sums the norm over the pipeline's stages, which "
-                         "interleaved plans do not support yet");
-  if (options.zero > 1)
-    return Status::usage(flag + ": --zero " + std::to_string(options.zero) +
-                         " is not supported with virtual stages yet (--zero 1 is)");
   CompileOptions stages = options;
   stages.pp = options.pp * v;
   stages.stages_are_virtual = true;
-  stages.share_programs = false;
   stages.memory_limit_bytes = 0;  // checked on the merged ranks
   stages.stage_start_nodes.clear();
   CLEAVE_ASSIGN_OR_RETURN(planpb::Plan plan, compileModel(model, stages));

@@ -7,7 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "ir/shared_programs.h"
 #include "passes/lowering/pipeline_schedule.h"
+#include "passes/training/gradient_clipping.h"
 #include "passes/training/optimizer.h"
 
 namespace cleave {
@@ -67,6 +69,49 @@ Expected<ChunkSteps> cutAtSteps(std::vector<planpb::Instruction> instructions, c
   return cut;
 }
 
+// The collectives over the pipeline that `parts` (one per virtual stage of a rank, alike: an
+// all-reduce summing one buffer) take part in, as one all-reduce of the merged ranks: the parts'
+// operands summed into the first part's result, all-reduced over the group's distinct ranks, and
+// copied to the other parts' results.
+Expected<std::vector<planpb::Instruction>> combinedCollective(const std::vector<planpb::Instruction>& parts,
+                                                             const std::string& where) {
+  const planpb::Instruction& first = parts[0];
+  std::multiset<int32_t> group(first.group().begin(), first.group().end());
+  for (const planpb::Instruction& part : parts)
+    if (part.kind() != planpb::ALL_REDUCE || part.reduce_op() != "sum" || part.operands_size() != 1 ||
+        part.results_size() != 1 || std::multiset<int32_t>(part.group().begin(), part.group().end()) != group)
+      return Status::badInput(where + (part.source().empty() ? "" : "(" + part.source() + ") ") +
+                              "a collective over the pipeline in which two virtual stages of this rank take part "
+                              "that is not the same all-reduce sum of one buffer in each: not supported with "
+                              "--virtual-stages");
+  const int32_t total = first.results(0);
+  auto instruction = [&](planpb::InstructionKind kind, std::vector<int32_t> operands, int32_t result) {
+    planpb::Instruction made;
+    made.set_kind(kind);
+    for (int32_t id : operands) made.add_operands(id);
+    made.add_results(result);
+    made.set_microbatch(-1);
+    made.set_source(first.source());
+    return made;
+  };
+  std::vector<planpb::Instruction> out;
+  if (first.operands(0) != total) out.push_back(instruction(planpb::COPY, {first.operands(0)}, total));
+  for (size_t j = 1; j < parts.size(); ++j) {
+    planpb::Instruction sum = instruction(planpb::KERNEL, {total, parts[j].operands(0)}, total);
+    sum.set_op("add");
+    out.push_back(std::move(sum));
+  }
+  planpb::Instruction reduce = first;
+  reduce.set_operands(0, total);
+  reduce.clear_group();
+  std::set<int32_t> seen;
+  for (int32_t member : first.group())
+    if (seen.insert(member).second) reduce.add_group(member);
+  out.push_back(std::move(reduce));
+  for (size_t j = 1; j < parts.size(); ++j) out.push_back(instruction(planpb::COPY, {total}, parts[j].results(0)));
+  return out;
+}
+
 }  // namespace
 
 Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int num_stages, int num_chunks) {
@@ -77,9 +122,8 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
   const int ranks = total / num_chunks;  // pp x dp x tp
   std::vector<const planpb::RankPlan*> by_number(total, nullptr);
   for (const planpb::RankPlan& rank : virtual_plan.ranks()) {
-    if (rank.rank() < 0 || rank.rank() >= total || rank.has_same_program_as())
-      return Status::badInput("virtual stages: rank " + std::to_string(rank.rank()) +
-                              " is out of range or shares another's programs");
+    if (rank.rank() < 0 || rank.rank() >= total)
+      return Status::badInput("virtual stages: rank " + std::to_string(rank.rank()) + " is out of range");
     by_number[rank.rank()] = &rank;
   }
   for (int r = 0; r < total; ++r)
@@ -91,6 +135,8 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
   merged.set_devices(ranks);
   merged.mutable_strategy()->set_pp(num_stages);
   merged.mutable_strategy()->set_virtual_stages(num_chunks);
+  std::vector<planpb::RankPlan> derived;  // chunks derived from shared programs (see below)
+  derived.reserve(static_cast<size_t>(total));
   for (int n = 0; n < ranks; ++n) {
     planpb::RankPlan& out = *merged.add_ranks();
     std::vector<const planpb::RankPlan*> chunks;
@@ -99,6 +145,23 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
     out.set_stage(chunks[0]->stage());
     out.set_dp_index(chunks[0]->dp_index());
     out.set_tp_index(chunks[0]->tp_index());
+    // A rank whose stages all run their first rank's programs (SPMD) runs the merged first rank's:
+    // the first rank of virtual stage j x P + s merges into the first rank of stage s, and what a
+    // shared rank derives from it (groups, peers, rows, blocks) follows its own coordinates alike.
+    bool all_shared = true;
+    for (const planpb::RankPlan* chunk : chunks)
+      all_shared = all_shared && chunk->has_same_program_as() &&
+                   chunk->same_program_as() % ranks == chunks[0]->same_program_as() % ranks;
+    if (all_shared) {
+      out.set_same_program_as(chunks[0]->same_program_as() % ranks);
+      continue;
+    }
+    for (const planpb::RankPlan*& chunk : chunks) {
+      if (!chunk->has_same_program_as()) continue;
+      CLEAVE_ASSIGN_OR_RETURN(planpb::RankPlan own, derivedRankPlan(virtual_plan, chunk->rank()));
+      derived.push_back(std::move(own));
+      chunk = &derived.back();
+    }
     auto chunkWhere = [&](int j) {
       return "rank " + std::to_string(n) + " (virtual stage " + std::to_string(chunks[j]->stage()) + "): ";
     };
@@ -171,16 +234,19 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
                                   "): a value used " + std::to_string(num_stages) +
                                   " stages after it is computed cannot be interleaved");
       }
-      std::set<int32_t> members;
-      for (int32_t& member : *copy.mutable_group()) {
-        member %= ranks;
-        if (!members.insert(member).second)
-          return Status::badInput(what + "a collective over the pipeline lands twice on rank " +
-                                  std::to_string(member) +
-                                  " (a gradient norm or a tied weight summed over the stages): not supported "
-                                  "with --virtual-stages");
-      }
+      for (int32_t& member : *copy.mutable_group()) member %= ranks;
       return copy;
+    };
+    // A collective over the pipeline (a gradient norm's sum) that this rank's stages each take part
+    // in is one collective of the merged ranks: combined() is it, anywhere else an error.
+    auto repeatsMember = [](const planpb::Instruction& instruction) {
+      std::set<int32_t> members(instruction.group().begin(), instruction.group().end());
+      return static_cast<int>(members.size()) < instruction.group_size();
+    };
+    auto notCombined = [&](const planpb::Instruction& instruction, const std::string& where) {
+      return Status::badInput(where + (instruction.source().empty() ? "" : "(" + instruction.source() + ") ") +
+                              "a collective over the pipeline in which two virtual stages of this rank take part, "
+                              "outside the end of a training step: not supported with --virtual-stages");
     };
     std::vector<std::string> program_names;
     for (int j = 0; j < num_chunks; ++j)
@@ -199,6 +265,7 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
           const std::string where = chunkWhere(j) + "program '" + name + "': ";
           for (const planpb::Instruction& instruction : source.instructions()) {
             CLEAVE_ASSIGN_OR_RETURN(planpb::Instruction copy, moved(instruction, j, where));
+            if (repeatsMember(copy) && (name != "train" || !merged.has_training())) return notCombined(copy, where);
             instructions[j].push_back(std::move(copy));
           }
           for (const planpb::NamedBuffer& input : source.inputs()) {
@@ -207,6 +274,10 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
             copy.set_buffer(input.buffer() + placement[j].first_id);
           }
           for (const planpb::NamedBuffer& output : source.outputs()) {
+            // Every stage's gradient norm is the whole model's, the same once combined: one output.
+            bool listed = false;
+            for (const planpb::NamedBuffer& earlier : program.outputs()) listed = listed || earlier.name() == output.name();
+            if (listed && output.name() == kGradNormOutput) continue;
             planpb::NamedBuffer& copy = *program.add_outputs();
             copy = output;
             copy.set_buffer(output.buffer() + placement[j].first_id);
@@ -234,6 +305,14 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
         copy.set_microbatch(-1);
         copy.set_source("virtual stages: the step counter of " + out.buffers(counter).name());
       }
+      for (int j = 0; j < num_chunks; ++j) {
+        for (const auto* list : {&cut[j].before}) 
+          for (const planpb::Instruction& instruction : *list)
+            if (repeatsMember(instruction)) return notCombined(instruction, chunkWhere(j) + "program 'train': ");
+        for (const auto& [step, list] : cut[j].of_step)
+          for (const planpb::Instruction& instruction : list)
+            if (repeatsMember(instruction)) return notCombined(instruction, chunkWhere(j) + "program 'train': ");
+      }
       for (ChunkSteps& chunk : cut) append(chunk.before);
       for (const InterleavedStep& step : interleavedSchedule(out.stage(), num_stages, num_chunks, microbatches)) {
         auto found = cut[step.chunk].of_step.find({step.step.microbatch, step.step.backward});
@@ -247,7 +326,34 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
                                   std::to_string(cut[j].of_step.begin()->first.first) +
                                   " that the interleaved schedule of " + std::to_string(microbatches) +
                                   " microbatches does not run");
-      for (ChunkSteps& chunk : cut) append(chunk.after);
+      // After the last step: each stage's instructions up to its k-th collective over the pipeline,
+      // then the k-th collectives of all stages as one.
+      std::vector<std::vector<std::vector<planpb::Instruction>>> segments(num_chunks);
+      std::vector<std::vector<planpb::Instruction>> collectives(num_chunks);
+      for (int j = 0; j < num_chunks; ++j) {
+        segments[j].emplace_back();
+        for (planpb::Instruction& instruction : cut[j].after) {
+          if (!repeatsMember(instruction)) {
+            segments[j].back().push_back(std::move(instruction));
+            continue;
+          }
+          collectives[j].push_back(std::move(instruction));
+          segments[j].emplace_back();
+        }
+        if (collectives[j].size() != collectives[0].size())
+          return Status::badInput(chunkWhere(j) + "program 'train' has " + std::to_string(collectives[j].size()) +
+                                  " collectives over the pipeline after its last step, virtual stage " +
+                                  std::to_string(chunks[0]->stage()) + " " + std::to_string(collectives[0].size()));
+      }
+      for (size_t k = 0; k < segments[0].size(); ++k) {
+        for (int j = 0; j < num_chunks; ++j) append(segments[j][k]);
+        if (k == collectives[0].size()) break;
+        std::vector<planpb::Instruction> parts;
+        for (int j = 0; j < num_chunks; ++j) parts.push_back(std::move(collectives[j][k]));
+        CLEAVE_ASSIGN_OR_RETURN(std::vector<planpb::Instruction> one,
+                                combinedCollective(parts, chunkWhere(0) + "program 'train': "));
+        append(one);
+      }
     }
   }
   return merged;

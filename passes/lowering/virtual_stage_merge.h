@@ -7,10 +7,11 @@
 
 namespace cleave {
 
-// Merges `virtual_plan`, a plan whose pipeline has num_stages x num_chunks stages (every rank with
-// its own programs; rank = (stage x dp + d) x tp + t) and whose "train" steps of virtual stage c
-// are in virtualStageSchedule order, into a plan of num_stages stages: rank (s, d, t) holds
-// virtual stages s, s + num_stages, ... of (d, t) as chunks 0, 1, ...
+// Merges `virtual_plan`, a plan whose pipeline has num_stages x num_chunks stages (rank = (stage x
+// dp + d) x tp + t) and whose "train" steps of virtual stage c are in virtualStageSchedule order,
+// into a plan of num_stages stages: rank (s, d, t) holds virtual stages s, s + num_stages, ... of
+// (d, t) as chunks 0, 1, ... A rank whose virtual stages all share their first rank's programs
+// (RankPlan.same_program_as) shares the merged first rank's; other shared ones are derived first.
 //   - buffers and parameters are concatenated; the chunks' persistent bytes stay at the arena's
 //     start, one after another, and their other bytes follow (no chunk reuses another's bytes);
 //   - send/recv peers and collective groups move to the merged ranks;

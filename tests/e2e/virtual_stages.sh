@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interleaved 1F1B (`cleave compile --pp P --virtual-stages V`, Megatron-LM's schedule): each rank
 # holds V pipeline stages of P x V. The GPT trains with one device's losses alone and mixed with
-# dp, tp, recomputation, ZeRO 1 and without fusion; GPT-2 exported from PyTorch (both exporters)
+# dp, tp, recomputation, ZeRO 1 to 3 and without fusion; GPT-2 exported from PyTorch (both exporters)
 # follows PyTorch's losses; mpirun runs it; checkpoints resume across the interleaved and the one-device
 # plan; the simulated step has a smaller bubble than plain 1F1B's; misuse is an error.
 # Usage: bash virtual_stages.sh PATH_TO_cleave SOURCE_DIR
@@ -45,7 +45,8 @@ train one synthetic
 for flags in "--pp 2 --virtual-stages 2 --microbatches 4" "--pp 2 --virtual-stages 4 --microbatches 2" \
   "--pp 4 --virtual-stages 2 --microbatches 8" "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2" \
   "--tp 2 --pp 2 --virtual-stages 2 --microbatches 4" "--pp 2 --virtual-stages 2 --microbatches 4 --recompute full" \
-  "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2 --zero 1" "--pp 2 --virtual-stages 2 --microbatches 4 --fusion off"; do
+  "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2 --zero 1" "--dp 2 --pp 2 --virtual-stages 2 --microbatches 4 --zero 2" \
+  "--dp 2 --pp 2 --virtual-stages 2 --microbatches 4 --zero 3" "--pp 2 --virtual-stages 2 --microbatches 4 --fusion off"; do
   name="v${flags// /}"
   # shellcheck disable=SC2086
   compile "$name" gpt.cir "${optimizer[@]}" $flags
@@ -54,6 +55,25 @@ for flags in "--pp 2 --virtual-stages 2 --microbatches 4" "--pp 2 --virtual-stag
 done
 grep -q "interleaved: 2 virtual stages per rank" <("$cleave" inspect v--pp2--virtual-stages2--microbatches4.cplan) ||
   fail "inspect does not say the plan is interleaved"
+# Gradient clipping: the norm sums every virtual stage's part once (each rank's stages are summed
+# before the all-reduce over the pipeline).
+compile one-clip gpt.cir "${optimizer[@]}" --clip-grad-norm 0.5
+train one-clip synthetic
+for flags in "--pp 2 --virtual-stages 2 --microbatches 4" "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2 --zero 1"; do
+  name="clip${flags// /}"
+  # shellcheck disable=SC2086
+  compile "$name" gpt.cir "${optimizer[@]}" --clip-grad-norm 0.5 $flags
+  train "$name" synthetic
+  same_losses one-clip "$name" 1e-5
+done
+# The ranks of a stage share its program (SPMD) as without virtual stages.
+compile spmd gpt.cir "${optimizer[@]}" --dp 2 --tp 2 --pp 2 --virtual-stages 2 --microbatches 2
+train spmd synthetic
+same_losses one spmd 1e-5
+shared=$("$cleave" inspect spmd.cplan --json | $python -c '
+import json, sys
+print(sum(r["same_program_as"] is not None for r in json.load(sys.stdin)["ranks"]))')
+(( shared == 6 )) || fail "dp 2 x tp 2 x pp 2 with virtual stages: $shared of 8 ranks share a program, not 6"
 
 # 2. The schedule: no deadlock in the simulation, and a smaller bubble than 1F1B over the same
 #    ranks (4 stages, 8 microbatches: Megatron's bubble shrinks by V).
@@ -102,7 +122,6 @@ expect_error() {
 expect_error 2 "needs --pp 2 or more" gpt.cir --train --virtual-stages 2
 expect_error 2 "must be a multiple of it" gpt.cir --train --pp 2 --virtual-stages 2 --microbatches 3
 expect_error 2 "takes --schedule 1f1b" gpt.cir --train --pp 2 --virtual-stages 2 --microbatches 2 --schedule gpipe
-expect_error 2 "gradient clipping" gpt.cir --train --pp 2 --virtual-stages 2 --microbatches 2 --clip-grad-norm 1
 expect_error 2 "does not weigh --virtual-stages" gpt.cir --train --strategy auto --devices 4 --virtual-stages 2
 "$cleave" gen gpt --layers 1 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o small.cir >/dev/null
 expect_error 1 "between two virtual stages of this rank" small.cir --train --pp 2 --virtual-stages 3 --microbatches 2
