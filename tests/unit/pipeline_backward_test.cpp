@@ -270,13 +270,22 @@ TEST_P(PipelineTraining, StagesComputeTheOneDeviceLossAndGradients) {
   std::vector<TensorMap> actual = runStages(stage_graphs, feeds);
   ASSERT_EQ(actual.size(), stage_graphs.size());
   test::expectClose(actual.back().at("loss"), expected->at("loss"), 1e-5, "loss");
+  // A gradient that is zero but for rounding (attention's key bias: a softmax ignores what adds to
+  // a whole row) is compared at the scale of the others: its noise follows the order of float
+  // sums, which microbatches and each CPU's BLAS kernels change (1e-9 on AMD's, where Intel's gave
+  // exactly the reference's).
+  double largest_gradient = 0;
+  for (const Param& param : full.params)
+    for (double x : test::toDoubles(expected->at(gradientName(full.values[param.value].name))))
+      largest_gradient = std::max(largest_gradient, std::abs(x));
   for (const Param& param : full.params) {
     const std::string grad = gradientName(full.values[param.value].name);
     int holders = 0;
     for (size_t s = 0; s < actual.size(); ++s)
       if (stage_graphs[s].findValue(grad) != kNoValue) {
         ++holders;
-        test::expectClose(actual[s].at(grad), expected->at(grad), 1e-5, grad + " on stage " + std::to_string(s));
+        test::expectClose(actual[s].at(grad), expected->at(grad), 1e-5, grad + " on stage " + std::to_string(s),
+                          1e-3 * largest_gradient);
       }
     EXPECT_EQ(holders, 1) << grad;
   }

@@ -64,11 +64,13 @@ inline TensorMap randomFeeds(const Graph& graph, int64_t integer_limit, unsigned
   return feeds;
 }
 
-// Expects `actual` to equal `expected` element by element within `tolerance` x the largest |expected|.
-inline void expectClose(const TensorData& actual, const TensorData& expected, double tolerance, const std::string& what) {
+// Expects `actual` to equal `expected` element by element within `tolerance` x the largest |expected|
+// (at least `scale_floor`).
+inline void expectClose(const TensorData& actual, const TensorData& expected, double tolerance, const std::string& what,
+                        double scale_floor = 1e-30) {
   ASSERT_EQ(actual.type, expected.type) << what;
   std::vector<double> a = toDoubles(actual), e = toDoubles(expected);
-  double scale = 1e-30;
+  double scale = scale_floor;
   for (double x : e) scale = std::max(scale, std::abs(x));
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - e[i]));
