@@ -8,20 +8,13 @@
 #include <vector>
 
 #include "ir/shared_programs.h"
+#include "passes/lowering/memory_planner.h"
 #include "passes/lowering/pipeline_schedule.h"
 #include "passes/training/gradient_clipping.h"
 #include "passes/training/optimizer.h"
 
 namespace cleave {
 namespace {
-
-// Where chunk j's buffers go in the merged rank.
-struct ChunkPlacement {
-  int32_t first_id = 0;           // its buffer ids start here
-  int64_t persistent_start = 0;   // its persistent bytes start here
-  int64_t transient_start = 0;    // its other bytes start here
-  int64_t persistent_bytes = 0;   // its persistent bytes (offsets below this are persistent)
-};
 
 // One chunk's "train" instructions cut at its steps: those before the first step, those of each
 // (microbatch, backward) step in order, and those after the last.
@@ -166,34 +159,19 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
       return "rank " + std::to_string(n) + " (virtual stage " + std::to_string(chunks[j]->stage()) + "): ";
     };
 
-    // 1. Buffers: persistent bytes of every chunk first, then their other bytes.
-    std::vector<ChunkPlacement> placement(num_chunks);
-    int64_t persistent = 0, transient = 0;
-    int32_t ids = 0;
-    for (int j = 0; j < num_chunks; ++j) persistent += chunks[j]->persistent_bytes();
-    int64_t persistent_start = 0;
-    for (int j = 0; j < num_chunks; ++j) {
-      placement[j] = {ids, persistent_start, persistent + transient, chunks[j]->persistent_bytes()};
-      ids += chunks[j]->buffers_size();
-      persistent_start += chunks[j]->persistent_bytes();
-      transient += chunks[j]->arena_bytes() - chunks[j]->persistent_bytes();
-    }
-    out.set_arena_bytes(persistent + transient);
-    out.set_persistent_bytes(persistent);
+    // 1. Buffers, chunk after chunk (their offsets are planned again once the programs are merged).
+    std::vector<int32_t> first_id(num_chunks, 0);  // where chunk j's buffer ids start
+    for (int j = 1; j < num_chunks; ++j) first_id[j] = first_id[j - 1] + chunks[j - 1]->buffers_size();
     std::map<std::string, int> name_uses;
     std::set<std::string> parameter_names;
     int32_t step_counter = -1;             // the first chunk's step counter
     std::vector<int32_t> copied_counters;  // the other chunks'
     for (int j = 0; j < num_chunks; ++j) {
-      const ChunkPlacement& place = placement[j];
       for (const planpb::Buffer& buffer : chunks[j]->buffers()) {
         planpb::Buffer& copy = *out.add_buffers();
         copy = buffer;
-        copy.set_id(buffer.id() + place.first_id);
-        copy.set_offset(buffer.offset() < place.persistent_bytes
-                            ? place.persistent_start + buffer.offset()
-                            : place.transient_start + buffer.offset() - place.persistent_bytes);
-        if (buffer.has_alias_of()) copy.set_alias_of(buffer.alias_of() + place.first_id);
+        copy.set_id(buffer.id() + first_id[j]);
+        if (buffer.has_alias_of()) copy.set_alias_of(buffer.alias_of() + first_id[j]);
         if (name_uses[buffer.name()]++ > 0) copy.set_name(buffer.name() + "@" + std::to_string(chunks[j]->stage()));
       }
       for (const planpb::Parameter& parameter : chunks[j]->parameters()) {
@@ -202,15 +180,15 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
         // every step.
         if (parameter.name() == kStepParamName) {
           if (step_counter < 0) {
-            step_counter = parameter.buffer() + place.first_id;
+            step_counter = parameter.buffer() + first_id[j];
           } else {
-            copied_counters.push_back(parameter.buffer() + place.first_id);
+            copied_counters.push_back(parameter.buffer() + first_id[j]);
             continue;
           }
         }
         planpb::Parameter& copy = *out.add_parameters();
         copy = parameter;
-        copy.set_buffer(parameter.buffer() + place.first_id);
+        copy.set_buffer(parameter.buffer() + first_id[j]);
         if (!parameter_names.insert(copy.name()).second)
           return Status::badInput(chunkWhere(j) + "parameter '" + parameter.name() +
                                   "' is used by two virtual stages of this rank; interleaving cannot place a "
@@ -224,7 +202,7 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
       planpb::Instruction copy = instruction;
       for (auto* ids_of : {copy.mutable_operands(), copy.mutable_results()})
         for (int32_t& id : *ids_of)
-          if (id >= 0) id += placement[j].first_id;
+          if (id >= 0) id += first_id[j];
       const std::string what = where + (instruction.source().empty() ? "" : "(" + instruction.source() + ") ");
       if (copy.kind() == planpb::SEND || copy.kind() == planpb::RECV) {
         copy.set_peer(copy.peer() % ranks);
@@ -271,7 +249,7 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
           for (const planpb::NamedBuffer& input : source.inputs()) {
             planpb::NamedBuffer& copy = *program.add_inputs();
             copy = input;
-            copy.set_buffer(input.buffer() + placement[j].first_id);
+            copy.set_buffer(input.buffer() + first_id[j]);
           }
           for (const planpb::NamedBuffer& output : source.outputs()) {
             // Every stage's gradient norm is the whole model's, the same once combined: one output.
@@ -280,9 +258,8 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
             if (listed && output.name() == kGradNormOutput) continue;
             planpb::NamedBuffer& copy = *program.add_outputs();
             copy = output;
-            copy.set_buffer(output.buffer() + placement[j].first_id);
+            copy.set_buffer(output.buffer() + first_id[j]);
           }
-          program.set_peak_bytes(program.peak_bytes() + source.peak_bytes());
         }
       auto append = [&](std::vector<planpb::Instruction>& list) {
         for (planpb::Instruction& instruction : list) *program.add_instructions() = std::move(instruction);
@@ -355,6 +332,9 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
         append(one);
       }
     }
+    // 3. Offsets for the merged order: the stages' temporaries share bytes where their lifetimes
+    //    do not meet.
+    CLEAVE_TRY(planMemory(out).withContext(chunkWhere(0)));
   }
   return merged;
 }

@@ -12,8 +12,9 @@ namespace cleave {
 // into a plan of num_stages stages: rank (s, d, t) holds virtual stages s, s + num_stages, ... of
 // (d, t) as chunks 0, 1, ... A rank whose virtual stages all share their first rank's programs
 // (RankPlan.same_program_as) shares the merged first rank's; other shared ones are derived first.
-//   - buffers and parameters are concatenated; the chunks' persistent bytes stay at the arena's
-//     start, one after another, and their other bytes follow (no chunk reuses another's bytes);
+//   - buffers and parameters are concatenated, and the merged rank's memory planned again
+//     (planMemory): persistent bytes first, the chunks' temporaries sharing bytes where their
+//     lifetimes in the interleaved order do not meet;
 //   - send/recv peers and collective groups move to the merged ranks;
 //   - "train" runs each chunk's steps in interleavedSchedule order, after every chunk's
 //     instructions before the first step and before every chunk's instructions after the last;
