@@ -82,8 +82,6 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   if (flags.devices == 0) return Status::usage("--strategy auto needs --devices N");
   if (flags.dp != 1 || flags.tp != 1 || flags.pp != 1 || flags.microbatches != 1)
     return Status::usage("--strategy auto chooses --dp, --tp, --pp and --microbatches; give only --devices");
-  if (flags.virtual_stages != 1)
-    return Status::usage("--strategy auto does not weigh --virtual-stages yet; give --pp and --microbatches by hand");
   StrategySearchOptions search;
   search.devices = flags.devices;
   search.batch = flags.batch;
@@ -95,6 +93,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   if (!flags.recompute.empty()) search.recompute_modes = {options.training.recompute};  // as given
   if (flags.zero != 0) search.zero_stages = {flags.zero};
   search.sequence_parallel = flags.sequence_parallel;
+  if (flags.virtual_stages != 1) search.virtual_stages = {flags.virtual_stages};  // as given
   CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(model, search, CostModel(cluster)));
   std::printf("strategy auto on %s: %s, predicted %s per step, %s per device (%lld candidates, %lld estimated, %.2f s)\n",
               cluster.name.c_str(), result.best.strategy.str().c_str(), millis(result.best.step_time_s).c_str(),

@@ -457,7 +457,6 @@ Expected<planpb::Plan> compileVirtualStages(const Graph& model, const CompileOpt
   stages.pp = options.pp * v;
   stages.stages_are_virtual = true;
   stages.memory_limit_bytes = 0;  // checked on the merged ranks
-  stages.stage_start_nodes.clear();
   CLEAVE_ASSIGN_OR_RETURN(planpb::Plan plan, compileModel(model, stages));
   auto merged = mergeVirtualStages(plan, options.pp, v);
   if (!merged) return merged.status().withContext(options.model_file + ": ");

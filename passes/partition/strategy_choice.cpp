@@ -20,6 +20,7 @@ planpb::StrategyCandidate candidateProto(const StrategyEstimate& estimate, const
   candidate.set_predicted_step_time_s(estimate.step_time_s);
   candidate.set_memory_bytes(estimate.memory_bytes);
   candidate.set_note(note);
+  candidate.set_virtual_stages(estimate.strategy.virtual_stages);
   candidate.set_zero(estimate.strategy.zero);
   if (estimate.strategy.recompute != RecomputeMode::kNone)
     candidate.set_recompute(std::string(recomputeModeName(estimate.strategy.recompute)));
@@ -59,6 +60,7 @@ Expected<planpb::Plan> compileSearchedStrategy(const Graph& model, CompileOption
     options.schedule = std::string(pipelineScheduleName(strategy.schedule));
     options.training.recompute = strategy.recompute;
     options.zero = strategy.zero;
+    options.virtual_stages = strategy.virtual_stages;
     options.sequence_parallel = sequence_parallel && strategy.tp > 1;
     options.stage_start_nodes = ranked[k]->stage_start_nodes;
     plan = compileModel(model, options);

@@ -311,6 +311,7 @@ std::string ParallelStrategy::str() const {
   return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + ", " +
          std::to_string(microbatches) + (microbatches == 1 ? " microbatch, " : " microbatches, ") +
          std::string(pipelineScheduleName(schedule)) +
+         (virtual_stages > 1 ? " interleaved over " + std::to_string(virtual_stages) + " virtual stages" : "") +
          (recompute == RecomputeMode::kNone ? "" : ", recompute " + std::string(recomputeModeName(recompute))) +
          (zero == 0 ? "" : ", zero " + std::to_string(zero));
 }
@@ -453,7 +454,11 @@ struct StrategyEstimator::Impl {
     auto found = profiles.find(s.tp);
     if (found == profiles.end()) return "tp " + std::to_string(s.tp) + " was not profiled";
     if (!found->second.infeasible.empty()) return found->second.infeasible;
-    if (s.pp > static_cast<int>(found->second.nodes.size()))
+    if (s.virtual_stages < 1) return "virtual stages must be at least 1";
+    if (s.virtual_stages > 1 && (s.pp < 2 || s.schedule != PipelineScheduleKind::kOneForwardOneBackward ||
+                                 s.microbatches % s.pp != 0))
+      return "virtual stages need pp 2 or more, 1f1b and microbatches a multiple of pp";
+    if (int64_t{s.pp} * s.virtual_stages > static_cast<int64_t>(found->second.nodes.size()))
       return "more stages than the model's " + std::to_string(found->second.nodes.size()) + " nodes";
     rows = global_batch / (int64_t{s.dp} * s.microbatches);
     return "";
@@ -474,29 +479,40 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
   const ClusterSpec& cluster = model.cluster();
 
   // 1. Stages: given, or balanced within memory (else balanced without a limit, to say how much is needed).
+  //    Virtual stages are balanced as P x V stages of 1F1B (whose in-flight memory counts more
+  //    microbatches than a virtual stage keeps: a conservative split), then summed per rank below.
   std::vector<int> starts;
+  ParallelStrategy split = s;
+  split.pp = s.pp * std::max(1, s.virtual_stages);
+  split.virtual_stages = 1;
   if (given_starts) {
     starts = *given_starts;
-    bool valid = static_cast<int>(starts.size()) == s.pp && starts[0] == 0;
+    bool valid = static_cast<int>(starts.size()) == split.pp && starts[0] == 0;
     for (size_t k = 1; valid && k < starts.size(); ++k) valid = starts[k] > starts[k - 1] && starts[k] < n;
     if (!valid) {
-      e.infeasible = "stage starts must be " + std::to_string(s.pp) + " increasing node indices from 0";
+      e.infeasible = "stage starts must be " + std::to_string(split.pp) + " increasing node indices from 0";
       return e;
     }
-  } else if (auto balanced = balance(t, s, static_cast<double>(memory_limit))) {
+  } else if (auto balanced = balance(t, split, static_cast<double>(memory_limit))) {
     starts = std::move(*balanced);
   } else {
-    starts = *balance(t, s, kInfinity);
+    starts = *balance(t, split, kInfinity);
   }
   e.stage_starts = starts;
 
-  // 2. Per stage: its time per microbatch, memory, the transfer to the next stage, and its tail
-  //    (the exposed gradient all-reduce and the optimizer after its last backward step).
+  // 2. Per stage (per virtual stage with V > 1: rank r holds r, r + P, ...): its time per
+  //    microbatch, memory, the transfer to the next stage, and its tail (the exposed gradient
+  //    all-reduce and the optimizer after its last backward step).
+  const int v = std::max(1, s.virtual_stages);
+  const int segments = s.pp * v;
   const LinkSpec& pp_link = cluster.linkFor(strideGroup(s.pp, s.dp * s.tp));
   const LinkSpec& dp_link = cluster.linkFor(strideGroup(s.dp, s.tp));
-  double sum_stage = 0, slowest_throughput = 0, fill_transfers = 0, tail = -1, memory = 0;
-  for (int stage = 0; stage < s.pp; ++stage) {
-    const int first = starts[stage], last = stage + 1 < s.pp ? starts[stage + 1] : n;
+  std::vector<double> segment_time(segments, 0), rank_time(s.pp, 0), rank_memory(s.pp, 0);
+  std::vector<double> rank_all_reduce(s.pp, 0), rank_exposed(s.pp, 0), rank_optimizer(s.pp, 0), rank_tp(s.pp, 0);
+  double sum_stage = 0, slowest_transfer = 0, fill_transfers = 0;
+  for (int segment = 0; segment < segments; ++segment) {
+    const int rank = segment % s.pp;
+    const int first = starts[segment], last = segment + 1 < segments ? starts[segment + 1] : n;
     double stage_time = t.time[last] - t.time[first];
     // ZeRO 2 and 3 move data over dp in every microbatch's steps: stage 3 gathers the parameters
     // for the forward and the backward pass, stage 2 reduce-scatters the gradients. They run on the
@@ -512,55 +528,79 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
     if (options.train && s.dp > 1 && s.zero >= 2 && s.microbatches > 1 && stage_grads > 0)
       per_microbatch_comm += commTime(CommKind::kReduceScatter, s.dp, stage_grads, dp_link);
     stage_time += per_microbatch_comm;
-    double transfer = 0;
-    if (stage + 1 < s.pp) {
-      double bytes = t.cut_bytes[last];
-      transfer = commTime(CommKind::kSend, 2, bytes, pp_link) * (options.train ? 2 : 1);
+    if (segment + 1 < segments) {
+      double transfer = commTime(CommKind::kSend, 2, t.cut_bytes[last], pp_link) * (options.train ? 2 : 1);
       fill_transfers += transfer;
+      slowest_transfer = std::max(slowest_transfer, transfer);
     }
+    segment_time[segment] = stage_time;
     sum_stage += stage_time;
-    slowest_throughput = std::max(slowest_throughput, std::max(stage_time, transfer));
-    if (stage_time > e.slowest_stage_s) {
-      e.slowest_stage_s = stage_time;
-      e.tp_comm_s = t.tp_comm[last] - t.tp_comm[first];
+    rank_time[rank] += stage_time;
+    rank_tp[rank] += t.tp_comm[last] - t.tp_comm[first];
+    // Activations in flight: the schedule's microbatches; interleaved, rank r keeps
+    // (P - r - 1) x 2 + (V - 1) x P + 1 virtual-stage microbatches (all M x V when M = P), spread
+    // over its V stages.
+    int in_flight = microbatchesInFlight(s.schedule, rank, s.pp, s.microbatches);
+    if (v > 1) {
+      const int warmup = s.microbatches == s.pp ? s.microbatches * v
+                                                 : std::min(s.microbatches * v, (s.pp - rank - 1) * 2 + (v - 1) * s.pp + 1);
+      in_flight = (warmup + v - 1) / v;
     }
-    memory = std::max(memory, stageMemory(t, first, last, microbatchesInFlight(s.schedule, stage, s.pp, s.microbatches), s));
+    rank_memory[rank] += stageMemory(t, first, last, in_flight, s);
     if (!options.train) continue;
-    double grads = t.grads[last] - t.grads[first];
-    double all_reduce = 0, exposed = 0;
     double optimizer = t.optimizer[last] - t.optimizer[first];
-    if (s.dp > 1 && grads > 0) {
-      double buckets = std::max(1.0, std::ceil(grads / static_cast<double>(std::max<int64_t>(options.bucket_bytes, 1))));
+    double all_reduce = 0, exposed = 0;
+    if (s.dp > 1 && stage_grads > 0) {
+      double buckets = std::max(1.0, std::ceil(stage_grads / static_cast<double>(std::max<int64_t>(options.bucket_bytes, 1))));
       // --zero 1: a reduce-scatter in place of the all-reduce, then the updated parameters'
       // all-gather after the optimizer, which nothing hides; the update runs on 1/dp of the rows.
       // --zero 2 with several microbatches reduce-scatters per microbatch (above): the last one's
       // is what the tail waits for. --zero 3 gathers no updated parameters.
       const CommKind summing = s.zero >= 1 ? CommKind::kReduceScatter : CommKind::kAllReduce;
       all_reduce = buckets * commLatencySteps(summing, s.dp) * dp_link.latency +
-                   commBytesPerRank(summing, s.dp, grads) / dp_link.bandwidth;
+                   commBytesPerRank(summing, s.dp, stage_grads) / dp_link.bandwidth;
       double hidden_by = t.backward[last] - t.backward[first];  // the last microbatch's backward pass
       exposed = std::max(all_reduce / buckets, all_reduce - hidden_by);
       if (s.zero >= 2 && s.microbatches > 1) all_reduce *= s.microbatches;
       if (s.zero == 3) optimizer /= s.dp;
       if (s.zero == 1 || s.zero == 2) {
         const double gather = buckets * commLatencySteps(CommKind::kAllGather, s.dp) * dp_link.latency +
-                              commBytesPerRank(CommKind::kAllGather, s.dp, grads) / dp_link.bandwidth;
+                              commBytesPerRank(CommKind::kAllGather, s.dp, stage_grads) / dp_link.bandwidth;
         all_reduce += gather;
         exposed += gather;
         optimizer /= s.dp;
       }
     }
-    if (exposed + optimizer > tail) {
-      tail = exposed + optimizer;
-      e.dp_comm_s = all_reduce;
-      e.dp_exposed_s = exposed;
-      e.optimizer_s = optimizer;
+    rank_all_reduce[rank] += all_reduce;
+    rank_exposed[rank] += exposed;
+    rank_optimizer[rank] += optimizer;
+  }
+  double slowest_rank = 0, tail = -1, memory = 0;
+  for (int rank = 0; rank < s.pp; ++rank) {
+    slowest_rank = std::max(slowest_rank, rank_time[rank]);
+    if (rank_time[rank] > e.slowest_stage_s) {
+      e.slowest_stage_s = rank_time[rank];
+      e.tp_comm_s = rank_tp[rank];
+    }
+    memory = std::max(memory, rank_memory[rank]);
+    if (options.train && rank_exposed[rank] + rank_optimizer[rank] > tail) {
+      tail = rank_exposed[rank] + rank_optimizer[rank];
+      e.dp_comm_s = rank_all_reduce[rank];
+      e.dp_exposed_s = rank_exposed[rank];
+      e.optimizer_s = rank_optimizer[rank];
     }
   }
 
-  // 3. The step: the pipeline ((M - 1) x the slowest stage + every stage once + the transfers
-  //    filling it), then the slowest tail.
-  const double pipeline = (s.microbatches - 1) * slowest_throughput + sum_stage + fill_transfers;
+  // 3. The step: the pipeline, then the slowest tail. 1F1B and GPipe: (M - 1) x the slowest stage
+  //    + every stage once + the transfers filling it. Interleaved: M x the slowest rank + (P - 1)
+  //    x the slowest virtual stage (the bubble, 1/V of 1F1B's) + the transfers through all P x V.
+  double pipeline = 0;
+  if (v == 1) {
+    pipeline = (s.microbatches - 1) * std::max(slowest_rank, slowest_transfer) + sum_stage + fill_transfers;
+  } else {
+    const double slowest_segment = *std::max_element(segment_time.begin(), segment_time.end());
+    pipeline = s.microbatches * slowest_rank + (s.pp - 1) * slowest_segment + fill_transfers;
+  }
   e.pp_comm_s = fill_transfers;
   e.bubble_fraction = pipeline > 0 ? std::max(0.0, 1 - s.microbatches * sum_stage / s.pp / pipeline) : 0;
   e.step_time_s = pipeline + std::max(tail, 0.0);
@@ -661,9 +701,14 @@ std::vector<ParallelStrategy> StrategyEstimator::candidates() const {
             all.push_back({dp, tp, pp, microbatches, schedule, RecomputeMode::kNone});
             continue;
           }
-          for (RecomputeMode recompute : impl_->options.recompute_modes)
-            for (int zero : impl_->options.zero_stages)
-              if (zero == 0 || dp > 1) all.push_back({dp, tp, pp, microbatches, schedule, recompute, zero});
+          std::vector<int> virtual_stages = {1};
+          if (pp > 1 && schedule == PipelineScheduleKind::kOneForwardOneBackward && microbatches % pp == 0)
+            for (int v : impl_->options.virtual_stages)
+              if (v > 1 && pp * v <= static_cast<int>(profile.nodes.size())) virtual_stages.push_back(v);
+          for (int v : virtual_stages)
+            for (RecomputeMode recompute : impl_->options.recompute_modes)
+              for (int zero : impl_->options.zero_stages)
+                if (zero == 0 || dp > 1) all.push_back({dp, tp, pp, microbatches, schedule, recompute, zero, v});
         }
       }
     }
@@ -705,10 +750,12 @@ double StrategyEstimator::lowerBound(const ParallelStrategy& s) const {
   int64_t rows = 0;
   if (!impl_->invalid(s, rows).empty()) return kInfinity;
   const StageTable& t = impl_->table(*impl_->profile(s.tp), rows, s.recompute);
-  // The pipeline takes at least (M - 1) x the average stage + every stage once; some stage's
-  // optimizer update at least the average one.
+  // The pipeline takes at least M x the average rank + (P - 1) x the average virtual stage (1F1B:
+  // (M - 1) x the average stage + every stage once); some stage's optimizer update at least the
+  // average one.
   const double total = t.time.back();
-  return (s.microbatches - 1) * total / s.pp + total + t.optimizer.back() / s.pp;
+  const int v = std::max(1, s.virtual_stages);
+  return s.microbatches * total / s.pp + (s.pp - 1) * total / (s.pp * v) + t.optimizer.back() / s.pp;
 }
 
 Expected<StrategySearchResult> searchStrategy(const StrategyEstimator& estimator, const StrategySearchOptions& options) {

@@ -15,6 +15,8 @@
 //   - pipeline stages split the node sequence where the slowest stage is fastest within the
 //     memory limit; a step takes (M - 1) x the slowest stage + the sum of the stages + the
 //     activation and gradient transfers between stages (the bubble (P-1)/(M+P-1) when balanced);
+//     with V virtual stages per rank (interleaved 1F1B), M x the slowest rank + (P - 1) x the
+//     slowest virtual stage + the transfers through all P x V;
 //   - the data-parallel gradient all-reduce (ring, in buckets) overlaps the last backward pass,
 //     and the part that does not, plus the optimizer update, ends the step (with ZeRO stage 1 a
 //     reduce-scatter, the update of 1/dp of the rows and the parameters' all-gather);
@@ -47,6 +49,7 @@ struct ParallelStrategy {
   PipelineScheduleKind schedule = PipelineScheduleKind::kOneForwardOneBackward;
   RecomputeMode recompute = RecomputeMode::kNone;  // activations the backward pass computes again (training)
   int zero = 0;  // 1: optimizer state sharded over the dp replicas (training, dp > 1)
+  int virtual_stages = 1;  // interleaved 1F1B: pipeline stages per rank (pp > 1, 1f1b, microbatches % pp == 0)
 
   bool operator==(const ParallelStrategy&) const = default;
   // "dp 4 x tp 2 x pp 2, 8 microbatches, 1f1b" (", recompute full" when it recomputes, ", zero 1" when sharded).
@@ -65,7 +68,7 @@ struct StrategyEstimate {
   double dp_exposed_s = 0;      // the part of it the backward pass does not hide
   double optimizer_s = 0;       // the optimizer update of the slowest stage
   int64_t memory_bytes = 0;     // per device, on the stage that needs the most
-  std::vector<int> stage_starts;  // the profile node each stage starts at (stage 0 at 0)
+  std::vector<int> stage_starts;  // the profile node each (virtual) stage starts at (stage 0 at 0)
   // The forward graph's node (its first result's name) each stage after the first starts at, for
   // compile to split there (CompileOptions::stage_start_nodes); set by searchStrategy on the
   // estimates it returns as feasible; empty when they cannot be named.
@@ -93,6 +96,9 @@ struct StrategySearchOptions {
   // 2 (the running gradient sum 1/dp, a reduce-scatter per microbatch), 3 (the parameters 1/dp,
   // gathered for every forward and backward step).
   std::vector<int> zero_stages = {0, 1, 2, 3};
+  // Virtual stages per rank considered with pp > 1 under 1F1B when the microbatches divide by pp
+  // (interleaved 1F1B: the bubble 1/V of 1F1B's, V times the transfers, more activations in flight).
+  std::vector<int> virtual_stages = {1, 2, 4};
   // Profile each tp degree above 1 as --sequence-parallel partitions it (its activations between
   // the tp regions 1/tp, reduce-scatters and all-gathers for their all-reduces).
   bool sequence_parallel = false;

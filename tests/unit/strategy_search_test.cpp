@@ -203,6 +203,17 @@ TEST(StrategySearch, EstimateTermsFollowTheirFormulas) {
   EXPECT_GT(few.bubble_fraction, many.bubble_fraction);
   EXPECT_GT(many.memory_bytes, many_1f1b.memory_bytes);
   EXPECT_GT(few.pp_comm_s, 0);
+  // Interleaved 1F1B: a smaller bubble for more transfers and more activations in flight.
+  StrategyEstimate interleaved = gpt_estimator->estimate(
+      {1, 1, 8, 32, PipelineScheduleKind::kOneForwardOneBackward, RecomputeMode::kNone, 0, 2});
+  ASSERT_TRUE(interleaved.feasible()) << interleaved.infeasible;
+  EXPECT_LT(interleaved.bubble_fraction, many_1f1b.bubble_fraction);
+  EXPECT_GT(interleaved.pp_comm_s, many_1f1b.pp_comm_s);
+  EXPECT_GT(interleaved.memory_bytes, many_1f1b.memory_bytes);
+  EXPECT_NE(gpt_estimator->estimate({1, 1, 8, 4, PipelineScheduleKind::kOneForwardOneBackward,
+                                     RecomputeMode::kNone, 0, 2})
+                .infeasible.find("multiple of pp"),
+            std::string::npos);
 
   // Strategies that do not fit the devices or the batch.
   EXPECT_FALSE(estimator->estimate({3, 1, 1, 1, PipelineScheduleKind::kGPipe}).feasible());
@@ -325,7 +336,9 @@ TEST(StrategySearch, EstimateAgreesWithTheCompiledPlansSimulation) {
                                            ParallelStrategy{2, 2, 1, 1, one_f_one_b, selective},
                                            ParallelStrategy{1, 1, 4, 4, one_f_one_b, full},
                                            ParallelStrategy{4, 1, 1, 1, one_f_one_b, RecomputeMode::kNone, 1},
-                                           ParallelStrategy{2, 1, 2, 4, one_f_one_b, selective, 1}}) {
+                                           ParallelStrategy{2, 1, 2, 4, one_f_one_b, selective, 1},
+                                           ParallelStrategy{1, 1, 4, 4, one_f_one_b, RecomputeMode::kNone, 0, 2},
+                                           ParallelStrategy{2, 1, 2, 4, one_f_one_b, RecomputeMode::kNone, 1, 2}}) {
     SCOPED_TRACE(strategy.str());
     StrategyEstimate estimate = estimator->estimate(strategy);
     ASSERT_TRUE(estimate.feasible()) << estimate.infeasible;
@@ -339,6 +352,7 @@ TEST(StrategySearch, EstimateAgreesWithTheCompiledPlansSimulation) {
     compile.schedule = std::string(pipelineScheduleName(strategy.schedule));
     compile.training.recompute = strategy.recompute;
     compile.zero = strategy.zero;
+    compile.virtual_stages = strategy.virtual_stages;
     auto plan = compileModel(model, compile);
     ASSERT_TRUE(plan.hasValue()) << plan.status().message();
     auto simulated = predictPlan(*plan, cost_model);
