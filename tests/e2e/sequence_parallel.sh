@@ -16,28 +16,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 python=/usr/bin/python3
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=helpers/training.sh
+source "$source_dir/tests/e2e/helpers/training.sh"
 
 "$cleave" gen gpt --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o gpt.cir >/dev/null
 
-compile() {
-  local name=$1 model=$2
-  shift 2
-  "$cleave" compile "$model" --train "$@" -o "$name.cplan" >"$name.log" 2>&1 || { cat "$name.log" >&2; fail "compile $name: $*"; }
-}
-train() {
-  local name=$1 data=$2
-  shift 2
-  "$cleave" run "$name.cplan" --data "$data" --steps 4 --progress never --metrics "$name.jsonl" "$@" >"$name.run" 2>&1 ||
-    { cat "$name.run" >&2; fail "run $name"; }
-}
-# same_losses REFERENCE RUN TOLERANCE: RUN.jsonl's losses against REFERENCE.jsonl (a run) or
-# REFERENCE.json (a fixture's PyTorch losses).
-same_losses() {
-  local reference=$1.jsonl
-  [[ -f $reference ]] || reference=$1.json
-  $python "$source_dir/tests/e2e/same_losses.py" "$2" "$reference" "$2.jsonl" "$3" || fail "$2's losses differ from $1's"
-}
 # figures NAME: "all_reduce all_gather reduce_scatter activation_bytes" of rank 0's train program.
 figures() {
   "$cleave" inspect "$1.cplan" --json | $python -c '
