@@ -216,7 +216,8 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
       return copy;
     };
     // A collective over the pipeline (a gradient norm's sum) that this rank's stages each take part
-    // in is one collective of the merged ranks: combined() is it, anywhere else an error.
+    // in is one collective of the merged ranks after the last step (combinedCollective), an error
+    // anywhere else.
     auto repeatsMember = [](const planpb::Instruction& instruction) {
       std::set<int32_t> members(instruction.group().begin(), instruction.group().end());
       return static_cast<int>(members.size()) < instruction.group_size();
@@ -283,9 +284,8 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
         copy.set_source("virtual stages: the step counter of " + out.buffers(counter).name());
       }
       for (int j = 0; j < num_chunks; ++j) {
-        for (const auto* list : {&cut[j].before}) 
-          for (const planpb::Instruction& instruction : *list)
-            if (repeatsMember(instruction)) return notCombined(instruction, chunkWhere(j) + "program 'train': ");
+        for (const planpb::Instruction& instruction : cut[j].before)
+          if (repeatsMember(instruction)) return notCombined(instruction, chunkWhere(j) + "program 'train': ");
         for (const auto& [step, list] : cut[j].of_step)
           for (const planpb::Instruction& instruction : list)
             if (repeatsMember(instruction)) return notCombined(instruction, chunkWhere(j) + "program 'train': ");
