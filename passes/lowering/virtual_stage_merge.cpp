@@ -16,6 +16,12 @@
 namespace cleave {
 namespace {
 
+// "(model.cir:12:3) " for an instruction that came from a model node, else nothing: what error
+// messages name it by.
+std::string sourceOf(const planpb::Instruction& instruction) {
+  return instruction.source().empty() ? "" : "(" + instruction.source() + ") ";
+}
+
 // One chunk's "train" instructions cut at its steps: those before the first step, those of each
 // (microbatch, backward) step in order, and those after the last.
 struct ChunkSteps {
@@ -73,7 +79,7 @@ Expected<std::vector<planpb::Instruction>> combinedCollective(const std::vector<
   for (const planpb::Instruction& part : parts)
     if (part.kind() != planpb::ALL_REDUCE || part.reduce_op() != "sum" || part.operands_size() != 1 ||
         part.results_size() != 1 || std::multiset<int32_t>(part.group().begin(), part.group().end()) != group)
-      return Status::badInput(where + (part.source().empty() ? "" : "(" + part.source() + ") ") +
+      return Status::badInput(where + sourceOf(part) +
                               "a collective over the pipeline in which two virtual stages of this rank take part "
                               "that is not the same all-reduce sum of one buffer in each: not supported with "
                               "--virtual-stages");
@@ -203,11 +209,11 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
       for (auto* ids_of : {copy.mutable_operands(), copy.mutable_results()})
         for (int32_t& id : *ids_of)
           if (id >= 0) id += first_id[j];
-      const std::string what = where + (instruction.source().empty() ? "" : "(" + instruction.source() + ") ");
       if (copy.kind() == planpb::SEND || copy.kind() == planpb::RECV) {
         copy.set_peer(copy.peer() % ranks);
         if (copy.peer() == n)
-          return Status::badInput(what + "a message between two virtual stages of this rank (from or to virtual stage " +
+          return Status::badInput(where + sourceOf(instruction) +
+                                  "a message between two virtual stages of this rank (from or to virtual stage " +
                                   std::to_string(by_number[instruction.peer()]->stage()) +
                                   "): a value used " + std::to_string(num_stages) +
                                   " stages after it is computed cannot be interleaved");
@@ -219,11 +225,12 @@ Expected<planpb::Plan> mergeVirtualStages(const planpb::Plan& virtual_plan, int 
     // in is one collective of the merged ranks after the last step (combinedCollective), an error
     // anywhere else.
     auto repeatsMember = [](const planpb::Instruction& instruction) {
+      if (instruction.group_size() < 2) return false;
       std::set<int32_t> members(instruction.group().begin(), instruction.group().end());
       return static_cast<int>(members.size()) < instruction.group_size();
     };
     auto notCombined = [&](const planpb::Instruction& instruction, const std::string& where) {
-      return Status::badInput(where + (instruction.source().empty() ? "" : "(" + instruction.source() + ") ") +
+      return Status::badInput(where + sourceOf(instruction) +
                               "a collective over the pipeline in which two virtual stages of this rank take part, "
                               "outside the end of a training step: not supported with --virtual-stages");
     };

@@ -507,9 +507,9 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
   const int segments = s.pp * v;
   const LinkSpec& pp_link = cluster.linkFor(strideGroup(s.pp, s.dp * s.tp));
   const LinkSpec& dp_link = cluster.linkFor(strideGroup(s.dp, s.tp));
-  std::vector<double> segment_time(segments, 0), rank_time(s.pp, 0), rank_memory(s.pp, 0);
+  std::vector<double> rank_time(s.pp, 0), rank_memory(s.pp, 0);
   std::vector<double> rank_all_reduce(s.pp, 0), rank_exposed(s.pp, 0), rank_optimizer(s.pp, 0), rank_tp(s.pp, 0);
-  double sum_stage = 0, slowest_transfer = 0, fill_transfers = 0;
+  double sum_stage = 0, slowest_segment = 0, slowest_transfer = 0, fill_transfers = 0;
   for (int segment = 0; segment < segments; ++segment) {
     const int rank = segment % s.pp;
     const int first = starts[segment], last = segment + 1 < segments ? starts[segment + 1] : n;
@@ -533,7 +533,7 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
       fill_transfers += transfer;
       slowest_transfer = std::max(slowest_transfer, transfer);
     }
-    segment_time[segment] = stage_time;
+    slowest_segment = std::max(slowest_segment, stage_time);
     sum_stage += stage_time;
     rank_time[rank] += stage_time;
     rank_tp[rank] += t.tp_comm[last] - t.tp_comm[first];
@@ -598,7 +598,6 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
   if (v == 1) {
     pipeline = (s.microbatches - 1) * std::max(slowest_rank, slowest_transfer) + sum_stage + fill_transfers;
   } else {
-    const double slowest_segment = *std::max_element(segment_time.begin(), segment_time.end());
     pipeline = s.microbatches * slowest_rank + (s.pp - 1) * slowest_segment + fill_transfers;
   }
   e.pp_comm_s = fill_transfers;

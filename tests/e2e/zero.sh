@@ -17,26 +17,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 python=/usr/bin/python3
-fail() { echo "FAIL: $*" >&2; exit 1; }
+steps=5  # per run of train()
+# shellcheck source=helpers/training.sh
+source "$source_dir/tests/e2e/helpers/training.sh"
 
 "$cleave" gen gpt --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o gpt.cir >/dev/null
 cp "$source_dir/examples/fashion_cnn.cir" cnn.cir
 
-# compile NAME MODEL FLAGS...
-compile() {
-  local name=$1 model=$2
-  shift 2
-  "$cleave" compile "$model" --train "$@" -o "$name.cplan" >"$name.log" 2>&1 || { cat "$name.log" >&2; fail "compile $name: $*"; }
-}
-# train NAME DATA [RUN FLAGS...]: 5 steps, losses in NAME.jsonl.
-train() {
-  local name=$1 data=$2
-  shift 2
-  "$cleave" run "$name.cplan" --data "$data" --steps 5 --progress never --metrics "$name.jsonl" "$@" >"$name.run" 2>&1 ||
-    { cat "$name.run" >&2; fail "run $name"; }
-}
-# same_losses EXPECTED ACTUAL TOLERANCE: the runs' losses (0: bitwise the same).
-same_losses() { $python "$source_dir/tests/e2e/same_losses.py" "$2" "$1.jsonl" "$2.jsonl" "$3" || fail "$2's losses differ from $1's"; }
 # state_bytes NAME: the optimizer state bytes of each rank, as inspect --json counts them.
 state_bytes() {
   "$cleave" inspect "$1.cplan" --json | $python -c 'import json, sys; print(*[r["optimizer_state_bytes"] for r in json.load(sys.stdin)["ranks"]])'
