@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "ir/parallel_tasks.h"
 #include "ir/plan.h"
 #include "analysis/plan_kernels.h"
 #include "analysis/plan_report.h"
@@ -46,7 +47,20 @@ Expected<PlanPrediction> predictPlan(const planpb::Plan& plan, const CostModel& 
   // Per rank: memory, end, busy compute time and kernel FLOPs.
   const DeviceSpec& device = model.cluster().device;
   prediction.memory_limit_bytes = device.memory_bytes;
+  // Peak memory and FLOPs of each rank holding programs, found in parallel.
   std::map<int32_t, std::pair<int64_t, double>> memory_and_flops;  // by rank holding programs
+  std::vector<const planpb::RankPlan*> running_ranks;
+  for (const planpb::RankPlan& rank : plan.ranks())
+    if (memory_and_flops.try_emplace(rankRunning(plan, rank).rank()).second) running_ranks.push_back(&rankRunning(plan, rank));
+  CLEAVE_TRY(runParallelTasks(running_ranks.size(), [&](size_t i) -> Status {
+    const planpb::RankPlan& running = *running_ranks[i];
+    std::pair<int64_t, double>& figures = memory_and_flops.at(running.rank());
+    figures.first = reportRank(running, prediction.program).peak_memory_bytes;
+    if (const planpb::Program* program = findProgram(running, prediction.program)) {
+      CLEAVE_ASSIGN_OR_RETURN(figures.second, programFlops(running, *program));
+    }
+    return Status::ok();
+  }));
   for (int r = 0; r < plan.ranks_size(); ++r) {
     // A rank that runs another's programs (kept shared) has that rank's figures.
     const planpb::RankPlan& rank = plan.ranks(r);
@@ -58,15 +72,9 @@ Expected<PlanPrediction> predictPlan(const planpb::Plan& plan, const CostModel& 
     figures.end_s = ranked.end_s;
     for (const TimelineEvent& event : ranked.events)
       if (event.stream == 0) figures.busy_s += event.duration_s;
-    auto [known, fresh] = memory_and_flops.try_emplace(running.rank());
-    if (fresh) {
-      known->second.first = reportRank(running, prediction.program).peak_memory_bytes;
-      if (const planpb::Program* program = findProgram(running, prediction.program)) {
-        CLEAVE_ASSIGN_OR_RETURN(known->second.second, programFlops(running, *program));
-      }
-    }
-    figures.peak_memory_bytes = known->second.first;
-    prediction.model_flops += known->second.second;
+    const std::pair<int64_t, double>& known = memory_and_flops.at(running.rank());
+    figures.peak_memory_bytes = known.first;
+    prediction.model_flops += known.second;
     prediction.max_memory_bytes = std::max(prediction.max_memory_bytes, figures.peak_memory_bytes);
     prediction.ranks.push_back(figures);
   }

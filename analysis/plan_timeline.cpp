@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "analysis/cache_reuse.h"
+#include "ir/parallel_tasks.h"
 #include "ir/plan_storage.h"
 #include "ir/shared_programs.h"
 
@@ -239,12 +240,11 @@ Expected<ProgramTimeline> simulateProgram(const planpb::Plan& plan, std::string_
   };
   const int num_ranks = plan.ranks_size();
   std::vector<RankState> states(num_ranks);
-  int64_t pending = 0;
-  for (int r = 0; r < num_ranks; ++r) {
+  CLEAVE_TRY(runParallelTasks(num_ranks, [&](size_t r) -> Status {
     const planpb::RankPlan& rank = plan.ranks(r);
     RankState& state = states[r];
     state.program = findProgram(rank, program_name);
-    if (!state.program) continue;
+    if (!state.program) return Status::ok();
     const int n = state.program->instructions_size();
     state.start.assign(n, -1.0);
     state.end.assign(n, -1.0);
@@ -258,8 +258,10 @@ Expected<ProgramTimeline> simulateProgram(const planpb::Plan& plan, std::string_
       state.duration.push_back(*time);
       state.queue_of_stream[instruction.stream()].push_back(i);
     }
-    pending += n;
-  }
+    return Status::ok();
+  }));
+  int64_t pending = 0;
+  for (const RankState& state : states) pending += static_cast<int64_t>(state.duration.size());
   std::vector<int> arrivals(comm.collectives.size(), 0);
   std::vector<double> last_arrival(comm.collectives.size(), 0.0);
 

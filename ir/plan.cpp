@@ -1,6 +1,8 @@
 // Plans: .cplan file reading and writing, validation, and conversions between ir and protobuf types.
 #include "ir/plan.h"
 
+#include "ir/parallel_tasks.h"
+
 #include "ir/graph.h"
 #include "ir/device_mesh.h"
 
@@ -292,9 +294,8 @@ Status validateRank(const planpb::RankPlan& rank) {
   for (const planpb::Program& program : rank.programs()) {
     if (program.name().empty()) return Status::badInput("a program has no name");
     if (!names.insert(program.name()).second) return Status::badInput(programLabel(program) + "defined twice");
-    CLEAVE_TRY(validateProgram(rank, program));
   }
-  return Status::ok();
+  return runParallelTasks(rank.programs_size(), [&](size_t p) { return validateProgram(rank, rank.programs(p)); });
 }
 
 std::string versionMismatch(const std::string& what, uint32_t version) {
@@ -390,14 +391,18 @@ Status validatePlan(const planpb::Plan& plan) {
     return Status::badInput("plan for " + std::to_string(plan.devices()) + " devices has " +
                             std::to_string(plan.ranks_size()) + " rank plans");
   std::vector<bool> seen(plan.devices(), false);
+  std::vector<const planpb::RankPlan*> holding_programs;
   for (const planpb::RankPlan& rank : plan.ranks()) {
     std::string where = "rank " + std::to_string(rank.rank()) + ": ";
     if (rank.rank() < 0 || rank.rank() >= plan.devices())
       return Status::badInput(where + "rank number out of range [0," + std::to_string(plan.devices()) + ")");
     if (seen[rank.rank()]) return Status::badInput(where + "appears twice");
     seen[rank.rank()] = true;
-    if (!isSharedRank(rank)) CLEAVE_TRY(validateRank(rank).withContext(where));
+    if (!isSharedRank(rank)) holding_programs.push_back(&rank);
   }
+  CLEAVE_TRY(runParallelTasks(holding_programs.size(), [&](size_t i) {
+    return validateRank(*holding_programs[i]).withContext("rank " + std::to_string(holding_programs[i]->rank()) + ": ");
+  }));
   return validateSharedPrograms(plan);
 }
 

@@ -5,8 +5,10 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 
+#include "ir/parallel_tasks.h"
 #include "ir/plan.h"
 #include "ir/plan.pb.h"
 #include "ir/shared_programs.h"
@@ -310,21 +312,8 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   //     import) or the gradient norm counts replicated weights on tp index 0 only (clipping), and
   //     dp replicas where --zero 3 splits such a parameter.
   const bool tp_may_share = options.share_programs && !(options.train && options.training.clip_grad_norm > 0);
-  std::map<int, size_t> built_at;  // rank whose graphs were built -> its entry in result.ranks
-  std::set<int> stages_split_with_data;  // stages whose tp ranks hold graphs of their own
-  std::set<int> replicas_hold_data;      // stages whose dp replicas do (--zero 3 of imported weights)
-  for (int r = 0; r < mesh.size(); ++r) {
-    MeshCoord coord = mesh.coord(r);
-    MeshCoord first_coord = replicas_hold_data.count(coord.stage()) ? coord : coord.with(kDataAxis, 0);
-    if (tp_may_share && !stages_split_with_data.count(coord.stage())) first_coord = first_coord.with(kTensorAxis, 0);
-    auto first = built_at.find(mesh.rankOf(first_coord));
-    if ((options.zero == 0 || options.share_programs) && first != built_at.end()) {
-      RankGraphs replica = result.ranks[first->second];
-      replica.coord = coord;
-      result.ranks.push_back(std::move(replica));
-      continue;
-    }
-    built_at.emplace(r, result.ranks.size());
+  // One rank's graphs, which `owned` keeps.
+  auto buildRank = [&](MeshCoord coord, std::vector<std::unique_ptr<Graph>>& owned) -> Expected<RankGraphs> {
     const std::vector<PipelineStep> steps =
         options.stages_are_virtual
             ? virtualStageSchedule(coord.stage(), mesh.pp() / options.virtual_stages, options.virtual_stages,
@@ -332,61 +321,75 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
             : stageSchedule(schedule, coord.stage(), mesh.pp(), options.microbatches);
     RankGraphs rank{coord, {}, {}};
     if (options.train) {
-      StageBoundary boundary;
-      CLEAVE_ASSIGN_OR_RETURN(Graph train_graph, devicePart(train_forward, coord, &boundary, options.microbatches));
-      auto train = std::make_unique<Graph>(std::move(train_graph));
-      TrainingStepHooks hooks;
-      hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
-      hooks.after_backward = [&](Graph& g) {
-        if (options.microbatches > 1) CLEAVE_TRY(sumMicrobatchGradientsFromZeros(g));
-        CLEAVE_TRY(sumSharedGradients(g, boundary));
-        return bucketGradientAllReduces(g, options.bucket_bytes);
+      // The train and eval graphs are built side by side; ZeRO 3 then gathers in eval the blocks
+      // train holds, and fusion ends both.
+      std::unique_ptr<Graph> train, eval;
+      std::vector<PipelineNodeLabel> train_labels, eval_labels;
+      auto buildTrain = [&]() -> Status {
+        StageBoundary boundary;
+        CLEAVE_ASSIGN_OR_RETURN(Graph train_graph, devicePart(train_forward, coord, &boundary, options.microbatches));
+        train = std::make_unique<Graph>(std::move(train_graph));
+        TrainingStepHooks hooks;
+        hooks.backward = [&](Graph& g) { return appendPipelineBackward(g, boundary, options.microbatches); };
+        hooks.after_backward = [&](Graph& g) {
+          if (options.microbatches > 1) CLEAVE_TRY(sumMicrobatchGradientsFromZeros(g));
+          CLEAVE_TRY(sumSharedGradients(g, boundary));
+          return bucketGradientAllReduces(g, options.bucket_bytes);
+        };
+        hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
+        hooks.norm_scope = gradientNormScope(mesh, coord, boundary);
+        // Under ZeRO, clipping comes after sharding: the norm sums the blocks the updates read, and
+        // the gradients stay reduce-scattered.
+        TrainingOptions step_options = options.training;
+        const bool clip_sharded = options.zero >= 1 && step_options.clip_grad_norm > 0;
+        if (clip_sharded) step_options.clip_grad_norm = 0;
+        CLEAVE_TRY(appendTrainingStep(*train, step_options, hooks));
+        if (options.zero >= 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]));
+        // Stage 2 shards sums over microbatches; one microbatch's gradient is freed once reduce-scattered.
+        if (options.zero >= 2 && options.microbatches > 1) CLEAVE_TRY(shardGradientSums(*train).status());
+        if (clip_sharded)
+          CLEAVE_TRY(appendShardedGradientClipping(*train, options.training.clip_grad_norm, hooks.norm_scope, mesh.dp()));
+        // One stage with one microbatch has one forward and one backward step: program order is the
+        // schedule. (Reordering it would put every node right after its operands, and so run the
+        // copies recomputation placed before the backward nodes that need them in the forward pass.)
+        if (mesh.pp() == 1 && options.microbatches == 1) {
+          train_labels = labelPipelineNodes(*train, coord.stage(), options.microbatches);
+        } else {
+          CLEAVE_ASSIGN_OR_RETURN(train_labels, orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));
+        }
+        return Status::ok();
       };
-      hooks.parameters_optional = mesh.pp() > 1;  // a stage may hold no parameters (a loss, a relu)
-      hooks.norm_scope = gradientNormScope(mesh, coord, boundary);
-      // Under ZeRO, clipping comes after sharding: the norm sums the blocks the updates read, and
-      // the gradients stay reduce-scattered.
-      TrainingOptions step_options = options.training;
-      const bool clip_sharded = options.zero >= 1 && step_options.clip_grad_norm > 0;
-      if (clip_sharded) step_options.clip_grad_norm = 0;
-      CLEAVE_TRY(appendTrainingStep(*train, step_options, hooks));
-      if (options.zero >= 1) CLEAVE_TRY(shardOptimizerState(*train, mesh.dp(), coord[kDataAxis]));
-      // Stage 2 shards sums over microbatches; one microbatch's gradient is freed once reduce-scattered.
-      if (options.zero >= 2 && options.microbatches > 1) CLEAVE_TRY(shardGradientSums(*train).status());
-      if (clip_sharded)
-        CLEAVE_TRY(appendShardedGradientClipping(*train, options.training.clip_grad_norm, hooks.norm_scope, mesh.dp()));
-      // One stage with one microbatch has one forward and one backward step: program order is the
-      // schedule. (Reordering it would put every node right after its operands, and so run the
-      // copies recomputation placed before the backward nodes that need them in the forward pass.)
-      std::vector<PipelineNodeLabel> train_labels;
-      if (mesh.pp() == 1 && options.microbatches == 1) {
-        train_labels = labelPipelineNodes(*train, coord.stage(), options.microbatches);
-      } else {
-        CLEAVE_ASSIGN_OR_RETURN(train_labels, orderNodesBySchedule(*train, coord.stage(), options.microbatches, steps));
-      }
-      // Evaluation runs one microbatch per replica at a time (its batch is dp x the microbatch's
-      // rows): it returns the logits of its rows, which at a language model's vocabulary would
-      // otherwise take more memory than training does (GPT-3's last stage: 37 GiB for 96 rows).
-      CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr, 1));
-      auto eval = std::make_unique<Graph>(std::move(eval_graph));
-      std::vector<PipelineNodeLabel> eval_labels = labelPipelineNodes(*eval, coord.stage(), 1);
+      auto buildEval = [&]() -> Status {
+        // Evaluation runs one microbatch per replica at a time (its batch is dp x the microbatch's
+        // rows): it returns the logits of its rows, which at a language model's vocabulary would
+        // otherwise take more memory than training does (GPT-3's last stage: 37 GiB for 96 rows).
+        CLEAVE_ASSIGN_OR_RETURN(Graph eval_graph, devicePart(eval_forward, coord, nullptr, 1));
+        eval = std::make_unique<Graph>(std::move(eval_graph));
+        eval_labels = labelPipelineNodes(*eval, coord.stage(), 1);
+        return Status::ok();
+      };
+      CLEAVE_TRY(runParallelTasks(2, [&](size_t task) { return task == 0 ? buildTrain() : buildEval(); }));
       if (options.zero == 3) {  // parameters held in blocks, gathered per step by both programs
         CLEAVE_ASSIGN_OR_RETURN(const ShardedParameterDims dims,
                                 shardParameters(*train, train_labels, coord.stage(), mesh.dp(), coord[kDataAxis]));
         CLEAVE_TRY(gatherShardedParameters(*eval, eval_labels, coord.stage(), dims, mesh.dp(), coord[kDataAxis]));
       }
-      CLEAVE_ASSIGN_OR_RETURN(ProgramGraph train_program, programOf("train", train.get(), train_labels, options.fusion));
-      CLEAVE_ASSIGN_OR_RETURN(ProgramGraph eval_program, programOf("eval", eval.get(), eval_labels, options.fusion));
-      rank.programs = {std::move(train_program), std::move(eval_program)};
-      result.owned.push_back(std::move(train));
-      result.owned.push_back(std::move(eval));
+      std::optional<ProgramGraph> programs[2];
+      CLEAVE_TRY(runParallelTasks(2, [&](size_t task) -> Status {
+        CLEAVE_ASSIGN_OR_RETURN(programs[task], task == 0 ? programOf("train", train.get(), train_labels, options.fusion)
+                                                           : programOf("eval", eval.get(), eval_labels, options.fusion));
+        return Status::ok();
+      }));
+      rank.programs = {std::move(*programs[0]), std::move(*programs[1])};
+      owned.push_back(std::move(train));
+      owned.push_back(std::move(eval));
     } else {
       CLEAVE_ASSIGN_OR_RETURN(Graph infer_graph, devicePart(forward, coord, nullptr, options.microbatches));
       auto infer = std::make_unique<Graph>(std::move(infer_graph));
       std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage(), options.microbatches);
       CLEAVE_ASSIGN_OR_RETURN(ProgramGraph infer_program, programOf("infer", infer.get(), labels, options.fusion));
       rank.programs = {std::move(infer_program)};
-      result.owned.push_back(std::move(infer));
+      owned.push_back(std::move(infer));
     }
     // Batch rows, split over dp (the partitioner's layout of data inputs and outputs): every data
     // input, and every output but a scalar (the loss).
@@ -395,6 +398,57 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       for (ValueId v : program.graph->outputs)
         if (program.graph->values[v].type.rank() > 0) rank.batch_split.insert(program.graph->values[v].name);
     }
+    return rank;
+  };
+
+  // The ranks built whatever their graphs turn out to hold, each stage's first (at dp 0, and tp 0
+  // where tp ranks may share), or every rank (--zero without shared programs), are built in
+  // parallel first; a stage's other ranks that need graphs of their own are built in rank order.
+  const bool builds_every_rank = options.zero != 0 && !options.share_programs;
+  std::map<int, size_t> prebuilt_index;  // rank -> its entry in `prebuilt`
+  for (int r = 0; r < mesh.size(); ++r) {
+    const MeshCoord coord = mesh.coord(r);
+    if (builds_every_rank || (coord[kDataAxis] == 0 && (!tp_may_share || coord[kTensorAxis] == 0)))
+      prebuilt_index.emplace(r, prebuilt_index.size());
+  }
+  struct BuiltRank {
+    std::vector<std::unique_ptr<Graph>> owned;
+    std::optional<RankGraphs> graphs;
+  };
+  std::vector<BuiltRank> prebuilt(prebuilt_index.size());
+  std::vector<int> prebuilt_rank(prebuilt_index.size());
+  for (const auto& [r, index] : prebuilt_index) prebuilt_rank[index] = r;
+  CLEAVE_TRY(runParallelTasks(prebuilt.size(), [&](size_t i) -> Status {
+    CLEAVE_ASSIGN_OR_RETURN(RankGraphs graphs, buildRank(mesh.coord(prebuilt_rank[i]), prebuilt[i].owned));
+    prebuilt[i].graphs = std::move(graphs);
+    return Status::ok();
+  }));
+
+  std::map<int, size_t> built_at;  // rank whose graphs were built -> its entry in result.ranks
+  std::set<int> stages_split_with_data;  // stages whose tp ranks hold graphs of their own
+  std::set<int> replicas_hold_data;      // stages whose dp replicas do (--zero 3 of imported weights)
+  for (int r = 0; r < mesh.size(); ++r) {
+    MeshCoord coord = mesh.coord(r);
+    MeshCoord first_coord = replicas_hold_data.count(coord.stage()) ? coord : coord.with(kDataAxis, 0);
+    if (tp_may_share && !stages_split_with_data.count(coord.stage())) first_coord = first_coord.with(kTensorAxis, 0);
+    auto first = built_at.find(mesh.rankOf(first_coord));
+    if (!builds_every_rank && first != built_at.end()) {
+      RankGraphs replica = result.ranks[first->second];
+      replica.coord = coord;
+      result.ranks.push_back(std::move(replica));
+      continue;
+    }
+    built_at.emplace(r, result.ranks.size());
+    std::optional<RankGraphs> built;
+    if (auto pre = prebuilt_index.find(r); pre != prebuilt_index.end()) {
+      BuiltRank& entry = prebuilt[pre->second];
+      for (auto& graph : entry.owned) result.owned.push_back(std::move(graph));
+      built = std::move(entry.graphs);
+    } else {
+      CLEAVE_ASSIGN_OR_RETURN(RankGraphs graphs, buildRank(coord, result.owned));
+      built = std::move(graphs);
+    }
+    RankGraphs& rank = *built;
     // A split parameter that carries its block's data keeps the stage's tp ranks apart.
     for (const ProgramGraph& program : rank.programs)
       for (const Param& param : program.graph->params)
@@ -514,7 +568,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     auto built = buildDeviceGraphs(graph, options, mesh, logits_name);
     if (!built) return built.status().withContext(options.model_file + ": ");
     devices = std::move(*built);
-    lowering.ranks = devices.ranks;
+    lowering.ranks = std::move(devices.ranks);
   } else if (options.train) {
     CLEAVE_ASSIGN_OR_RETURN(training, buildTrainingGraphs(graph, options.training));
     logits_name = training.eval.values[training.eval.outputs[0]].name;
@@ -534,10 +588,10 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   // The whole model's limits (with its loss, which reads the labels), for inputs a device's graph
   // reads only through a vocabulary-parallel lookup (buildDeviceGraphs read them already).
   std::map<std::string, int64_t> model_limits = std::move(devices.model_limits);
-  if (devices.ranks.empty() && options.train) {
+  if (lowering.ranks.empty() && options.train) {
     CLEAVE_ASSIGN_OR_RETURN(Graph with_loss, buildLossGraph(graph, options.training));
     model_limits = valueLimits(with_loss);
-  } else if (devices.ranks.empty()) {
+  } else if (lowering.ranks.empty()) {
     model_limits = valueLimits(graph);
   }
   for (auto& rank : *plan.mutable_ranks()) {

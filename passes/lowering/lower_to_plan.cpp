@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "ir/parallel_tasks.h"
 #include "ir/plan.h"
 #include "ir/plan_storage.h"
 #include "ir/verifier.h"
@@ -409,9 +410,12 @@ Status lowerRank(const std::vector<ProgramGraph>& programs, const DeviceMesh& me
     if (!program.graph || program.name.empty()) return Status::internal("lowerToPlan: a program lacks a name or graph");
     if (!names.insert(program.name).second)
       return Status::badInput("program '" + program.name + "' is given twice");
-    if (!same_graphs) CLEAVE_TRY(verifyGraph(*program.graph).withContext(where + "program '" + program.name + "': "));
-    CLEAVE_TRY(ProgramLowering(program, rank, param_buffers, mesh, coord).run());
   }
+  if (!same_graphs)
+    CLEAVE_TRY(runParallelTasks(programs.size(), [&](size_t p) {
+      return verifyGraph(*programs[p].graph).withContext(where + "program '" + programs[p].name + "': ");
+    }));
+  for (const ProgramGraph& program : programs) CLEAVE_TRY(ProgramLowering(program, rank, param_buffers, mesh, coord).run());
   // 2. Batch inputs and outputs say which rows of the global batch they hold.
   for (auto& program : *rank.mutable_programs()) {
     for (auto* list : {program.mutable_inputs(), program.mutable_outputs()})
@@ -451,19 +455,36 @@ Expected<planpb::Plan> lowerToPlan(const LoweringInput& input) {
   if (input.ranks.empty()) {
     CLEAVE_TRY(lowerRank(input.programs, DeviceMesh{}, MeshCoord{}, {}, nullptr, *plan.add_ranks()));
   } else {
+    // Ranks lowered from graphs no earlier rank has are lowered in parallel; then those that copy
+    // an earlier rank's memory layout (share_programs off).
     std::map<std::vector<const Graph*>, int> lowered_from;  // a rank's graphs -> the first rank lowered from them
-    for (const RankGraphs& rank : input.ranks) {
+    std::vector<int> fresh_ranks, copying_ranks;
+    std::vector<int> same_as(input.ranks.size(), -1);
+    for (int r = 0; r < static_cast<int>(input.ranks.size()); ++r) {
+      const RankGraphs& rank = input.ranks[r];
       std::vector<const Graph*> graphs;
       for (const ProgramGraph& program : rank.programs) graphs.push_back(program.graph);
-      auto [first, fresh] = lowered_from.emplace(graphs, plan.ranks_size());
-      const planpb::RankPlan* same_graphs = fresh ? nullptr : &plan.ranks(first->second);
-      if (same_graphs && input.share_programs) {
-        planpb::RankPlan& shared = *plan.add_ranks();
-        setCoordinates(input.mesh, rank.coord, shared);
-        shared.set_same_program_as(same_graphs->rank());
+      auto [first, fresh] = lowered_from.emplace(graphs, r);
+      planpb::RankPlan& lowered = *plan.add_ranks();
+      if (fresh) {
+        fresh_ranks.push_back(r);
         continue;
       }
-      CLEAVE_TRY(lowerRank(rank.programs, input.mesh, rank.coord, rank.batch_split, same_graphs, *plan.add_ranks()));
+      same_as[r] = first->second;
+      if (input.share_programs) {
+        setCoordinates(input.mesh, rank.coord, lowered);
+        lowered.set_same_program_as(first->second);
+      } else {
+        copying_ranks.push_back(r);
+      }
+    }
+    for (const std::vector<int>* ranks : {&fresh_ranks, &copying_ranks}) {
+      CLEAVE_TRY(runParallelTasks(ranks->size(), [&](size_t i) {
+        const int r = (*ranks)[i];
+        const RankGraphs& rank = input.ranks[r];
+        const planpb::RankPlan* same_graphs = same_as[r] >= 0 ? &plan.ranks(same_as[r]) : nullptr;
+        return lowerRank(rank.programs, input.mesh, rank.coord, rank.batch_split, same_graphs, *plan.mutable_ranks(r));
+      }));
     }
   }
   Status valid = validatePlan(plan);

@@ -13,6 +13,7 @@
 
 #include "passes/training/autodiff.h"
 #include "ir/device_mesh.h"
+#include "ir/parallel_tasks.h"
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/partition/spmd_partitioner.h"
 #include "passes/training/recompute.h"
@@ -651,8 +652,12 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
   std::unordered_set<std::string> forward_names;
   for (const Node& node : forward[0].nodes)
     if (!node.results.empty()) forward_names.insert(forward[0].values[node.results[0]].name);
-  for (int tp : divisorsOf(options.devices)) {
-    TpProfile profile;
+  //    The degrees are profiled in parallel.
+  const std::vector<int> tp_degrees = divisorsOf(options.devices);
+  std::vector<TpProfile> profiles(tp_degrees.size());
+  CLEAVE_TRY(runParallelTasks(tp_degrees.size(), [&](size_t index) -> Status {
+    const int tp = tp_degrees[index];
+    TpProfile& profile = profiles[index];
     profile.tp = tp;
     profile.tp_link = cost_model.cluster().linkFor(strideGroup(tp, 1));
     const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(1, 1, tp);
@@ -675,8 +680,9 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
       profile.nodes = std::move(*nodes);
       if (profile.nodes.empty()) profile.infeasible = "tp " + std::to_string(tp) + ": the model has no work";
     }
-    impl->profiles.emplace(tp, std::move(profile));
-  }
+    return Status::ok();
+  }));
+  for (TpProfile& profile : profiles) impl->profiles.emplace(profile.tp, std::move(profile));
   return StrategyEstimator(std::move(impl));
 }
 
