@@ -50,8 +50,10 @@ Expected<PlanPrediction> predictPlan(const planpb::Plan& plan, const CostModel& 
   // Peak memory and FLOPs of each rank holding programs, found in parallel.
   std::map<int32_t, std::pair<int64_t, double>> memory_and_flops;  // by rank holding programs
   std::vector<const planpb::RankPlan*> running_ranks;
-  for (const planpb::RankPlan& rank : plan.ranks())
-    if (memory_and_flops.try_emplace(rankRunning(plan, rank).rank()).second) running_ranks.push_back(&rankRunning(plan, rank));
+  for (const planpb::RankPlan& rank : plan.ranks()) {
+    const planpb::RankPlan& running = rankRunning(plan, rank);
+    if (memory_and_flops.try_emplace(running.rank()).second) running_ranks.push_back(&running);
+  }
   CLEAVE_TRY(runParallelTasks(running_ranks.size(), [&](size_t i) -> Status {
     const planpb::RankPlan& running = *running_ranks[i];
     std::pair<int64_t, double>& figures = memory_and_flops.at(running.rank());

@@ -1,10 +1,9 @@
 // Plans: .cplan file reading and writing, validation, and conversions between ir and protobuf types.
 #include "ir/plan.h"
 
-#include "ir/parallel_tasks.h"
-
 #include "ir/graph.h"
 #include "ir/device_mesh.h"
+#include "ir/parallel_tasks.h"
 
 #include <fcntl.h>
 #include <unistd.h>

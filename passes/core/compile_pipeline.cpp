@@ -405,22 +405,22 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
   // where tp ranks may share), or every rank (--zero without shared programs), are built in
   // parallel first; a stage's other ranks that need graphs of their own are built in rank order.
   const bool builds_every_rank = options.zero != 0 && !options.share_programs;
-  std::map<int, size_t> prebuilt_index;  // rank -> its entry in `prebuilt`
-  for (int r = 0; r < mesh.size(); ++r) {
-    const MeshCoord coord = mesh.coord(r);
-    if (builds_every_rank || (coord[kDataAxis] == 0 && (!tp_may_share || coord[kTensorAxis] == 0)))
-      prebuilt_index.emplace(r, prebuilt_index.size());
-  }
   struct BuiltRank {
     std::vector<std::unique_ptr<Graph>> owned;
     std::optional<RankGraphs> graphs;
   };
-  std::vector<BuiltRank> prebuilt(prebuilt_index.size());
-  std::vector<int> prebuilt_rank(prebuilt_index.size());
-  for (const auto& [r, index] : prebuilt_index) prebuilt_rank[index] = r;
-  CLEAVE_TRY(runParallelTasks(prebuilt.size(), [&](size_t i) -> Status {
-    CLEAVE_ASSIGN_OR_RETURN(RankGraphs graphs, buildRank(mesh.coord(prebuilt_rank[i]), prebuilt[i].owned));
-    prebuilt[i].graphs = std::move(graphs);
+  std::vector<int> prebuilt_ranks;
+  std::map<int, BuiltRank> prebuilt;  // by rank; the tasks fill entries made before they start
+  for (int r = 0; r < mesh.size(); ++r) {
+    const MeshCoord coord = mesh.coord(r);
+    if (builds_every_rank || (coord[kDataAxis] == 0 && (!tp_may_share || coord[kTensorAxis] == 0))) {
+      prebuilt_ranks.push_back(r);
+      prebuilt[r];
+    }
+  }
+  CLEAVE_TRY(runParallelTasks(prebuilt_ranks.size(), [&](size_t i) -> Status {
+    BuiltRank& entry = prebuilt.at(prebuilt_ranks[i]);
+    CLEAVE_ASSIGN_OR_RETURN(entry.graphs, buildRank(mesh.coord(prebuilt_ranks[i]), entry.owned));
     return Status::ok();
   }));
 
@@ -440,13 +440,11 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
     }
     built_at.emplace(r, result.ranks.size());
     std::optional<RankGraphs> built;
-    if (auto pre = prebuilt_index.find(r); pre != prebuilt_index.end()) {
-      BuiltRank& entry = prebuilt[pre->second];
-      for (auto& graph : entry.owned) result.owned.push_back(std::move(graph));
-      built = std::move(entry.graphs);
+    if (auto pre = prebuilt.find(r); pre != prebuilt.end()) {
+      for (auto& graph : pre->second.owned) result.owned.push_back(std::move(graph));
+      built = std::move(pre->second.graphs);
     } else {
-      CLEAVE_ASSIGN_OR_RETURN(RankGraphs graphs, buildRank(coord, result.owned));
-      built = std::move(graphs);
+      CLEAVE_ASSIGN_OR_RETURN(built, buildRank(coord, result.owned));
     }
     RankGraphs& rank = *built;
     // A split parameter that carries its block's data keeps the stage's tp ranks apart.
