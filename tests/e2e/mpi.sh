@@ -85,12 +85,16 @@ start_and_kill() {  # LOG [WRAPPER...] -- MPIRUN_OPTIONS...: waits for step 3, k
   wait "$launcher" || mpirun_status=$?
   elapsed=$($python -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$killed_at")
 }
-check_kill() {  # LABEL LOG: every other rank named rank 2, within the timeout, and nothing is left
-  local label=$1 log=$2
+check_kill() {  # LABEL LOG [SPEAKERS]: every other rank (at least SPEAKERS of them) named rank 2, within the timeout, and nothing is left
+  local label=$1 log=$2 speakers=${3:-3} named=0
   for rank in 0 1 3; do
-    grep -q "^cleave: error: rank $rank: .*rank 2 \(died\|does not answer\)" "$log" ||
-      fail "$label: rank $rank did not say that rank 2 died: $(cat "$log")"
+    if grep -q "^cleave: error: rank $rank: .*rank 2 \(died\|does not answer\)" "$log"; then
+      named=$((named + 1))
+    elif grep -q "^cleave: error: rank $rank:" "$log"; then
+      fail "$label: rank $rank gave another reason than rank 2's death: $(cat "$log")"
+    fi
   done
+  ((named >= speakers)) || fail "$label: $named ranks, not $speakers, said that rank 2 died: $(cat "$log")"
   $python -c "import sys; sys.exit(float(sys.argv[1]) > float(sys.argv[2]) + 4)" "$elapsed" "$timeout" ||
     fail "$label: the ranks took $elapsed s to stop (timeout $timeout s)"
   sleep 0.5
@@ -98,11 +102,14 @@ check_kill() {  # LABEL LOG: every other rank named rank 2, within the timeout, 
     fail "$label: cleave processes are left: $(pgrep -a cleave)"
   fi
 }
-#    a. mpirun's defaults: mpirun stops the job (SIGTERM) about a second after the death; each other
-#       rank names the dead one and exits 3; mpirun exits non-zero.
+#    a. mpirun's defaults: mpirun stops the job (SIGTERM) about a second after the death and kills
+#       what is left (SIGKILL) a second later; the other ranks name the dead one and exit 3; mpirun
+#       exits non-zero. A rank that the machine's load keeps from speaking within that second is
+#       killed silently (seen once in CI, running beside mpi_hosts.sh): one rank naming rank 2, and
+#       none naming another, is what mpirun's defaults allow to be checked.
 timeout=10
 start_and_kill kill-default.log --
-check_kill "kill (mpirun defaults)" kill-default.log
+check_kill "kill (mpirun defaults)" kill-default.log 1
 [[ $mpirun_status -ne 0 ]] || fail "kill (mpirun defaults): mpirun exited 0"
 #    b. mpirun told not to stop the job (--enable-recovery): the others time out, ping every rank to
 #       find the dead one, and exit 3 (their exit codes are visible here, as mpirun kills nothing).
