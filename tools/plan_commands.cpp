@@ -29,6 +29,7 @@
 #include "runtime/exec/inference.h"
 #include "runtime/exec/rank_group.h"
 #include "runtime/train/trainer.h"
+#include "tools/allocator_tuning.h"
 #include "tools/cli_common.h"
 #include "tools/units_text.h"
 
@@ -92,7 +93,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   search.memory_limit_bytes = options.memory_limit_bytes;
   if (!flags.recompute.empty()) search.recompute_modes = {options.training.recompute};  // as given
   if (flags.zero != 0) search.zero_stages = {flags.zero};
-  search.sequence_parallel = flags.sequence_parallel;
+  if (flags.sequence_parallel) search.sequence_parallel = {true};  // as given: where tp > 1
   if (flags.virtual_stages != 1) search.virtual_stages = {flags.virtual_stages};  // as given
   CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(model, search, CostModel(cluster)));
   std::printf("strategy auto on %s: %s, predicted %s per step, %s per device (%lld candidates, %lld estimated, %.2f s)\n",
@@ -111,6 +112,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
 }  // namespace
 
 int runCompile(const CompileFlags& flags, const std::string& producer) {
+  keepFreedMemoryForReuse();
   const bool automatic = flags.strategy == "auto";
   int product = flags.dp * flags.tp * flags.pp;
   if (!automatic && flags.devices != 0 && flags.devices != product)
