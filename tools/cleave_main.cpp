@@ -255,7 +255,8 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   compile->add_flag("--sequence-parallel", flags.sequence_parallel,
                     "With --tp: split the activations between tensor-parallel regions (layer norms, residual adds) "
                     "along the sequence over the tp ranks, reduce-scattering and all-gathering them instead of "
-                    "all-reducing (Megatron's sequence parallelism)");
+                    "all-reducing (Megatron's sequence parallelism); with --strategy auto, only strategies with it where tp > 1 "
+                    "(the search weighs both otherwise)");
   compile->add_option("--virtual-stages", flags.virtual_stages,
                       "With --pp P: cut the model into P x V stages and give each rank V of them (stage s holds s, "
                       "s + P, ...), run by the interleaved 1F1B schedule (Megatron-LM's): a smaller pipeline bubble "

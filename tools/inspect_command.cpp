@@ -70,7 +70,9 @@ std::string headerText(const planpb::Plan& plan, const std::string& path) {
 std::string candidateName(const planpb::StrategyCandidate& c) {
   return "dp " + std::to_string(c.dp()) + " x tp " + std::to_string(c.tp()) + " x pp " + std::to_string(c.pp()) + ", " +
          std::to_string(c.microbatches()) + (c.microbatches() == 1 ? " microbatch, " : " microbatches, ") + c.schedule() +
-         (c.recompute().empty() ? "" : ", recompute " + c.recompute()) + (c.zero() ? ", zero " + std::to_string(c.zero()) : "");
+         (c.virtual_stages() > 1 ? " interleaved over " + std::to_string(c.virtual_stages()) + " virtual stages" : "") +
+         (c.recompute().empty() ? "" : ", recompute " + c.recompute()) + (c.zero() ? ", zero " + std::to_string(c.zero()) : "") +
+         (c.sequence_parallel() ? ", sequence parallel" : "");
 }
 
 // What --strategy auto chose and the best strategies it rejected (empty when it did not choose).
@@ -100,6 +102,10 @@ nlohmann::ordered_json candidateJson(const planpb::StrategyCandidate& c) {
           {"pp", c.pp()},
           {"microbatches", c.microbatches()},
           {"schedule", c.schedule()},
+          {"virtual_stages", std::max(1, c.virtual_stages())},
+          {"recompute", c.recompute().empty() ? "none" : c.recompute()},
+          {"zero", c.zero()},
+          {"sequence_parallel", c.sequence_parallel()},
           {"predicted_step_time_s", c.predicted_step_time_s()},
           {"memory_bytes", c.memory_bytes()},
           {"note", c.note()}};

@@ -21,6 +21,7 @@ planpb::StrategyCandidate candidateProto(const StrategyEstimate& estimate, const
   candidate.set_memory_bytes(estimate.memory_bytes);
   candidate.set_note(note);
   candidate.set_virtual_stages(estimate.strategy.virtual_stages);
+  candidate.set_sequence_parallel(estimate.strategy.sequence_parallel);
   candidate.set_zero(estimate.strategy.zero);
   if (estimate.strategy.recompute != RecomputeMode::kNone)
     candidate.set_recompute(std::string(recomputeModeName(estimate.strategy.recompute)));
@@ -46,7 +47,6 @@ void recordSearch(planpb::Plan& plan, const ClusterSpec& cluster, const std::vec
 Expected<planpb::Plan> compileSearchedStrategy(const Graph& model, CompileOptions options,
                                                const StrategySearchResult& searched, const ClusterSpec& cluster,
                                                const StrategyFallbackNote& note) {
-  const bool sequence_parallel = options.sequence_parallel;  // asked for: applies where the strategy has tp > 1
   std::vector<const StrategyEstimate*> ranked = {&searched.best};
   for (const StrategyEstimate& alternative : searched.alternatives) ranked.push_back(&alternative);
   Expected<planpb::Plan> plan = Status::internal("compile: no strategy was compiled");
@@ -61,7 +61,7 @@ Expected<planpb::Plan> compileSearchedStrategy(const Graph& model, CompileOption
     options.training.recompute = strategy.recompute;
     options.zero = strategy.zero;
     options.virtual_stages = strategy.virtual_stages;
-    options.sequence_parallel = sequence_parallel && strategy.tp > 1;
+    options.sequence_parallel = strategy.sequence_parallel;
     options.stage_start_nodes = ranked[k]->stage_start_nodes;
     plan = compileModel(model, options);
     if (plan) {

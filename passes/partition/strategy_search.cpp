@@ -58,6 +58,7 @@ struct ProfileNode {
 // One tensor-parallel degree's profile: the nodes of one device's forward graph split over tp.
 struct TpProfile {
   int tp = 1;
+  bool sequence_parallel = false;  // partitioned as --sequence-parallel does (tp > 1)
   std::string infeasible;  // the partitioner's error, when it cannot split the model over tp
   std::vector<ProfileNode> nodes;
   LinkSpec tp_link;
@@ -314,7 +315,7 @@ std::string ParallelStrategy::str() const {
          std::string(pipelineScheduleName(schedule)) +
          (virtual_stages > 1 ? " interleaved over " + std::to_string(virtual_stages) + " virtual stages" : "") +
          (recompute == RecomputeMode::kNone ? "" : ", recompute " + std::string(recomputeModeName(recompute))) +
-         (zero == 0 ? "" : ", zero " + std::to_string(zero));
+         (zero == 0 ? "" : ", zero " + std::to_string(zero)) + (sequence_parallel ? ", sequence parallel" : "");
 }
 
 struct StrategyEstimator::Impl {
@@ -322,19 +323,19 @@ struct StrategyEstimator::Impl {
   CostModel model;
   int64_t global_batch = 0;
   int64_t memory_limit = 0;
-  std::map<int, TpProfile> profiles;  // by tp degree
-  mutable std::map<std::tuple<int, int64_t, RecomputeMode>, std::unique_ptr<StageTable>> tables;
+  std::map<std::pair<int, bool>, TpProfile> profiles;  // by tp degree and sequence parallelism
+  mutable std::map<std::tuple<const TpProfile*, int64_t, RecomputeMode>, std::unique_ptr<StageTable>> tables;
 
   explicit Impl(const CostModel& cost_model) : model(cost_model) {}
 
-  const TpProfile* profile(int tp) const {
-    auto found = profiles.find(tp);
+  const TpProfile* profile(int tp, bool sequence_parallel) const {
+    auto found = profiles.find({tp, sequence_parallel});
     return found == profiles.end() || !found->second.infeasible.empty() ? nullptr : &found->second;
   }
 
-  // The prefix sums of one (tp, rows, recompute mode), built on first use.
+  // The prefix sums of one (profile, rows, recompute mode), built on first use.
   const StageTable& table(const TpProfile& profile, int64_t rows, RecomputeMode mode) const {
-    auto& slot = tables[{profile.tp, rows, mode}];
+    auto& slot = tables[{&profile, rows, mode}];
     if (slot) return *slot;
     slot = std::make_unique<StageTable>();
     StageTable& t = *slot;
@@ -452,8 +453,10 @@ struct StrategyEstimator::Impl {
     if (global_batch % (int64_t{s.dp} * s.microbatches) != 0)
       return "batch " + std::to_string(global_batch) + " does not split into dp x microbatches = " +
              std::to_string(int64_t{s.dp} * s.microbatches);
-    auto found = profiles.find(s.tp);
-    if (found == profiles.end()) return "tp " + std::to_string(s.tp) + " was not profiled";
+    if (s.sequence_parallel && s.tp < 2) return "sequence parallelism needs tp 2 or more";
+    auto found = profiles.find({s.tp, s.sequence_parallel});
+    if (found == profiles.end())
+      return "tp " + std::to_string(s.tp) + (s.sequence_parallel ? " with sequence parallelism" : "") + " was not profiled";
     if (!found->second.infeasible.empty()) return found->second.infeasible;
     if (s.virtual_stages < 1) return "virtual stages must be at least 1";
     if (s.virtual_stages > 1 && (s.pp < 2 || s.schedule != PipelineScheduleKind::kOneForwardOneBackward ||
@@ -474,7 +477,7 @@ StrategyEstimate StrategyEstimator::Impl::estimate(const ParallelStrategy& s, co
   int64_t rows = 0;
   e.infeasible = invalid(s, rows);
   if (!e.infeasible.empty()) return e;
-  const TpProfile& tp_profile = *profile(s.tp);
+  const TpProfile& tp_profile = *profile(s.tp, s.sequence_parallel);
   const StageTable& t = table(tp_profile, rows, s.recompute);
   const int n = static_cast<int>(tp_profile.nodes.size());
   const ClusterSpec& cluster = model.cluster();
@@ -652,37 +655,48 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
   std::unordered_set<std::string> forward_names;
   for (const Node& node : forward[0].nodes)
     if (!node.results.empty()) forward_names.insert(forward[0].values[node.results[0]].name);
-  //    The degrees are profiled in parallel.
-  const std::vector<int> tp_degrees = divisorsOf(options.devices);
-  std::vector<TpProfile> profiles(tp_degrees.size());
-  CLEAVE_TRY(runParallelTasks(tp_degrees.size(), [&](size_t index) -> Status {
-    const int tp = tp_degrees[index];
+  //    A degree above 1 is profiled once for each of the options' sequence parallelism modes. The
+  //    profiles are built in parallel.
+  std::vector<TpProfile> profiles;
+  for (int tp : divisorsOf(options.devices)) {
+    for (bool sequence_parallel : {false, true}) {
+      if (tp == 1 ? sequence_parallel
+                  : std::find(options.sequence_parallel.begin(), options.sequence_parallel.end(), sequence_parallel) ==
+                        options.sequence_parallel.end())
+        continue;
+      profiles.emplace_back();
+      profiles.back().tp = tp;
+      profiles.back().sequence_parallel = sequence_parallel;
+    }
+  }
+  CLEAVE_TRY(runParallelTasks(profiles.size(), [&](size_t index) -> Status {
     TpProfile& profile = profiles[index];
-    profile.tp = tp;
+    const int tp = profile.tp;
+    const std::string degree = "tp " + std::to_string(tp) + (profile.sequence_parallel ? " with sequence parallelism" : "");
     profile.tp_link = cost_model.cluster().linkFor(strideGroup(tp, 1));
     const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(1, 1, tp);
     auto part1 = tp == 1 ? Expected<Graph>(forward[0])
-                         : partitionForDevice(forward[0], mesh, MeshCoord{}, nullptr, {}, options.sequence_parallel);
+                         : partitionForDevice(forward[0], mesh, MeshCoord{}, nullptr, {}, profile.sequence_parallel);
     auto part2 = tp == 1 ? Expected<Graph>(forward[1])
-                         : partitionForDevice(forward[1], mesh, MeshCoord{}, nullptr, {}, options.sequence_parallel);
+                         : partitionForDevice(forward[1], mesh, MeshCoord{}, nullptr, {}, profile.sequence_parallel);
     if (!part1 || !part2) {
-      profile.infeasible = "tp " + std::to_string(tp) + ": " + (!part1 ? part1 : part2).status().message();
+      profile.infeasible = degree + ": " + (!part1 ? part1 : part2).status().message();
     } else {
       std::array<BackwardReads, 3> reads;
       if (options.train) {
         auto backward_reads = backwardReads(*part1, options.recompute_modes);
-        if (!backward_reads) return backward_reads.status().withContext("strategy search: tp " + std::to_string(tp) + ": ");
+        if (!backward_reads) return backward_reads.status().withContext("strategy search: " + degree + ": ");
         reads = std::move(*backward_reads);
       }
       auto nodes = profileGraph(*part1, static_cast<double>(rows1), *part2, static_cast<double>(rows2), reads,
                                 options.training.optimizer, options.train, cost_model, forward_names);
       if (!nodes) return nodes.status();
       profile.nodes = std::move(*nodes);
-      if (profile.nodes.empty()) profile.infeasible = "tp " + std::to_string(tp) + ": the model has no work";
+      if (profile.nodes.empty()) profile.infeasible = degree + ": the model has no work";
     }
     return Status::ok();
   }));
-  for (TpProfile& profile : profiles) impl->profiles.emplace(profile.tp, std::move(profile));
+  for (TpProfile& profile : profiles) impl->profiles.emplace(std::pair{profile.tp, profile.sequence_parallel}, std::move(profile));
   return StrategyEstimator(std::move(impl));
 }
 
@@ -691,8 +705,9 @@ int64_t StrategyEstimator::globalBatch() const { return impl_->global_batch; }
 std::vector<ParallelStrategy> StrategyEstimator::candidates() const {
   std::vector<ParallelStrategy> all;
   const int devices = impl_->options.devices;
-  for (const auto& [tp, profile] : impl_->profiles) {
+  for (const auto& [key, profile] : impl_->profiles) {
     if (!profile.infeasible.empty()) continue;
+    const auto [tp, sequence_parallel] = key;
     for (int pp : divisorsOf(devices / tp)) {
       if (pp > static_cast<int>(profile.nodes.size())) break;
       const int dp = devices / tp / pp;
@@ -703,7 +718,7 @@ std::vector<ParallelStrategy> StrategyEstimator::candidates() const {
         if (pp > 1) schedules = impl_->options.schedules;
         for (PipelineScheduleKind schedule : schedules) {
           if (!impl_->options.train) {
-            all.push_back({dp, tp, pp, microbatches, schedule, RecomputeMode::kNone});
+            all.push_back({dp, tp, pp, microbatches, schedule, RecomputeMode::kNone, 0, 1, sequence_parallel});
             continue;
           }
           std::vector<int> virtual_stages = {1};
@@ -713,7 +728,8 @@ std::vector<ParallelStrategy> StrategyEstimator::candidates() const {
           for (int v : virtual_stages)
             for (RecomputeMode recompute : impl_->options.recompute_modes)
               for (int zero : impl_->options.zero_stages)
-                if (zero == 0 || dp > 1) all.push_back({dp, tp, pp, microbatches, schedule, recompute, zero, v});
+                if (zero == 0 || dp > 1)
+                  all.push_back({dp, tp, pp, microbatches, schedule, recompute, zero, v, sequence_parallel});
         }
       }
     }
@@ -727,7 +743,7 @@ StrategyEstimate StrategyEstimator::estimate(const ParallelStrategy& strategy) c
 
 std::vector<std::string> StrategyEstimator::stageStartNodes(const StrategyEstimate& estimate) const {
   // The first profile node at or after each later stage's start that the forward graph has.
-  const TpProfile* profile = impl_->profile(estimate.strategy.tp);
+  const TpProfile* profile = impl_->profile(estimate.strategy.tp, estimate.strategy.sequence_parallel);
   if (!profile) return {};
   const int n = static_cast<int>(profile->nodes.size());
   std::vector<std::string> names;
@@ -747,14 +763,14 @@ StrategyEstimate StrategyEstimator::estimateWithStages(const ParallelStrategy& s
 }
 
 int StrategyEstimator::profileNodes(int tp) const {
-  const TpProfile* profile = impl_->profile(tp);
+  const TpProfile* profile = impl_->profile(tp, false);
   return profile ? static_cast<int>(profile->nodes.size()) : 0;
 }
 
 double StrategyEstimator::lowerBound(const ParallelStrategy& s) const {
   int64_t rows = 0;
   if (!impl_->invalid(s, rows).empty()) return kInfinity;
-  const StageTable& t = impl_->table(*impl_->profile(s.tp), rows, s.recompute);
+  const StageTable& t = impl_->table(*impl_->profile(s.tp, s.sequence_parallel), rows, s.recompute);
   // The pipeline takes at least M x the average rank + (P - 1) x the average virtual stage (1F1B:
   // (M - 1) x the average stage + every stage once); some stage's optimizer update at least the
   // average one.

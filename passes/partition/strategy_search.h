@@ -50,9 +50,11 @@ struct ParallelStrategy {
   RecomputeMode recompute = RecomputeMode::kNone;  // activations the backward pass computes again (training)
   int zero = 0;  // 1: optimizer state sharded over the dp replicas (training, dp > 1)
   int virtual_stages = 1;  // interleaved 1F1B: pipeline stages per rank (pp > 1, 1f1b, microbatches % pp == 0)
+  bool sequence_parallel = false;  // activations between tp regions split along the sequence (tp > 1)
 
   bool operator==(const ParallelStrategy&) const = default;
-  // "dp 4 x tp 2 x pp 2, 8 microbatches, 1f1b" (", recompute full" when it recomputes, ", zero 1" when sharded).
+  // "dp 4 x tp 2 x pp 2, 8 microbatches, 1f1b" (", recompute full" when it recomputes, ", zero 1" when
+  // sharded, ", sequence parallel" when it is).
   std::string str() const;
 };
 
@@ -99,9 +101,10 @@ struct StrategySearchOptions {
   // Virtual stages per rank considered with pp > 1 under 1F1B when the microbatches divide by pp
   // (interleaved 1F1B: the bubble 1/V of 1F1B's, V times the transfers, more activations in flight).
   std::vector<int> virtual_stages = {1, 2, 4};
-  // Profile each tp degree above 1 as --sequence-parallel partitions it (its activations between
-  // the tp regions 1/tp, reduce-scatters and all-gathers for their all-reduces).
-  bool sequence_parallel = false;
+  // Sequence parallelism considered with tp > 1 (each tp degree is profiled as --sequence-parallel
+  // partitions it: its activations between the tp regions 1/tp, reduce-scatters and all-gathers
+  // for their all-reduces, the norms and dropouts on 1/tp of the rows).
+  std::vector<bool> sequence_parallel = {false, true};
   int64_t memory_limit_bytes = 0;  // per device; 0: the cluster's device memory
   int64_t bucket_bytes = 25 * 1000 * 1000;  // gradient all-reduce buckets (as CompileOptions)
   size_t alternatives = 5;         // how many of the next fastest strategies the result keeps
