@@ -245,6 +245,7 @@ bool startedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::gete
 // Steps: check the device and backend go together; hand mpirun jobs to runRunMpi; make the ranks;
 // run inference or train, and report.
 int runRun(const RunFlags& flags) {
+  runtime::routeStopSignalsToOwnThread();
   // 1. The device and backend.
   const bool cuda = flags.device != "cpu";
 #if !CLEAVE_HAVE_CUDA

@@ -2,6 +2,9 @@
 #include "runtime/train/stop_signals.h"
 
 #include <signal.h>
+#include <unistd.h>
+
+#include <thread>
 
 namespace cleave::runtime {
 namespace {
@@ -31,5 +34,17 @@ void catchStopSignals() {
 }
 
 int stopSignal() { return received_signal; }
+
+void routeStopSignalsToOwnThread() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::thread([stop_signals] {
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+    for (;;) pause();  // returns after each handler; the default action ends the process
+  }).detach();
+}
 
 }  // namespace cleave::runtime
