@@ -10,7 +10,8 @@ namespace cleave::runtime {
 // Call it first in a command that runs plans, before it starts any thread. A handler that ran on a
 // thread in the middle of an LLVM-compiled fused kernel corrupted the heap (about 1 stop in 10 of
 // tests/e2e/checkpoints.sh's SIGTERM check: a crash at exit, a checkpoint that did not resume
-// bitwise); the root cause is not known.
+// bitwise) while those kernels used the stack's red zone (runtime/codegen/cpu_jit.cpp); kernels
+// are not interrupted by the handlers at all since.
 void routeStopSignalsToOwnThread();
 
 // Catches SIGTERM and SIGINT from now on: the first sets the signal stopSignal() returns and
