@@ -252,11 +252,17 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "replicas; 2 also sums the gradients over microbatches in blocks; 3 also holds the parameters "
                       "in blocks, all-gathered before each forward and backward pass; 0 (default) keeps all whole")
       ->check(CLI::Range(0, 3));
-  compile->add_flag("--sequence-parallel", flags.sequence_parallel,
-                    "With --tp: split the activations between tensor-parallel regions (layer norms, residual adds) "
-                    "along the sequence over the tp ranks, reduce-scattering and all-gathering them instead of "
-                    "all-reducing (Megatron's sequence parallelism); with --strategy auto, only strategies with it where tp > 1 "
-                    "(the search weighs both otherwise)");
+  CLI::Option* sequence_parallel = compile->add_flag(
+      "--sequence-parallel", flags.sequence_parallel,
+      "With --tp: split the activations between tensor-parallel regions (layer norms, residual adds) "
+      "along the sequence over the tp ranks, reduce-scattering and all-gathering them instead of "
+      "all-reducing (Megatron's sequence parallelism); with --strategy auto, only strategies with it where tp > 1 "
+      "(the search weighs both otherwise)");
+  compile
+      ->add_flag("--no-sequence-parallel", flags.no_sequence_parallel,
+                 "With --strategy auto: only strategies without sequence parallelism (the search weighs both "
+                 "otherwise); without it, the default")
+      ->excludes(sequence_parallel);
   compile->add_option("--virtual-stages", flags.virtual_stages,
                       "With --pp P: cut the model into P x V stages and give each rank V of them (stage s holds s, "
                       "s + P, ...), run by the interleaved 1F1B schedule (Megatron-LM's): a smaller pipeline bubble "

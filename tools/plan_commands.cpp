@@ -94,6 +94,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   if (!flags.recompute.empty()) search.recompute_modes = {options.training.recompute};  // as given
   if (flags.zero != 0) search.zero_stages = {flags.zero};
   if (flags.sequence_parallel) search.sequence_parallel = {true};  // as given: where tp > 1
+  if (flags.no_sequence_parallel) search.sequence_parallel = {false};
   if (flags.virtual_stages != 1) search.virtual_stages = {flags.virtual_stages};  // as given
   CLEAVE_ASSIGN_OR_RETURN(StrategySearchResult result, searchStrategy(model, search, CostModel(cluster)));
   std::printf("strategy auto on %s: %s, predicted %s per step, %s per device (%lld candidates, %lld estimated, %.2f s)\n",

@@ -24,6 +24,7 @@ struct CompileFlags {
   std::string fusion = "on";    // --fusion on|off: elementwise chains become fused nodes
   int zero = 0;                 // --zero 1: optimizer state sharded over the dp replicas
   bool sequence_parallel = false;  // --sequence-parallel
+  bool no_sequence_parallel = false;  // --no-sequence-parallel
   int virtual_stages = 1;          // --virtual-stages: pipeline stages per rank (interleaved 1F1B)
   bool train = false;
   std::string loss = "softmax_cross_entropy";

@@ -102,4 +102,23 @@ code=0
 "$cleave" compile "$source_dir/examples/mlp.cir" --train --tp 2 --sequence-parallel -o bad.cplan >bad.log 2>&1 || code=$?
 (( code == 1 )) && grep -q "nothing would split along the sequence" bad.log ||
   { cat bad.log >&2; fail "--sequence-parallel on the MLP: exit $code"; }
+# 5. The search weighs it, and the flags hold the search to one side: a GPT whose rejected
+#    candidates include a sequence-parallel one, none with --no-sequence-parallel, and the two
+#    flags together are a usage error.
+"$cleave" gen gpt --layers 4 --hidden 8192 --heads 64 --seq 2048 --vocab 50304 --batch 32 -o large.cir >/dev/null
+search() { "$cleave" compile large.cir --train "${optimizer[@]}" --strategy auto --devices 8 --cluster h100x8 "$@" -o auto.cplan; }
+search >auto.log || { cat auto.log >&2; fail "--strategy auto on the large GPT"; }
+grep -q "sequence parallel" auto.log || { cat auto.log >&2; fail "--strategy auto weighs no sequence-parallel strategy"; }
+search --no-sequence-parallel >auto-no.log || { cat auto-no.log >&2; fail "--strategy auto --no-sequence-parallel"; }
+grep -q "strategy auto on" auto-no.log && ! grep -q "sequence parallel" auto-no.log ||
+  { cat auto-no.log >&2; fail "--no-sequence-parallel still weighs sequence-parallel strategies"; }
+"$cleave" inspect auto.cplan --json | $python -c '
+import json, sys
+search = json.load(sys.stdin)["strategy"]["search"]
+candidates = [search["chosen"]] + search["alternatives"]
+assert len(candidates) > 1 and not any(c["sequence_parallel"] for c in candidates), candidates' ||
+  fail "the plan of --strategy auto --no-sequence-parallel records a sequence-parallel candidate"
+code=0
+search --sequence-parallel --no-sequence-parallel >bad.log 2>&1 || code=$?
+(( code == 2 )) && grep -q "excludes" bad.log || { cat bad.log >&2; fail "both sequence-parallel flags: exit $code"; }
 echo "sequence_parallel: ok"
