@@ -148,6 +148,11 @@ const Attribute& OpContext::get(std::string_view name) const {
 
 const OpDef& opDef(OpId id) { return table().defs[static_cast<int>(id)]; }
 
+std::optional<CommKind> gradientCommunication(const OpDef& def, const AttrMap& attrs) {
+  if (def.gradient_communication_rule) return def.gradient_communication_rule(OpContext{def, {}, {}, attrs});
+  return def.gradient_communication;
+}
+
 std::optional<OpId> lookupOp(std::string_view name) {
   auto it = table().by_name.find(name);
   if (it == table().by_name.end()) return std::nullopt;

@@ -102,6 +102,8 @@ using ReferenceRule = Expected<std::vector<TensorData>> (*)(const OpContext& ctx
                                                             std::span<const TensorData* const> operands);
 // Whether the reference handles the dtypes (and any other property) of `ctx`'s operands and results.
 using ReferenceSupportRule = bool (*)(const OpContext& ctx);
+// What an op's gradient communicates when that depends on its attributes (`ctx` holds only them).
+using GradientCommunicationRule = std::optional<CommKind> (*)(const OpContext& ctx);
 
 // The family file an op is defined in (ir/ops/<family>.cpp); docs and the harness group ops by it.
 enum class OpFamily : uint8_t {
@@ -153,9 +155,11 @@ struct OpDef {
   // The operand that holds a layer's weights, which tensor parallelism splits by output features
   // (Megatron's column split); -1: none.
   int weight_operand = -1;
-  // The communication the op runs in the forward pass, and the one its gradient runs.
+  // The communication the op runs in the forward pass, and the one its gradient runs; when the
+  // latter depends on the attributes, gradient_communication_rule says it (gradientCommunication).
   std::optional<CommKind> communication = std::nullopt;
   std::optional<CommKind> gradient_communication = std::nullopt;
+  GradientCommunicationRule gradient_communication_rule = nullptr;
   // A communication-family op that is not a view: lowered to a communication instruction.
   bool isCommunication() const { return family == OpFamily::kCommunication && !view; }
   OpFamily family = OpFamily::kElementwise;  // set by the table from the family function that added it
@@ -165,6 +169,9 @@ struct OpDef {
 
 // The definition of `id`.
 const OpDef& opDef(OpId id);
+// What the gradient of an instance of `def` with `attrs` communicates: its rule's answer, else
+// gradient_communication.
+std::optional<CommKind> gradientCommunication(const OpDef& def, const AttrMap& attrs);
 // The op named `name`, or nullopt.
 std::optional<OpId> lookupOp(std::string_view name);
 // The text name of `id`.

@@ -155,6 +155,12 @@ Status gradAllReduceGradient(GradientContext& g) {
   return g.status;
 }
 
+// What allGatherGradient communicates: a reduce-scatter with sum_gradient, else nothing.
+std::optional<CommKind> allGatherGradientCommunication(const OpContext& ctx) {
+  if (ctx.getInt("sum_gradient") != 0) return CommKind::kReduceScatter;
+  return std::nullopt;
+}
+
 // all_gather: this device's block of dy, which is the same on every device; with sum_gradient
 // (each device's users computed a part of it, as a column-split weight op does from a value
 // gathered along the sequence), the sum of every device's dy, reduce-scattered.
@@ -234,7 +240,8 @@ void addCommunicationOps(std::vector<OpDef>& table) {
 
   // What each op moves, and what its gradient moves (docs/ops.md): grad_all_reduce is an identity
   // whose gradient is all-reduced; reduce_scatter's and shard_slice's gradients are all-gathers;
-  // all_reduce's and all_gather's gradients move nothing.
+  // all_reduce's gradient moves nothing, and all_gather's reduce-scatters with sum_gradient
+  // (allGatherGradient), else moves nothing.
   appendedDef(table, OpId::all_reduce).communication = CommKind::kAllReduce;
   appendedDef(table, OpId::all_gather).communication = CommKind::kAllGather;
   appendedDef(table, OpId::reduce_scatter).communication = CommKind::kReduceScatter;
@@ -245,6 +252,7 @@ void addCommunicationOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::reduce_scatter).gradient_communication = CommKind::kAllGather;
   appendedDef(table, OpId::shard_slice).gradient_communication = CommKind::kAllGather;
   appendedDef(table, OpId::all_to_all).gradient_communication = CommKind::kAllToAll;
+  appendedDef(table, OpId::all_gather).gradient_communication_rule = allGatherGradientCommunication;
   appendedDef(table, OpId::grad_all_reduce).view = true;  // the forward is an identity
 
   // Gradient rules.

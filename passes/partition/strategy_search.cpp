@@ -171,17 +171,6 @@ Expected<std::array<BackwardReads, 3>> backwardReads(const Graph& forward, const
   return reads;
 }
 
-// What the gradient of `node` moves: the op's gradient communication, and for an all_gather with
-// sum_gradient (sequence parallelism's gather of a layer's tokens, whose users each give part of
-// the gradient) the reduce-scatter that sums it.
-std::optional<CommKind> gradientCommunication(const Node& node) {
-  if (node.op == OpId::all_gather) {
-    auto sum_gradient = node.attrs.find("sum_gradient");
-    if (sum_gradient != node.attrs.end() && std::get<int64_t>(sum_gradient->second) != 0) return CommKind::kReduceScatter;
-  }
-  return opDef(node.op).gradient_communication;
-}
-
 // Profiles one device's forward graph at two row counts (the same graph structure, so nodes pair
 // up). `reads` says, per recomputation mode, the values the backward pass reads (whose storage a
 // node keeps) and the nodes it copies (training).
@@ -231,9 +220,9 @@ Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double ro
     const Node& node = graph.nodes[n];
     const Node& node2 = at_rows2.nodes[n];
     if (node.op != node2.op) return Status::internal("strategy search: partitioned graphs differ at node " + std::to_string(n));
-    // Views move nothing, except grad_all_reduce: an identity forward whose gradient is all-reduced
-    // (plain tensor parallelism's input to a column split).
-    if (opDef(node.op).view && node.op != OpId::grad_all_reduce) continue;
+    // Views move nothing forward; one whose gradient communicates (grad_all_reduce: plain tensor
+    // parallelism's input to a column split) is a profile node for that.
+    if (opDef(node.op).view && !opDef(node.op).gradient_communication) continue;
     ProfileNode unit;
     if (!node.results.empty() && forward_names.count(graph.values[node.results[0]].name))
       unit.forward_name = graph.values[node.results[0]].name;
@@ -255,7 +244,7 @@ Expected<std::vector<ProfileNode>> profileGraph(const Graph& at_rows1, double ro
       if (node.op == OpId::shard_slice)
         unit.group_size = static_cast<int>(OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("group_size"));
     }
-    if (train) unit.backward_comm = gradientCommunication(node);
+    if (train) unit.backward_comm = gradientCommunication(opDef(node.op), node.attrs);
     if (unit.forward_comm || unit.backward_comm) {
       double full1 = std::max(totalBytes(graph, node.operands), totalBytes(graph, node.results));
       double full2 = std::max(totalBytes(at_rows2, node2.operands), totalBytes(at_rows2, node2.results));

@@ -202,6 +202,18 @@ TEST(OpTable, GradientAndReferenceRulesAreSetWhereExpected) {
     EXPECT_TRUE(def(op).constant_foldable) << op;
 }
 
+// What a gradient communicates, from the op and, for all_gather, its sum_gradient attribute.
+TEST(OpTable, GradientCommunicationFollowsTheAttributes) {
+  EXPECT_EQ(gradientCommunication(opDef(OpId::grad_all_reduce), {}), CommKind::kAllReduce);
+  EXPECT_EQ(gradientCommunication(opDef(OpId::shard_slice), {}), CommKind::kAllGather);
+  EXPECT_EQ(gradientCommunication(opDef(OpId::all_reduce), {}), std::nullopt);
+  EXPECT_EQ(gradientCommunication(opDef(OpId::all_gather), {}), std::nullopt);
+  EXPECT_EQ(gradientCommunication(opDef(OpId::all_gather), AttrMap{{"sum_gradient", int64_t{0}}}), std::nullopt);
+  EXPECT_EQ(gradientCommunication(opDef(OpId::all_gather), AttrMap{{"sum_gradient", int64_t{1}}}),
+            CommKind::kReduceScatter);
+  EXPECT_EQ(gradientCommunication(opDef(OpId::matmul), {}), std::nullopt);
+}
+
 TEST(OpTable, AttributeDefaultsFollowTheOpReference) {
   auto spec = [](std::string_view op, std::string_view attr) {
     const AttrSpec* s = def(op).findAttr(attr);
