@@ -301,5 +301,17 @@ PY
 }
 section "bf16 vs f32" bf16_section
 
+profile_section() {
+  # 8. Where the GPU time goes (Nsight Compute, when installed): kernel time per step of the
+  #    convnet at batch 256 and of the GPT fused and unfused.
+  echo "== kernel time per step (ncu)"
+  local plan
+  for plan in cnn gpt_fusion_on gpt_fusion_off; do
+    echo "-- $plan"
+    CLEAVE=$cleave_bin timeout 180 bash tools/gpu_profile.sh "$work/$plan.cplan" 2 12 | tee "$work/profile_$plan.txt"
+    row "kernel time $plan" ok "$(head -n 1 "$work/profile_$plan.txt")"
+  done
+}
+if command -v ncu >/dev/null; then section "kernel profile" profile_section; fi
 echo "(cleave's samples/s include generating synthetic data on the host each step; PyTorch's do not)"
 exit "$status"

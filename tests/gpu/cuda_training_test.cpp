@@ -186,7 +186,7 @@ TEST(CudaTraining, InferenceMatchesCpu) {
     ASSERT_TRUE(group->initializeParameters().isOk());
     auto batch = GlobalBatch::create(*group, "infer");
     ASSERT_TRUE(batch.hasValue()) << batch.status().message();
-    auto source = openDataSource("synthetic", (*batch)->inputs(), DataSourceOptions{DataSplit::kEval, 3, ""});
+    auto source = openDataSource("synthetic", (*batch)->inputs(), DataSourceOptions{DataSplit::kTrain, 3, ""});
     ASSERT_TRUE(source.hasValue()) << source.status().message();
     ASSERT_TRUE((*source)->next().hasValue());
     ASSERT_TRUE((*batch)->scatter().isOk());
