@@ -116,8 +116,9 @@ for test in $tests; do
     grep -q '^\[  FAILED  \]' "$work/test.log" || echo "[  FAILED  ] $test: exit status $test_status"
   fi
 done
-skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z]' "$work/gpu_tests.log" || true)
-passed=$(grep -cE '^\[       OK \] [A-Za-z]' "$work/gpu_tests.log" || true)
+# One line a test, "[  SKIPPED ] Suite.Test (0 ms)" (gtest's closing list repeats the name alone).
+skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z].* \([0-9]+ ms\)$' "$work/gpu_tests.log" || true)
+passed=$(grep -cE '^\[       OK \] [A-Za-z].* \([0-9]+ ms\)$' "$work/gpu_tests.log" || true)
 if [ "$gpus" = 0 ]; then
   [ ${#failed_tests[@]} = 0 ] || { tail -n 100 "$work/gpu_tests.log"; fail "GPU tests failed without a GPU: ${failed_tests[*]}"; }
   echo "no GPU: GPU tests skipped ($skipped skipped, $passed passed)"

@@ -26,7 +26,8 @@ for row in csv.DictReader(lines[start:]):
     if row["Metric Name"] != "gpu__time_duration.sum":
         continue
     value = float(row["Metric Value"].replace(",", ""))
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}[row["Metric Unit"]]
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
+             "second": 1e6}[row["Metric Unit"]]
     name = row["Kernel Name"].split("(")[0][:70]
     time_us[name] += value * scale
     calls[name] += 1
