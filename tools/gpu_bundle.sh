@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs a built cleave for a GPU machine that cannot build it (one without Debian's -dev packages
-# or a network, such as a lent device machine): BUNDLE/cleave.tar.xz holds bin/cleave and
-# bin/cleave_gpu_tests (stripped) and lib/, every shared library they load except the C and C++
+# or a network, such as a lent device machine): BUNDLE/cleave.tar.xz holds bin/cleave,
+# bin/cleave_gpu_tests and bin/cleave_op_gpu_tests (stripped) and lib/, every shared library they load except the C and C++
 # runtimes and CUDA's own, which the GPU machine brings; BUNDLE/built-from names the commit.
 # tools/gpu_check.sh with BUNDLE=that folder runs the GPU check from it. Build first (tools/build.sh).
 # Two of LLVM's dependencies that cleave never reaches are replaced with stubs whose functions abort,
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 bundle=${1:-$build/gpu_bundle}
-binaries=("$build/tools/cleave" "$build/tests/gpu/cleave_gpu_tests")
+binaries=("$build/tools/cleave" "$build/tests/gpu/cleave_gpu_tests" "$build/tests/ops/cleave_op_gpu_tests")
 for binary in "${binaries[@]}"; do
   [ -x "$binary" ] || { echo "gpu_bundle: $binary is not built (tools/build.sh builds it)" >&2; exit 1; }
 done

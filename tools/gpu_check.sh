@@ -75,7 +75,8 @@ if [ -n "${BUNDLE:-}" ]; then
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   cleave_bin=$work/bin/cleave
   gpu_tests=$work/bin/cleave_gpu_tests
-  if ldd "$cleave_bin" "$gpu_tests" | grep 'not found'; then fail "libraries not found (above)"; fi
+  op_gpu_tests=$work/bin/cleave_op_gpu_tests
+  if ldd "$cleave_bin" "$gpu_tests" "$op_gpu_tests" | grep 'not found'; then fail "libraries not found (above)"; fi
   row bundle ok "$(basename "$BUNDLE"): $(cat "$BUNDLE/built-from" 2>/dev/null || echo '?')"
 else
   # 1. Build (Release; the CUDA path is built whenever nvcc is found).
@@ -88,10 +89,11 @@ else
     echo "no GPU: GPU tests skipped (no nvcc either: cleave was built without CUDA)"
     exit 0
   fi
-  cmake --build "$build" -j "$jobs" --target cleave cleave_gpu_tests
+  cmake --build "$build" -j "$jobs" --target cleave cleave_gpu_tests cleave_op_gpu_tests
   row build ok "Release, CUDA path built"
   cleave_bin=$build/tools/cleave
   gpu_tests=$build/tests/gpu/cleave_gpu_tests
+  op_gpu_tests=$build/tests/ops/cleave_op_gpu_tests
 fi
 cleave() { timeout "$limit" "$cleave_bin" "$@"; }
 
@@ -100,10 +102,11 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null || true
 
-# 3. The GPU tests, each in a process of its own (a crash or a broken CUDA context stays with its
-#    test; a bundle has no ctest files, so the executable lists them). On a GPU machine a skip
-#    fails the check, unless the test says it needs more GPUs than the machine has.
-echo "== GPU tests ($gpu_tests)"
+# 3. The GPU tests (a bundle has no ctest files, so the executables list them): cleave_gpu_tests'
+#    each in a process of its own (a crash or a broken CUDA context stays with its test), then the
+#    op harness's cases on CUDA in one process (ctest's label gpu holds the same tests). On a GPU
+#    machine a skip fails the check, unless the test says it needs more GPUs than the machine has.
+echo "== GPU tests ($gpu_tests, $op_gpu_tests)"
 tests=$("$gpu_tests" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
 failed_tests=()
 for test in $tests; do
@@ -116,6 +119,11 @@ for test in $tests; do
     grep -q '^\[  FAILED  \]' "$work/test.log" || echo "[  FAILED  ] $test: exit status $test_status"
   fi
 done
+harness_status=0
+timeout "$test_limit" "$op_gpu_tests" --gtest_filter='-CudaOpHarnessPerf.*' >"$work/test.log" 2>&1 || harness_status=$?
+cat "$work/test.log" >>"$work/gpu_tests.log"
+grep -E '^\[ *(FAILED|SKIPPED|PASSED) *\] [0-9]+ test' "$work/test.log" | head -n 3 || true
+[ "$harness_status" = 0 ] || failed_tests+=("cleave_op_gpu_tests (exit status $harness_status)")
 # One line a test, "[  SKIPPED ] Suite.Test (0 ms)" (gtest's closing list repeats the name alone).
 skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z].* \([0-9]+ ms\)$' "$work/gpu_tests.log" || true)
 passed=$(grep -cE '^\[       OK \] [A-Za-z].* \([0-9]+ ms\)$' "$work/gpu_tests.log" || true)

@@ -383,22 +383,67 @@ std::vector<Value*> elementOffsets(llvm::IRBuilder<>& b, const FusedKernelSpec& 
   return offsets;
 }
 
+// Who walks a row's columns: on the host one thread, columns 0, 1, 2, ...; on the GPU a warp, lane
+// l taking columns l, l + 32, ... and the lanes' partial maximum and sum combined by shuffles.
+struct RowLanes {
+  Value* first_column;
+  Value* column_step;
+  std::function<Value*(Value*)> combine_max;  // every lane's maximum (f32), in every lane
+  std::function<Value*(Value*)> combine_sum;  // every lane's sum (f64), in every lane
+};
+
+RowLanes oneThreadPerRow(llvm::IRBuilder<>& b) {
+  auto same = [](Value* v) { return v; };
+  return {b.getInt64(0), b.getInt64(1), same, same};
+}
+
+// `value` of lane (this lane xor lane_mask) of the warp (shfl.sync.bfly; f64 as two 32-bit halves).
+Value* shuffleXor(llvm::IRBuilder<>& b, llvm::Module& module, Value* value, int lane_mask) {
+  Value* all_lanes = b.getInt32(0xffffffffu);
+  Value* mask = b.getInt32(lane_mask);
+  Value* clamp = b.getInt32(0x1f);
+  if (value->getType()->isFloatTy())
+    return b.CreateCall(llvm::Intrinsic::getDeclaration(&module, llvm::Intrinsic::nvvm_shfl_sync_bfly_f32),
+                        {all_lanes, value, mask, clamp});
+  llvm::Function* shuffle = llvm::Intrinsic::getDeclaration(&module, llvm::Intrinsic::nvvm_shfl_sync_bfly_i32);
+  Value* bits = b.CreateBitCast(value, b.getInt64Ty());
+  Value* low = b.CreateCall(shuffle, {all_lanes, b.CreateTrunc(bits, b.getInt32Ty()), mask, clamp});
+  Value* high = b.CreateCall(shuffle, {all_lanes, b.CreateTrunc(b.CreateLShr(bits, 32), b.getInt32Ty()), mask, clamp});
+  Value* joined = b.CreateOr(b.CreateZExt(low, b.getInt64Ty()), b.CreateShl(b.CreateZExt(high, b.getInt64Ty()), 32));
+  return b.CreateBitCast(joined, b.getDoubleTy());
+}
+
+// A warp per row. The butterfly leaves the same bits in every lane (each addition's operands are
+// the same two partials, in either order).
+RowLanes oneWarpPerRow(llvm::IRBuilder<>& b, llvm::Module& module, Value* lane) {
+  auto butterfly = [&b, &module](const std::function<Value*(Value*, Value*)>& combine) {
+    return [&b, &module, combine](Value* value) {
+      for (int lane_mask = 16; lane_mask >= 1; lane_mask /= 2) value = combine(value, shuffleXor(b, module, value, lane_mask));
+      return value;
+    };
+  };
+  return {lane, b.getInt64(kWarpLanes),
+          butterfly([&b](Value* mine, Value* theirs) { return b.CreateSelect(b.CreateFCmpOGT(theirs, mine), theirs, mine); }),
+          butterfly([&b](Value* mine, Value* theirs) { return b.CreateFAdd(mine, theirs); })};
+}
+
 // The result of the last-axis step (softmax), whose row at `row_start` holds its input: the row's
 // maximum, e^(x - max) and their sum in double, then the products by 1/sum, as the softmax kernel.
 void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
-                 const std::vector<Value*>& result_pointers, Value* row_start, llvm::AllocaInst* max_slot,
-                 llvm::AllocaInst* sum_slot, Status& status) {
+                 const std::vector<Value*>& result_pointers, Value* row_start, const RowLanes& lanes,
+                 llvm::AllocaInst* max_slot, llvm::AllocaInst* sum_slot, Status& status) {
   const size_t last = spec.body.steps.size() - 1;
   size_t r = 0;
   while (static_cast<size_t>(spec.body.returned[r]) != last) ++r;
   llvm::Type* f32 = b.getFloatTy();
   Value* y = b.CreateInBoundsGEP(f32, result_pointers[r], row_start);
-  Value* zero = b.getInt64(0);
+  Value* first = lanes.first_column;
+  Value* step = lanes.column_step;
   Value* columns = b.getInt64(spec.dims.back());
   // Each loop vectorises: the maximum may ignore NaNs (a NaN still makes the row NaN through its
   // exp and the sum), and the sum may be added in any order (in double, as the kernel's 8 lanes).
   b.CreateStore(llvm::ConstantFP::getInfinity(f32, /*Negative=*/true), max_slot);
-  emitLoop(b, zero, columns, b.getInt64(1), "max", [&](Value* c) -> Status {
+  emitLoop(b, first, columns, step, "max", [&](Value* c) -> Status {
     llvm::IRBuilderBase::FastMathFlagGuard guard(b);
     llvm::FastMathFlags no_nans;
     no_nans.setNoNaNs();
@@ -409,14 +454,14 @@ void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKerne
     b.CreateStore(b.CreateSelect(b.CreateFCmpOGT(v, m), v, m), max_slot);
     return Status::ok();
   }, status);
-  Value* max = b.CreateLoad(f32, max_slot);
-  emitLoop(b, zero, columns, b.getInt64(1), "exp", [&](Value* c) -> Status {
+  Value* max = lanes.combine_max(b.CreateLoad(f32, max_slot));
+  emitLoop(b, first, columns, step, "exp", [&](Value* c) -> Status {
     Value* at = b.CreateInBoundsGEP(f32, y, c);
     b.CreateStore(emitter.expOf(b.CreateFSub(b.CreateLoad(f32, at), max)), at);
     return Status::ok();
   }, status);
   b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum_slot);
-  emitLoop(b, zero, columns, b.getInt64(1), "sum", [&](Value* c) -> Status {
+  emitLoop(b, first, columns, step, "sum", [&](Value* c) -> Status {
     llvm::IRBuilderBase::FastMathFlagGuard guard(b);
     llvm::FastMathFlags reassociate;
     reassociate.setAllowReassoc();
@@ -426,8 +471,9 @@ void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKerne
     return Status::ok();
   }, status);
   Value* scale = b.CreateFPTrunc(
-      b.CreateFDiv(llvm::ConstantFP::get(b.getDoubleTy(), 1.0), b.CreateLoad(b.getDoubleTy(), sum_slot)), f32);
-  emitLoop(b, zero, columns, b.getInt64(1), "scale", [&](Value* c) -> Status {
+      b.CreateFDiv(llvm::ConstantFP::get(b.getDoubleTy(), 1.0), lanes.combine_sum(b.CreateLoad(b.getDoubleTy(), sum_slot))),
+      f32);
+  emitLoop(b, first, columns, step, "scale", [&](Value* c) -> Status {
     Value* at = b.CreateInBoundsGEP(f32, y, c);
     b.CreateStore(b.CreateFMul(b.CreateLoad(f32, at), scale), at);
     return Status::ok();
@@ -437,17 +483,17 @@ void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKerne
 // One whole row of the collapsed space (along-last-axis bodies): its elements, then the row tail.
 Status emitRow(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
                const std::vector<Value*>& operand_pointers, const std::vector<Value*>& result_pointers, Value* row,
-               llvm::AllocaInst* max_slot, llvm::AllocaInst* sum_slot) {
+               const RowLanes& lanes, llvm::AllocaInst* max_slot, llvm::AllocaInst* sum_slot) {
   Value* columns = b.getInt64(spec.dims.back());
   Value* row_start = b.CreateMul(row, columns);
   const std::vector<Value*> row_offsets = rowOffsets(b, spec, row);
   Status status;
-  emitLoop(b, b.getInt64(0), columns, b.getInt64(1), "column", [&](Value* column) -> Status {
+  emitLoop(b, lanes.first_column, columns, lanes.column_step, "column", [&](Value* column) -> Status {
     return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
                        b.CreateAdd(row_start, column));
   }, status);
   CLEAVE_TRY(status);
-  emitRowTail(b, emitter, spec, result_pointers, row_start, max_slot, sum_slot, status);
+  emitRowTail(b, emitter, spec, result_pointers, row_start, lanes, max_slot, sum_slot, status);
   return status;
 }
 
@@ -488,8 +534,9 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   Value* end_row = b.CreateUDiv(b.CreateAdd(end, b.getInt64(spec.dims.back() - 1)), columns);
   if (spec.along_last_axis) {  // [begin, end) holds whole rows (hostFusedKernel's row_length)
     const std::pair<llvm::AllocaInst*, llvm::AllocaInst*> slots = rowSlots(b);
+    const RowLanes lanes = oneThreadPerRow(b);
     emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
-      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, slots.first, slots.second);
+      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, lanes, slots.first, slots.second);
     }, status);
   } else emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
     Value* row_start = b.CreateMul(row, columns);
@@ -527,7 +574,8 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   return Status::ok();
 }
 
-// The GPU kernel: one result element per thread and iteration of a grid-stride loop.
+// The GPU kernel: one result element per thread and iteration of a grid-stride loop; along the
+// last axis, one row per warp (kWarpLanes threads: coalesced loads, shuffled reductions).
 Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module) {
   llvm::LLVMContext& context = module.getContext();
   llvm::IRBuilder<> b(context);
@@ -557,10 +605,13 @@ Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, ll
   Value* columns = b.getInt64(spec.dims.back());
   ElementEmitter emitter(b, module, FusedTarget::kNvptx);
   Status status;
-  if (spec.along_last_axis) {  // one row per thread; `count` counts rows
+  if (spec.along_last_axis) {  // one row per warp; `count` counts rows. Every lane of a warp takes
+                               // the same rows, so all 32 reach each shuffle.
     const std::pair<llvm::AllocaInst*, llvm::AllocaInst*> slots = rowSlots(b);
-    emitLoop(b, first, count, stride, "row", [&](Value* row) -> Status {
-      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, slots.first, slots.second);
+    Value* warp_lanes = b.getInt64(kWarpLanes);
+    const RowLanes lanes = oneWarpPerRow(b, module, b.CreateURem(thread, warp_lanes));
+    emitLoop(b, b.CreateUDiv(first, warp_lanes), count, b.CreateUDiv(stride, warp_lanes), "row", [&](Value* row) -> Status {
+      return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, lanes, slots.first, slots.second);
     }, status);
   } else emitLoop(b, first, count, stride, "element", [&](Value* index) -> Status {
     const std::vector<Value*> row_offsets = rowOffsets(b, spec, b.CreateUDiv(index, columns));

@@ -43,6 +43,10 @@ std::string fusedKernelKey(const OpContext& ctx);
 
 enum class FusedTarget { kHostCpu, kNvptx };
 
+// The threads of a GPU kernel that share one row along the last axis (a warp); its launcher gives
+// each row this many threads, in blocks of a multiple of it.
+inline constexpr int kWarpLanes = 32;
+
 // The libdevice function a GPU kernel calls for a general pow (CUDA's own powf).
 inline constexpr const char* kLibdevicePow = "__nv_powf";
 
@@ -51,7 +55,8 @@ inline constexpr const char* kLibdevicePow = "__nv_powf";
 //   computing result elements [begin, end) (row-major; whole rows when along_last_axis),
 //   vectorisable along the last collapsed dim;
 // - kNvptx: kernel name(operand pointers..., result pointers..., int64_t count), a grid-stride loop
-//   over all `count` result elements (rows when along_last_axis: one thread per row).
+//   over all `count` result elements (rows when along_last_axis: one warp of kWarpLanes threads
+//   per row, which must all run the kernel: launch it with a multiple of kWarpLanes threads).
 // Arithmetic is f32 in the order the unfused kernels use (their exp, tanh and erf polynomials); a
 // bf16 step's result is rounded to bf16 as the unfused op would store it. A general pow calls powf
 // (host) or libdevice's __nv_powf (GPU, which ptx_compiler.cpp links in).

@@ -18,6 +18,7 @@ namespace {
 
 constexpr const char* kKernelName = "cleave_fused";
 constexpr int kThreadsPerBlock = 256;
+static_assert(kThreadsPerBlock % codegen::kWarpLanes == 0);
 constexpr int64_t kMaxBlocks = 65535;
 
 // A loaded fused kernel and what its `count` parameter counts: elements, or rows of row_length.
@@ -59,7 +60,9 @@ Status fusedKernel(const KernelCall& call, CudaContext& context) {
   for (const void*& pointer : pointers) args.push_back(static_cast<void*>(&pointer));
   int64_t elements = count;
   args.push_back(&elements);
-  const int64_t blocks = std::min(kMaxBlocks, (count + kThreadsPerBlock - 1) / kThreadsPerBlock);
+  // A thread per element, or a warp per row (kThreadsPerBlock is a multiple of a warp).
+  const int64_t threads = loaded.row_length > 0 ? count * codegen::kWarpLanes : count;
+  const int64_t blocks = std::min(kMaxBlocks, (threads + kThreadsPerBlock - 1) / kThreadsPerBlock);
   CLEAVE_TRY(cudaStatus(cudaLaunchKernel(reinterpret_cast<const void*>(loaded.kernel), dim3(static_cast<unsigned>(blocks)),
                                          dim3(kThreadsPerBlock), args.data(), 0, context.compute()),
                         "fused: kernel launch"));

@@ -1,5 +1,6 @@
 // CUDA kernels of the reductions and normalisations: reduce_sum/mean/max, softmax, log_softmax,
 // layer_norm and batch_norm. Float sums accumulate in double, as on the CPU (in a tree order).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -38,6 +39,11 @@ struct Reducer {
     if constexpr (kOp == OpId::reduce_max) return nanMax(acc, x);
     else return acc + static_cast<Acc>(x);
   }
+  // Two partial results of disjoint parts, `first` the earlier part.
+  __device__ static Acc merge(Acc first, Acc second) {
+    if constexpr (kOp == OpId::reduce_max) return nanMax(first, second);
+    else return first + second;
+  }
   __device__ static Acc combine(Acc partial) {
     if constexpr (kOp == OpId::reduce_max) return blockMax(partial);
     else return blockSum(partial);
@@ -70,6 +76,50 @@ __global__ void reduceByThreads(const T* x, T* out, int64_t out_count, int64_t g
     const T* base = x + mapOffset(kept, 0, o);
     typename R::Acc acc = R::start();
     for (int64_t r = 0; r < group; ++r) acc = R::add(acc, base[mapOffset(reduced, 0, r)]);
+    out[o] = R::finish(acc, group);
+  }
+}
+
+// Few results of many elements each, in chunks: the grid's blocks take (result, chunk) pairs and
+// write each chunk's partial result to partials[result * chunks + chunk].
+template <class T, OpId kOp>
+__global__ void reduceChunksByBlocks(const T* x, typename Reducer<T, kOp>::Acc* partials, int64_t out_count,
+                                     int64_t group, int64_t chunks, int64_t chunk, IndexMap kept, IndexMap reduced) {
+  using R = Reducer<T, kOp>;
+  CLEAVE_BLOCK_LOOP(item, out_count * chunks) {
+    const int64_t o = item / chunks, begin = item % chunks * chunk, end = begin + chunk < group ? begin + chunk : group;
+    const T* base = x + mapOffset(kept, 0, o);
+    typename R::Acc acc = R::start();
+    for (int64_t r = begin + threadIdx.x; r < end; r += blockDim.x) acc = R::add(acc, base[mapOffset(reduced, 0, r)]);
+    acc = R::combine(acc);
+    if (threadIdx.x == 0) partials[item] = acc;
+  }
+}
+
+// The same with a thread per (result, chunk) pair, neighbouring threads on neighbouring results
+// (for results adjacent in memory: a sum over the leading axis, such as a bias gradient).
+template <class T, OpId kOp>
+__global__ void reduceChunksByThreads(const T* x, typename Reducer<T, kOp>::Acc* partials, int64_t out_count,
+                                      int64_t group, int64_t chunks, int64_t chunk, IndexMap kept, IndexMap reduced) {
+  using R = Reducer<T, kOp>;
+  CLEAVE_GRID_LOOP(item, out_count * chunks) {
+    const int64_t o = item % out_count, c = item / out_count;
+    const int64_t begin = c * chunk, end = begin + chunk < group ? begin + chunk : group;
+    const T* base = x + mapOffset(kept, 0, o);
+    typename R::Acc acc = R::start();
+    for (int64_t r = begin; r < end; ++r) acc = R::add(acc, base[mapOffset(reduced, 0, r)]);
+    partials[o * chunks + c] = acc;
+  }
+}
+
+// out[o] = the merge of result o's chunks' partials, in chunk order.
+template <class T, OpId kOp>
+__global__ void mergeChunks(const typename Reducer<T, kOp>::Acc* partials, T* out, int64_t out_count, int64_t group,
+                            int64_t chunks) {
+  using R = Reducer<T, kOp>;
+  CLEAVE_GRID_LOOP(o, out_count) {
+    typename R::Acc acc = partials[o * chunks];
+    for (int64_t c = 1; c < chunks; ++c) acc = R::merge(acc, partials[o * chunks + c]);
     out[o] = R::finish(acc, group);
   }
 }
@@ -121,6 +171,13 @@ Status reductionMaps(const KernelCall& call, IndexMap& kept, IndexMap& reduced) 
   return Status::ok();
 }
 
+// When a reduction is split into chunks: enough (result, chunk) pairs for the GPU's blocks or
+// threads, each chunk at least this long.
+constexpr int64_t kChunkedBlocks = 1024;
+constexpr int64_t kMinBlockChunk = 16 * kBlockThreads;
+constexpr int64_t kChunkedThreads = 128 * 1024;
+constexpr int64_t kMinThreadChunk = 16;
+
 template <class T, OpId kOp>
 Status reduceTyped(const KernelCall& call, CudaContext& context) {
   const T* x = call.in<T>(0);
@@ -141,6 +198,29 @@ Status reduceTyped(const KernelCall& call, CudaContext& context) {
   const int64_t group = in_count / out_count;
   IndexMap kept, reduced;
   CLEAVE_TRY(reductionMaps(call, kept, reduced));
+  // 3. Too few results to fill the GPU (a convolution's bias gradient: 32 sums of 200,000
+  //    elements; a linear layer's, 512 of 2,048 rows): each result's elements in chunks, reduced in
+  //    parallel and merged in chunk order (the same order on every run). Where the results are
+  //    adjacent in memory, a thread per (result, chunk) reads them coalesced; else a block.
+  const bool results_adjacent = kept.strides[0][kept.rank - 1] == 1 && reduced.strides[0][reduced.rank - 1] != 1;
+  const int64_t workers = results_adjacent ? kChunkedThreads : kChunkedBlocks;
+  const int64_t min_chunk = results_adjacent ? kMinThreadChunk : kMinBlockChunk;
+  const int64_t chunks = std::min((workers + out_count - 1) / out_count, (group + min_chunk - 1) / min_chunk);
+  if (chunks > 1) {
+    using Acc = typename Reducer<T, kOp>::Acc;
+    const int64_t chunk = (group + chunks - 1) / chunks;
+    CLEAVE_ASSIGN_OR_RETURN(void* scratch, context.scratch(out_count * chunks * static_cast<int64_t>(sizeof(Acc))));
+    Acc* partials = static_cast<Acc*>(scratch);
+    if (results_adjacent)
+      reduceChunksByThreads<T, kOp><<<blocksFor(out_count * chunks), kBlockThreads, 0, context.compute()>>>(
+          x, partials, out_count, group, chunks, chunk, kept, reduced);
+    else
+      reduceChunksByBlocks<T, kOp><<<rowBlocks(out_count * chunks), kBlockThreads, 0, context.compute()>>>(
+          x, partials, out_count, group, chunks, chunk, kept, reduced);
+    mergeChunks<T, kOp><<<blocksFor(out_count), kBlockThreads, 0, context.compute()>>>(partials, out, out_count, group,
+                                                                                      chunks);
+    return launchStatus(call);
+  }
   if (group <= 32)
     reduceByThreads<T, kOp><<<blocksFor(out_count), kBlockThreads, 0, context.compute()>>>(x, out, out_count, group,
                                                                                           kept, reduced);

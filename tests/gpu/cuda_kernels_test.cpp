@@ -115,5 +115,24 @@ TEST(CudaKernels, OptimizerUpdates) {
   }
 }
 
+// Reductions of few results over many elements are split into chunks merged in order (the
+// harness's cases are too small to split): the bias gradients of a convolution (results apart in
+// memory: a block per chunk) and of a linear layer (results adjacent: a thread per chunk), a whole
+// tensor, and integers, against the CPU.
+TEST(CudaKernels, ReductionsOfFewLongGroups) {
+  CLEAVE_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  const HostTensor images = randomTensor(DType::kF32, {64, 8, 900}, rng);
+  const HostTensor rows = randomTensor(DType::kF32, {3000, 40}, rng);
+  const HostTensor flat = randomTensor(DType::kF32, {200001}, rng);
+  const HostTensor integers = randomTensor(DType::kI64, {5000, 3}, rng, -1000, 1000);
+  for (OpId op : {OpId::reduce_sum, OpId::reduce_mean, OpId::reduce_max}) {
+    expectMatchesCpu(op, {&images}, {{"axes", std::vector<int64_t>{0, 2}}}, 1e-6, 1e-6);
+    expectMatchesCpu(op, {&rows}, {{"axes", std::vector<int64_t>{0}}}, 1e-6, 1e-6);
+    expectMatchesCpu(op, {&flat}, {}, 1e-6, 1e-6);
+  }
+  expectMatchesCpu(OpId::reduce_sum, {&integers}, {{"axes", std::vector<int64_t>{0}}});
+}
+
 }  // namespace
 }  // namespace cleave::runtime

@@ -105,6 +105,14 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
   };
   std::vector<std::string> files;
   for (size_t n = 0; n < nodes.size(); ++n) files.push_back(ptxFile(nodes[n], "fused_" + std::to_string(n)));
+  // Rows along the last axis go to warps, whose lanes combine their maximum and sum by shuffles;
+  // elementwise kernels have no shuffles.
+  auto softmax = fusedKernelPtx(nodes[3].context(), "cleave_fused");
+  ASSERT_TRUE(softmax) << softmax.status().message();
+  EXPECT_NE(softmax->find("shfl.sync.bfly.b32"), std::string::npos) << *softmax;
+  auto elementwise = fusedKernelPtx(nodes[0].context(), "cleave_fused");
+  ASSERT_TRUE(elementwise) << elementwise.status().message();
+  EXPECT_EQ(elementwise->find("shfl.sync"), std::string::npos);
   // A general power calls libdevice's __nv_powf, linked in from CUDA's toolkit (where there is one;
   // without it the error says what is missing).
   FusedNode general({kRows, kRows}, "t0 = pow(x0, x1); t1 = pow(t0, 1.7); return t1");
