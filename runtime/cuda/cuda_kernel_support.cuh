@@ -36,15 +36,16 @@ inline unsigned rowBlocks(int64_t n) {
 #define CLEAVE_BLOCK_LOOP(row, rows) \
   for (int64_t row = blockIdx.x; row < (rows); row += gridDim.x)
 
-// The offset in operand k of result element i under `map`.
+// The offset in operand k of result element i (< the product of map's dims) under `map`. What is
+// left of i at the outermost dim is its index there: no division (64-bit divisions are slow here).
 __device__ inline int64_t mapOffset(const IndexMap& map, int k, int64_t i) {
   int64_t offset = map.base[k];
-  for (int d = map.rank - 1; d >= 0; --d) {
+  for (int d = map.rank - 1; d > 0; --d) {
     const int64_t dim = map.dims[d];
     offset += (i % dim) * map.strides[k][d];
     i /= dim;
   }
-  return offset;
+  return offset + i * map.strides[k][0];
 }
 
 // The data offset of gather_nd's index tuple `row` (its k indices at `tuple`), or -1 when one is out of range.

@@ -81,7 +81,7 @@ __global__ void reduceByThreads(const T* x, T* out, int64_t out_count, int64_t g
 }
 
 // Few results of many elements each, in chunks: the grid's blocks take (result, chunk) pairs and
-// write each chunk's partial result to partials[result * chunks + chunk].
+// write each chunk's partial result to partials[chunk * out_count + result].
 template <class T, OpId kOp>
 __global__ void reduceChunksByBlocks(const T* x, typename Reducer<T, kOp>::Acc* partials, int64_t out_count,
                                      int64_t group, int64_t chunks, int64_t chunk, IndexMap kept, IndexMap reduced) {
@@ -92,7 +92,7 @@ __global__ void reduceChunksByBlocks(const T* x, typename Reducer<T, kOp>::Acc* 
     typename R::Acc acc = R::start();
     for (int64_t r = begin + threadIdx.x; r < end; r += blockDim.x) acc = R::add(acc, base[mapOffset(reduced, 0, r)]);
     acc = R::combine(acc);
-    if (threadIdx.x == 0) partials[item] = acc;
+    if (threadIdx.x == 0) partials[item % chunks * out_count + o] = acc;
   }
 }
 
@@ -108,7 +108,7 @@ __global__ void reduceChunksByThreads(const T* x, typename Reducer<T, kOp>::Acc*
     const T* base = x + mapOffset(kept, 0, o);
     typename R::Acc acc = R::start();
     for (int64_t r = begin; r < end; ++r) acc = R::add(acc, base[mapOffset(reduced, 0, r)]);
-    partials[o * chunks + c] = acc;
+    partials[c * out_count + o] = acc;
   }
 }
 
@@ -118,8 +118,8 @@ __global__ void mergeChunks(const typename Reducer<T, kOp>::Acc* partials, T* ou
                             int64_t chunks) {
   using R = Reducer<T, kOp>;
   CLEAVE_GRID_LOOP(o, out_count) {
-    typename R::Acc acc = partials[o * chunks];
-    for (int64_t c = 1; c < chunks; ++c) acc = R::merge(acc, partials[o * chunks + c]);
+    typename R::Acc acc = partials[o];
+    for (int64_t c = 1; c < chunks; ++c) acc = R::merge(acc, partials[c * out_count + o]);
     out[o] = R::finish(acc, group);
   }
 }
