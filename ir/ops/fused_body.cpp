@@ -239,8 +239,15 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
       if (rank == 0 || (a != -1 && a != rank - 1))
         return Status::badInput(stepName(i) + ": " + std::string(def.name) + " runs along axis " + std::to_string(a) +
                                 "; in a fused body only along the last");
-      if (result.dtype != DType::kF32 || step.args.size() != 1 || step.args[0].kind == FusedArg::Kind::kLiteral)
-        return Status::badInput(stepName(i) + ": " + std::string(def.name) + " in a fused body takes one f32 tensor");
+      if (result.dtype != DType::kF32 || step.args.empty() || step.args[0].kind == FusedArg::Kind::kLiteral)
+        return Status::badInput(stepName(i) + ": " + std::string(def.name) + " in a fused body takes an f32 tensor");
+      // Its further arguments (a layer norm's scale and bias) are per column: operands of the node
+      // shaped as the last dim.
+      for (size_t a = 1; a < step.args.size(); ++a)
+        if (step.args[a].kind != FusedArg::Kind::kOperand || arg_types[a] != TensorType{DType::kF32, {result.shape.back()}})
+          return Status::badInput(stepName(i) + ": " + std::string(def.name) + "'s argument " + std::to_string(a) +
+                                  " in a fused body must be an operand x of f32[" + std::to_string(result.shape.back()) +
+                                  "] (one value per column)");
     }
     if (result.dtype != DType::kF32 && result.dtype != DType::kBF16)
       return Status::badInput(stepName(i) + ": gives " + result.str() + "; fused steps compute f32 or bf16");

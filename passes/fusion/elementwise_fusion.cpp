@@ -15,7 +15,7 @@ struct FusionGroup {
   Shape shape;
   DType dtype;
   int64_t label;
-  bool closed = false;  // ended by a step along the last axis (softmax): nothing joins after it
+  bool closed = false;  // ended by a step along the last axis (softmax, layer norm): nothing joins after it
 };
 
 class ElementwiseFusion {
@@ -32,14 +32,14 @@ class ElementwiseFusion {
     for (int32_t i = 0; i < static_cast<int32_t>(graph_.nodes.size()); ++i) {
       if (!isCandidate(i)) continue;
       const bool ends_chain = opDef(graph_.nodes[i].op).fusable_along_last_axis;
-      const int target = groupOfFirstOperand(i);
+      const int target = ends_chain ? groupOfOperand(i, 0) : groupOfFirstOperand(i);
       if (target >= 0 && !groups_[target].closed && canJoin(target, i)) {
         groups_[target].members.push_back(i);
         groups_[target].closed = ends_chain;
         group_of_[i] = target;
         continue;
       }
-      if (ends_chain) continue;  // a softmax alone keeps its own kernel
+      if (ends_chain) continue;  // a softmax or a layer norm alone keeps its own kernel
       const Value& result = graph_.values[graph_.nodes[i].results[0]];
       group_of_[i] = static_cast<int>(groups_.size());
       groups_.push_back(FusionGroup{{i}, result.type.shape, result.type.dtype, labelOf(i)});
@@ -107,12 +107,16 @@ class ElementwiseFusion {
     const OpDef& def = opDef(node.op);
     if (node.results.size() != 1) return false;
     const TensorType& result = graph_.values[node.results[0]].type;
-    if (def.fusable_along_last_axis) {  // softmax along the last axis, in f32, ending a chain
+    if (def.fusable_along_last_axis) {  // softmax or layer norm along the last axis, in f32, ending a chain
       auto axis = node.attrs.find("axis");
       const int64_t a = axis == node.attrs.end() ? std::get<int64_t>(def.findAttr("axis")->default_value)
                                                  : std::get<int64_t>(axis->second);
-      return result.dtype == DType::kF32 && result.rank() > 0 && (a == -1 || a == result.rank() - 1) &&
-             node.operands.size() == 1;
+      if (result.dtype != DType::kF32 || result.rank() == 0 || (a != -1 && a != result.rank() - 1)) return false;
+      // The chain comes in as the first operand; the others (scale, bias) hold a value per column.
+      const TensorType per_column{DType::kF32, {result.shape.back()}};
+      for (size_t k = 1; k < node.operands.size(); ++k)
+        if (graph_.values[node.operands[k]].type != per_column) return false;
+      return graph_.values[node.operands[0]].type == result;
     }
     if (!def.fusable) return false;
     if (result.dtype != DType::kF32 && result.dtype != DType::kBF16) return false;
@@ -122,6 +126,11 @@ class ElementwiseFusion {
       if (!isLiteral(node, a)) reads_a_tensor = true;
     }
     return reads_a_tensor;  // all literals: constant folding's work
+  }
+
+  int groupOfOperand(int32_t i, size_t k) const {
+    const int32_t producer = graph_.values[graph_.nodes[i].operands[k]].producer;
+    return producer >= 0 ? group_of_[producer] : -1;
   }
 
   int groupOfFirstOperand(int32_t i) const {
@@ -141,6 +150,9 @@ class ElementwiseFusion {
     const FusionGroup& group = groups_[g];
     const TensorType& result = graph_.values[graph_.nodes[i].results[0]].type;
     if (result.shape != group.shape || result.dtype != group.dtype || labelOf(i) != group.label) return false;
+    if (opDef(graph_.nodes[i].op).fusable_along_last_axis)
+      for (size_t k = 1; k < graph_.nodes[i].operands.size(); ++k)
+        if (groupOfOperand(i, k) == g) return false;  // a per-column operand computed by the chain
     for (int32_t between = group.members.back() + 1; between < i; ++between) {
       const Node& node = graph_.nodes[between];
       if (!opDef(node.op).view && node.op != OpId::constant) return false;

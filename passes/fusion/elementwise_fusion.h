@@ -21,7 +21,9 @@ struct FusionReport {
 // when it has the chain's result shape, follows the chain's last node (views and constants aside)
 // and every other user of the chain's values comes after it; the fused node takes the chain's last
 // node's place. Scalar constants become literals of the
-// body. A softmax along the last axis (OpDef::fusable_along_last_axis) may end a chain, in f32.
+// body. A softmax or a layer norm along the last axis (OpDef::fusable_along_last_axis) may end a
+// chain, in f32, when the chain is its first operand (a layer norm's scale and bias, one value per
+// column, come from outside the chain).
 // `node_group`, when not empty, gives each node a group (a pipeline step): only nodes of one
 // group fuse, and the vector is updated to the new node list. A chain of one node stays as it is
 // unless its op is transcendental (8 or more FLOPs per element by its cost rule: exp, erf, gelu, ...).

@@ -427,16 +427,74 @@ RowLanes oneWarpPerRow(llvm::IRBuilder<>& b, llvm::Module& module, Value* lane) 
           butterfly([&b](Value* mine, Value* theirs) { return b.CreateFAdd(mine, theirs); })};
 }
 
-// The result of the last-axis step (softmax), whose row at `row_start` holds its input: the row's
-// maximum, e^(x - max) and their sum in double, then the products by 1/sum, as the softmax kernel.
+// A layer norm's row y (holding its input), as the layer_norm kernel computes it: the mean and the
+// sum of squared deviations in double, rstd = 1 / sqrt(squares / n + epsilon), then
+// y = (y·rstd + (−rstd·mean))·scale + bias in f32.
+void emitLayerNormTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std::vector<Value*>& operand_pointers,
+                       Value* y, const RowLanes& lanes, llvm::AllocaInst* sum_slot, Status& status) {
+  const FusedStep& step = spec.body.steps.back();
+  llvm::Type* f32 = b.getFloatTy();
+  llvm::Type* f64 = b.getDoubleTy();
+  Value* first = lanes.first_column;
+  Value* step_size = lanes.column_step;
+  Value* columns = b.getInt64(spec.dims.back());
+  Value* count = llvm::ConstantFP::get(f64, static_cast<double>(spec.dims.back()));
+  auto rowSum = [&](const char* name, const std::function<Value*(Value*)>& term) {
+    b.CreateStore(llvm::ConstantFP::get(f64, 0.0), sum_slot);
+    emitLoop(b, first, columns, step_size, name, [&](Value* c) -> Status {
+      llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+      llvm::FastMathFlags reassociate;
+      reassociate.setAllowReassoc();
+      b.setFastMathFlags(reassociate);
+      Value* x = b.CreateFPExt(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, y, c)), f64);
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, sum_slot), term(x)), sum_slot);
+      return Status::ok();
+    }, status);
+    return lanes.combine_sum(b.CreateLoad(f64, sum_slot));
+  };
+  Value* mean = b.CreateFDiv(rowSum("mean", [](Value* x) { return x; }), count);
+  Value* squares = rowSum("squares", [&](Value* x) {
+    Value* centred = b.CreateFSub(x, mean);
+    return b.CreateFMul(centred, centred);
+  });
+  const auto epsilon = step.attrs.find("epsilon");
+  const double eps = epsilon != step.attrs.end() ? std::get<double>(epsilon->second)
+                                                 : std::get<double>(opDef(OpId::layer_norm).findAttr("epsilon")->default_value);
+  Value* variance = b.CreateFAdd(b.CreateFDiv(squares, count), llvm::ConstantFP::get(f64, eps));
+  Value* sqrt = b.CreateCall(llvm::Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), llvm::Intrinsic::sqrt, {f64}),
+                             {variance});
+  Value* rstd = b.CreateFDiv(llvm::ConstantFP::get(f64, 1.0), sqrt);
+  Value* a = b.CreateFPTrunc(rstd, f32);
+  Value* shift = b.CreateFPTrunc(b.CreateFNeg(b.CreateFMul(rstd, mean)), f32);
+  // The scale and the bias: operands of f32[columns] (fused_body.cpp checks), read at column c.
+  const FusedArg* scale = &step.args[1];
+  const FusedArg* bias = step.args.size() > 2 ? &step.args[2] : nullptr;
+  emitLoop(b, first, columns, step_size, "normalise", [&](Value* c) -> Status {
+    Value* at = b.CreateInBoundsGEP(f32, y, c);
+    Value* v = b.CreateFMul(b.CreateFAdd(b.CreateFMul(b.CreateLoad(f32, at), a), shift),
+                            b.CreateLoad(f32, b.CreateInBoundsGEP(f32, operand_pointers[scale->index], c)));
+    if (bias) v = b.CreateFAdd(v, b.CreateLoad(f32, b.CreateInBoundsGEP(f32, operand_pointers[bias->index], c)));
+    b.CreateStore(v, at);
+    return Status::ok();
+  }, status);
+}
+
+// The result of the last-axis step, whose row at `row_start` holds its input. A softmax: the row's
+// maximum, e^(x - max) and their sum in double, then the products by 1/sum, as the softmax kernel;
+// a layer norm: emitLayerNormTail.
 void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
-                 const std::vector<Value*>& result_pointers, Value* row_start, const RowLanes& lanes,
-                 llvm::AllocaInst* max_slot, llvm::AllocaInst* sum_slot, Status& status) {
+                 const std::vector<Value*>& operand_pointers, const std::vector<Value*>& result_pointers,
+                 Value* row_start, const RowLanes& lanes, llvm::AllocaInst* max_slot, llvm::AllocaInst* sum_slot,
+                 Status& status) {
   const size_t last = spec.body.steps.size() - 1;
   size_t r = 0;
   while (static_cast<size_t>(spec.body.returned[r]) != last) ++r;
   llvm::Type* f32 = b.getFloatTy();
   Value* y = b.CreateInBoundsGEP(f32, result_pointers[r], row_start);
+  if (spec.body.steps[last].op == OpId::layer_norm) {
+    emitLayerNormTail(b, spec, operand_pointers, y, lanes, sum_slot, status);
+    return;
+  }
   Value* first = lanes.first_column;
   Value* step = lanes.column_step;
   Value* columns = b.getInt64(spec.dims.back());
@@ -493,7 +551,7 @@ Status emitRow(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelS
                        b.CreateAdd(row_start, column));
   }, status);
   CLEAVE_TRY(status);
-  emitRowTail(b, emitter, spec, result_pointers, row_start, lanes, max_slot, sum_slot, status);
+  emitRowTail(b, emitter, spec, operand_pointers, result_pointers, row_start, lanes, max_slot, sum_slot, status);
   return status;
 }
 

@@ -72,6 +72,16 @@ CaseList fusedCases() {
                        body("t0 = exp(x0); t1 = softmax(t0); return t1"), no_gradient);
   b.addWithoutGradient(OpId::fused, "softmax of a NaN row", {CaseBuilder::values(f32, {2, 3}, {1, nan, 2, 0.5, 1, 1.5})},
                        body("t0 = neg(x0); t1 = softmax(t0); return t1"), no_gradient);
+  // Residual and bias adds ending in a layer norm along the last axis (a transformer's pre-norm):
+  // the sum returned too; rows wider than a warp; no bias.
+  b.addWithoutGradient(OpId::fused, "residual add, layer norm",
+                       {b.uniform(f32, {4, 3, 37}), b.uniform(f32, {4, 3, 37}, -2, 2), b.uniform(f32, {37}, 0.5, 1.5),
+                        b.uniform(f32, {37})},
+                       body("t0 = add(x0, x1); t1 = layer_norm(t0, x2, x3)[axis=-1, epsilon=1e-05]; return t0, t1"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "bias, layer norm without bias, wide rows",
+                       {b.uniform(f32, {5, 300}, -3, 3), b.uniform(f32, {300}), b.uniform(f32, {300})},
+                       body("t0 = add(x0, x1); t1 = layer_norm(t0, x2)[epsilon=0.01]; return t1"), no_gradient);
   // Perf mode's large cases, beside the unfused ops' "large (perf)" cases of the same shapes.
   const TensorData big = b.uniform(f32, {1024, 1024}, -2, 2), row = b.uniform(f32, {1024}, -2, 2);
   for (const char* text : {"t0 = gelu(x0); return t0", "t0 = exp(x0); return t0", "t0 = add(x0, x1); return t0"}) {

@@ -102,6 +102,8 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
       FusedNode({{DType::kBF16, {4, 1, 5}}, {DType::kBF16, {3, 1}}}, "t0 = mul(x0, x1); t1 = exp(t0); return t1"),
       FusedNode({{DType::kF32, {2, 4, 64, 64}}, {DType::kF32, {1, 1, 64, 64}}},
                 "t0 = mul(x0, 0.125); t1 = add(t0, x1); t2 = softmax(t1); return t1, t2"),
+      FusedNode({{DType::kF32, {16, 300}}, {DType::kF32, {16, 300}}, {DType::kF32, {300}}, {DType::kF32, {300}}},
+                "t0 = add(x0, x1); t1 = layer_norm(t0, x2, x3)[epsilon=1e-05]; return t0, t1"),
   };
   std::vector<std::string> files;
   for (size_t n = 0; n < nodes.size(); ++n) files.push_back(ptxFile(nodes[n], "fused_" + std::to_string(n)));
@@ -110,6 +112,10 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
   auto softmax = fusedKernelPtx(nodes[3].context(), "cleave_fused");
   ASSERT_TRUE(softmax) << softmax.status().message();
   EXPECT_NE(softmax->find("shfl.sync.bfly.b32"), std::string::npos) << *softmax;
+  auto layer_norm = fusedKernelPtx(nodes[4].context(), "cleave_fused");
+  ASSERT_TRUE(layer_norm) << layer_norm.status().message();
+  EXPECT_NE(layer_norm->find("shfl.sync.bfly.b32"), std::string::npos);
+  EXPECT_NE(layer_norm->find("sqrt.rn.f64"), std::string::npos);
   auto elementwise = fusedKernelPtx(nodes[0].context(), "cleave_fused");
   ASSERT_TRUE(elementwise) << elementwise.status().message();
   EXPECT_EQ(elementwise->find("shfl.sync"), std::string::npos);
