@@ -46,10 +46,11 @@ stub() {
   } >"$staging/stub.c"
   cc -shared -fPIC -Wl,-soname,"$soname" -o "$staging/lib/$soname" "$staging/stub.c"
 }
-llvm=$(ldd "$build/tools/cleave" | awk '$1 ~ /^libLLVM/ { print $3 }')
-xml=$(ldd "$build/tools/cleave" | awk '$1 == "libxml2.so.2" { print $3 }')
-z3=$(ldd "$build/tools/cleave" | awk '$1 ~ /^libz3/ { print $1 }')
-icu=$(ldd "$build/tools/cleave" | awk '$1 ~ /^libicuuc/ { print $1 }')
+loaded=$(ldd "$build/tools/cleave")
+llvm=$(awk '$1 ~ /^libLLVM/ { print $3 }' <<<"$loaded")
+xml=$(awk '$1 == "libxml2.so.2" { print $3 }' <<<"$loaded")
+z3=$(awk '$1 ~ /^libz3/ { print $1 }' <<<"$loaded")
+icu=$(awk '$1 ~ /^libicuuc/ { print $1 }' <<<"$loaded")
 [ -z "$z3" ] || stub "$z3" "$llvm" '^Z3_'
 [ -z "$icu" ] || stub "$icu" "$xml" '^(u|U)[A-Za-z_]*_[0-9]+$'
 rm -f "$staging/stub.c"

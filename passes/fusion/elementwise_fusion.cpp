@@ -134,10 +134,8 @@ class ElementwiseFusion {
   }
 
   int groupOfFirstOperand(int32_t i) const {
-    for (ValueId v : graph_.nodes[i].operands) {
-      const int32_t producer = graph_.values[v].producer;
-      if (producer >= 0 && group_of_[producer] >= 0) return group_of_[producer];
-    }
+    for (size_t k = 0; k < graph_.nodes[i].operands.size(); ++k)
+      if (const int g = groupOfOperand(i, k); g >= 0) return g;
     return -1;
   }
 

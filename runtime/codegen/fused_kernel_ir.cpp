@@ -427,6 +427,25 @@ RowLanes oneWarpPerRow(llvm::IRBuilder<>& b, llvm::Module& module, Value* lane) 
           butterfly([&b](Value* mine, Value* theirs) { return b.CreateFAdd(mine, theirs); })};
 }
 
+// The sum over row y's columns (this lane's, then every lane's) of term(y[c] in double), in any
+// order (the loop vectorises), through `sum_slot`.
+Value* emitRowSum(llvm::IRBuilder<>& b, Value* y, int64_t columns, const RowLanes& lanes, llvm::AllocaInst* sum_slot,
+                  const char* name, const std::function<Value*(Value*)>& term, Status& status) {
+  llvm::Type* f32 = b.getFloatTy();
+  llvm::Type* f64 = b.getDoubleTy();
+  b.CreateStore(llvm::ConstantFP::get(f64, 0.0), sum_slot);
+  emitLoop(b, lanes.first_column, b.getInt64(columns), lanes.column_step, name, [&](Value* c) -> Status {
+    llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+    llvm::FastMathFlags reassociate;
+    reassociate.setAllowReassoc();
+    b.setFastMathFlags(reassociate);
+    Value* x = b.CreateFPExt(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, y, c)), f64);
+    b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, sum_slot), term(x)), sum_slot);
+    return Status::ok();
+  }, status);
+  return lanes.combine_sum(b.CreateLoad(f64, sum_slot));
+}
+
 // A layer norm's row y (holding its input), as the layer_norm kernel computes it: the mean and the
 // sum of squared deviations in double, rstd = 1 / sqrt(squares / n + epsilon), then
 // y = (y·rstd + (−rstd·mean))·scale + bias in f32.
@@ -435,32 +454,15 @@ void emitLayerNormTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const 
   const FusedStep& step = spec.body.steps.back();
   llvm::Type* f32 = b.getFloatTy();
   llvm::Type* f64 = b.getDoubleTy();
-  Value* first = lanes.first_column;
-  Value* step_size = lanes.column_step;
-  Value* columns = b.getInt64(spec.dims.back());
-  Value* count = llvm::ConstantFP::get(f64, static_cast<double>(spec.dims.back()));
-  auto rowSum = [&](const char* name, const std::function<Value*(Value*)>& term) {
-    b.CreateStore(llvm::ConstantFP::get(f64, 0.0), sum_slot);
-    emitLoop(b, first, columns, step_size, name, [&](Value* c) -> Status {
-      llvm::IRBuilderBase::FastMathFlagGuard guard(b);
-      llvm::FastMathFlags reassociate;
-      reassociate.setAllowReassoc();
-      b.setFastMathFlags(reassociate);
-      Value* x = b.CreateFPExt(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, y, c)), f64);
-      b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, sum_slot), term(x)), sum_slot);
-      return Status::ok();
-    }, status);
-    return lanes.combine_sum(b.CreateLoad(f64, sum_slot));
-  };
-  Value* mean = b.CreateFDiv(rowSum("mean", [](Value* x) { return x; }), count);
-  Value* squares = rowSum("squares", [&](Value* x) {
+  const int64_t columns = spec.dims.back();
+  Value* count = llvm::ConstantFP::get(f64, static_cast<double>(columns));
+  Value* mean = b.CreateFDiv(emitRowSum(b, y, columns, lanes, sum_slot, "mean", [](Value* x) { return x; }, status), count);
+  Value* squares = emitRowSum(b, y, columns, lanes, sum_slot, "squares", [&](Value* x) {
     Value* centred = b.CreateFSub(x, mean);
     return b.CreateFMul(centred, centred);
-  });
-  const auto epsilon = step.attrs.find("epsilon");
-  const double eps = epsilon != step.attrs.end() ? std::get<double>(epsilon->second)
-                                                 : std::get<double>(opDef(OpId::layer_norm).findAttr("epsilon")->default_value);
-  Value* variance = b.CreateFAdd(b.CreateFDiv(squares, count), llvm::ConstantFP::get(f64, eps));
+  }, status);
+  const double epsilon = std::get<double>(attributeOf(OpId::layer_norm, step.attrs, "epsilon"));
+  Value* variance = b.CreateFAdd(b.CreateFDiv(squares, count), llvm::ConstantFP::get(f64, epsilon));
   Value* sqrt = b.CreateCall(llvm::Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), llvm::Intrinsic::sqrt, {f64}),
                              {variance});
   Value* rstd = b.CreateFDiv(llvm::ConstantFP::get(f64, 1.0), sqrt);
@@ -469,7 +471,7 @@ void emitLayerNormTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const 
   // The scale and the bias: operands of f32[columns] (fused_body.cpp checks), read at column c.
   const FusedArg* scale = &step.args[1];
   const FusedArg* bias = step.args.size() > 2 ? &step.args[2] : nullptr;
-  emitLoop(b, first, columns, step_size, "normalise", [&](Value* c) -> Status {
+  emitLoop(b, lanes.first_column, b.getInt64(columns), lanes.column_step, "normalise", [&](Value* c) -> Status {
     Value* at = b.CreateInBoundsGEP(f32, y, c);
     Value* v = b.CreateFMul(b.CreateFAdd(b.CreateFMul(b.CreateLoad(f32, at), a), shift),
                             b.CreateLoad(f32, b.CreateInBoundsGEP(f32, operand_pointers[scale->index], c)));
@@ -518,19 +520,8 @@ void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKerne
     b.CreateStore(emitter.expOf(b.CreateFSub(b.CreateLoad(f32, at), max)), at);
     return Status::ok();
   }, status);
-  b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum_slot);
-  emitLoop(b, first, columns, step, "sum", [&](Value* c) -> Status {
-    llvm::IRBuilderBase::FastMathFlagGuard guard(b);
-    llvm::FastMathFlags reassociate;
-    reassociate.setAllowReassoc();
-    b.setFastMathFlags(reassociate);
-    Value* e = b.CreateFPExt(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, y, c)), b.getDoubleTy());
-    b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), sum_slot), e), sum_slot);
-    return Status::ok();
-  }, status);
-  Value* scale = b.CreateFPTrunc(
-      b.CreateFDiv(llvm::ConstantFP::get(b.getDoubleTy(), 1.0), lanes.combine_sum(b.CreateLoad(b.getDoubleTy(), sum_slot))),
-      f32);
+  Value* sum = emitRowSum(b, y, spec.dims.back(), lanes, sum_slot, "sum", [](Value* e) { return e; }, status);
+  Value* scale = b.CreateFPTrunc(b.CreateFDiv(llvm::ConstantFP::get(b.getDoubleTy(), 1.0), sum), f32);
   emitLoop(b, first, columns, step, "scale", [&](Value* c) -> Status {
     Value* at = b.CreateInBoundsGEP(f32, y, c);
     b.CreateStore(b.CreateFMul(b.CreateLoad(f32, at), scale), at);
