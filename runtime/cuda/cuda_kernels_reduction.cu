@@ -112,15 +112,34 @@ __global__ void reduceChunksByThreads(const T* x, typename Reducer<T, kOp>::Acc*
   }
 }
 
-// out[o] = the merge of result o's chunks' partials, in chunk order.
+// out[o] = the merge of result o's chunks' partials, in a fixed order (the same on every run).
+// A block takes kMergeResults adjacent results with kMergeLanes threads each: lane l merges chunks
+// l, l + kMergeLanes, ... in order, then lane 0 merges the lanes' partials in lane order. A thread
+// per result merging all chunks alone is latency-bound (128 dependent loads: 16 us a launch).
+constexpr int kMergeResults = 32;
+constexpr int kMergeLanes = kBlockThreads / kMergeResults;
+
 template <class T, OpId kOp>
 __global__ void mergeChunks(const typename Reducer<T, kOp>::Acc* partials, T* out, int64_t out_count, int64_t group,
                             int64_t chunks) {
   using R = Reducer<T, kOp>;
-  CLEAVE_GRID_LOOP(o, out_count) {
-    typename R::Acc acc = partials[o];
-    for (int64_t c = 1; c < chunks; ++c) acc = R::merge(acc, partials[c * out_count + o]);
-    out[o] = R::finish(acc, group);
+  __shared__ typename R::Acc lane_partials[kMergeLanes][kMergeResults];
+  const int result_in_block = threadIdx.x % kMergeResults, lane = threadIdx.x / kMergeResults;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * kMergeResults; first < out_count;
+       first += static_cast<int64_t>(gridDim.x) * kMergeResults) {
+    const int64_t o = first + result_in_block;
+    typename R::Acc acc = R::start();
+    if (o < out_count && lane < chunks) {
+      acc = partials[lane * out_count + o];
+      for (int64_t c = lane + kMergeLanes; c < chunks; c += kMergeLanes) acc = R::merge(acc, partials[c * out_count + o]);
+    }
+    lane_partials[lane][result_in_block] = acc;
+    __syncthreads();
+    if (lane == 0 && o < out_count) {
+      for (int l = 1; l < kMergeLanes && l < chunks; ++l) acc = R::merge(acc, lane_partials[l][result_in_block]);
+      out[o] = R::finish(acc, group);
+    }
+    __syncthreads();
   }
 }
 
@@ -217,8 +236,9 @@ Status reduceTyped(const KernelCall& call, CudaContext& context) {
     else
       reduceChunksByBlocks<T, kOp><<<rowBlocks(out_count * chunks), kBlockThreads, 0, context.compute()>>>(
           x, partials, out_count, group, chunks, chunk, kept, reduced);
-    mergeChunks<T, kOp><<<blocksFor(out_count), kBlockThreads, 0, context.compute()>>>(partials, out, out_count, group,
-                                                                                      chunks);
+    const int64_t merge_blocks = std::min<int64_t>((out_count + kMergeResults - 1) / kMergeResults, kMaxBlocks);
+    mergeChunks<T, kOp><<<static_cast<unsigned>(merge_blocks), kBlockThreads, 0, context.compute()>>>(
+        partials, out, out_count, group, chunks);
     return launchStatus(call);
   }
   if (group <= 32)
