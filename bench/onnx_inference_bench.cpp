@@ -1,13 +1,15 @@
 // Inference latency of an imported ONNX model on cleave's CPU runtime: import, compile, then time the
 // plan's "infer" program over repeated runs on random inputs of the model's types.
 //
-// Usage: onnx_inference_bench MODEL.onnx [--batch B] [--threads T] [--iterations N] [--warmup W]
-// Prints one line: "<model> batch B threads T: median M ms per batch over N runs".
+// Usage: onnx_inference_bench MODEL.onnx [--batch B] [--threads T] [--iterations N] [--warmup W] [--profile]
+// Prints one line: "<model> batch B threads T: median M ms per batch over N runs"; with --profile,
+// first the time per op of the timed runs (ms per batch, largest first; instructions timed one by one).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "ir/plan.pb.h"
 #include "passes/core/compile_pipeline.h"
 #include "runtime/device/device.h"
+#include "runtime/exec/execution_trace.h"
 #include "runtime/exec/executor.h"
 
 namespace cleave {
@@ -51,6 +54,8 @@ int runBench(int argc, char** argv) {
   app.add_option("--threads", threads, "Threads per kernel");
   app.add_option("--iterations", iterations, "Timed runs")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Untimed runs first");
+  bool profile = false;
+  app.add_flag("--profile", profile, "Also print the time per op (ms per batch) over the timed runs");
   CLI11_PARSE(app, argc, argv);
 
   // 1. Import, compile for one device, prepare.
@@ -86,7 +91,9 @@ int runBench(int argc, char** argv) {
   }
   // 3. Warm-up and timed runs.
   std::vector<double> milliseconds;
+  runtime::ExecutionTrace trace;
   for (int i = 0; i < warmup + iterations; ++i) {
+    if (profile && i == warmup) exec.setTrace(&trace);
     for (size_t k = 0; k < host_inputs.size(); ++k)
       std::memcpy((*inputs)[k].view.data, host_inputs[k].data(), host_inputs[k].size());
     auto start = std::chrono::steady_clock::now();
@@ -95,6 +102,18 @@ int runBench(int argc, char** argv) {
     if (i >= warmup) milliseconds.push_back(elapsed.count());
   }
   std::sort(milliseconds.begin(), milliseconds.end());
+  if (profile) {
+    std::map<std::string, double> per_op;
+    double total = 0;
+    for (const runtime::TraceEvent& event : trace.events()) {
+      per_op[event.name] += event.duration_us / 1e3 / iterations;
+      total += event.duration_us / 1e3 / iterations;
+    }
+    std::vector<std::pair<double, std::string>> ranked;
+    for (const auto& [name, ms] : per_op) ranked.emplace_back(ms, name);
+    std::sort(ranked.rbegin(), ranked.rend());
+    for (const auto& [ms, name] : ranked) std::printf("  %-24s %8.3f ms  %5.1f%%\n", name.c_str(), ms, 100 * ms / total);
+  }
   std::printf("%s batch %lld threads %d: median %.4f ms per batch over %d runs\n", model.c_str(),
               static_cast<long long>(plan->global_batch()), threads, milliseconds[milliseconds.size() / 2], iterations);
   return 0;

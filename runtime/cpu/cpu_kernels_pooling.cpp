@@ -1,5 +1,6 @@
 // CPU kernels of the pools over NCHW images and their gradients: max_pool2d, avg_pool2d,
 // global_avg_pool, max_pool2d_grad, avg_pool2d_grad (PyTorch's window and divisor rules).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -125,29 +126,35 @@ Status maxPoolKernel(const KernelCall& call) {
       return Status::ok();
     }
     // Per output row: the maximum over the window's rows for every input column (a loop over whole
-    // rows, vectorised), then over each window's columns. Only the value is wanted here (the gradient
-    // finds the argmax itself), so a NaN anywhere in a window makes its maximum NaN.
+    // rows, vectorised), then over each window's columns, from a row padded with -inf on both sides
+    // so that every window is kernel_w columns from ow · stride_w (no per-window bounds: vectorised
+    // too). Only the value is wanted here (the gradient finds the argmax itself), so a NaN anywhere
+    // in a window makes its maximum NaN.
+    const int64_t padded_width = std::max((w.out_width - 1) * w.stride_w + w.kernel_w, w.pad_left + w.width);
     parallelFor(p.planes, threadCount(call), out_plane * w.kernel_h * w.kernel_w, [&](int64_t begin, int64_t end) {
       thread_local std::vector<T> column_max;
-      column_max.resize(static_cast<size_t>(w.width));
-      T* columns = column_max.data();
-      const int64_t width = w.width;
-      for (int64_t plane = begin; plane < end; ++plane) {
-        const T* in = x + plane * in_plane;
-        T* out = y + plane * out_plane;
-        for (int64_t oh = 0; oh < w.out_height; ++oh) {
-          std::fill_n(columns, width, -std::numeric_limits<T>::infinity());
-          for (int64_t ih = p.rows.first[oh]; ih < p.rows.last[oh]; ++ih) {
-            const T* row = in + ih * width;
-            for (int64_t iw = 0; iw < width; ++iw) columns[iw] = maxKeepingNaN(columns[iw], row[iw]);
-          }
-          for (int64_t ow = 0; ow < w.out_width; ++ow) {
-            T m = -std::numeric_limits<T>::infinity();
-            for (int64_t iw = p.columns.first[ow]; iw < p.columns.last[ow]; ++iw) m = maxKeepingNaN(m, columns[iw]);
-            out[oh * w.out_width + ow] = m;
+      column_max.assign(static_cast<size_t>(padded_width), -std::numeric_limits<T>::infinity());
+      withWidestVectors([&] {
+        T* padded = column_max.data();
+        T* columns = padded + w.pad_left;
+        const int64_t width = w.width, out_width = w.out_width, stride = w.stride_w, kernel = w.kernel_w;
+        for (int64_t plane = begin; plane < end; ++plane) {
+          const T* in = x + plane * in_plane;
+          T* out = y + plane * out_plane;
+          for (int64_t oh = 0; oh < w.out_height; ++oh) {
+            std::fill_n(columns, width, -std::numeric_limits<T>::infinity());
+            for (int64_t ih = p.rows.first[oh]; ih < p.rows.last[oh]; ++ih) {
+              const T* row = in + ih * width;
+              for (int64_t iw = 0; iw < width; ++iw) columns[iw] = maxKeepingNaN(columns[iw], row[iw]);
+            }
+            T* out_row = out + oh * out_width;
+            for (int64_t ow = 0; ow < out_width; ++ow) out_row[ow] = padded[ow * stride];
+            for (int64_t j = 1; j < kernel; ++j)
+              for (int64_t ow = 0; ow < out_width; ++ow)
+                out_row[ow] = maxKeepingNaN(out_row[ow], padded[ow * stride + j]);
           }
         }
-      }
+      });
     });
     return Status::ok();
   });

@@ -85,6 +85,10 @@ CaseList convolutionCases() {
   b.addWithoutGradient(OpId::max_pool2d, "NaN in 2x2 windows",
                        {CaseBuilder::values(DType::kF32, {1, 1, 2, 4}, {nan, 1, 0, 2, 3, 4, 1, nan})}, {{"kernel", Ints{2, 2}}},
                        "NaN has no finite differences");
+  b.addWithoutGradient(OpId::max_pool2d, "NaN in padded 3x3 windows",
+                       {CaseBuilder::values(DType::kF32, {1, 1, 3, 4}, {1, 2, 3, 4, 5, nan, 7, 8, 9, 10, 11, nan})},
+                       {{"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}},
+                       "NaN has no finite differences");
   for (const Shape& shape : {Shape{3, 5, 17, 13}, Shape{2, 3, 4, 5}, Shape{1, 2, 1, 1}})
     for (DType dtype : {DType::kF32, DType::kF64}) b.add(OpId::global_avg_pool, shapeStr(shape), {b.uniform(dtype, shape)});
 
