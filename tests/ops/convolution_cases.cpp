@@ -32,6 +32,7 @@ CaseList convolutionCases() {
       {{1, 2, 2, 1}, {3, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, "padding wider than the image"},
       {{2, 4, 7, 8}, {6, 4, 3, 3}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, "defaults"},
       {{2, 4, 7, 8}, {6, 2, 3, 3}, {1, 2}, {0, 1, 2, 0}, {1, 1}, 2, "groups with asymmetric pads"},
+      {{3, 5, 5, 5}, {4, 5, 3, 3}, {2, 2}, {1, 0, 1, 1}, {2, 2}, 1, "output planes of 2x1 (one matmul over the batch)"},
   };
   for (const Conv& c : convs) {
     const AttrMap attrs = {{"strides", c.strides}, {"pads", c.pads}, {"dilations", c.dilations}, {"groups", c.groups}};

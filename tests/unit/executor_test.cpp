@@ -234,9 +234,10 @@ std::vector<float> naiveConvolution(const std::vector<float>& x, const std::vect
 
 // Kernels may keep a prepared copy of constant weights (KernelCall::constant_operands): two
 // convolutions of the same shapes with their own weights, weights rewritten through parameter(),
-// and weights that one of the plan's own programs writes must all give fresh results.
-TEST(ExecutorTest, KernelsNeverComputeWithAStaleCopyOfTheWeights) {
-  const int64_t batch = 2, channels = 3, out_channels = 8, size = 6;
+// and weights that one of the plan's own programs writes must all give fresh results. Images of
+// `size` x `size`, padded by 1 for 3x3 kernels.
+void expectConvolutionsNeverUseStaleWeights(int64_t size) {
+  const int64_t batch = 2, channels = 3, out_channels = 8;
   const TensorType x_type{DType::kF32, {batch, channels, size, size}}, w_type{DType::kF32, {out_channels, channels, 3, 3}};
   const TensorType y_type{DType::kF32, {batch, out_channels, size, size}};
   PlanBuilder b;
@@ -293,6 +294,11 @@ TEST(ExecutorTest, KernelsNeverComputeWithAStaleCopyOfTheWeights) {
   ASSERT_TRUE(executor->run("update").isOk());
   expectOutputs("after the update program wrote w_updated");
 }
+
+TEST(ExecutorTest, KernelsNeverComputeWithAStaleCopyOfTheWeights) { expectConvolutionsNeverUseStaleWeights(6); }
+
+// Output planes of 2x2 run as one matmul over the batch (onednn_convolution.cpp), with packed weights.
+TEST(ExecutorTest, TinyConvolutionsNeverComputeWithAStaleCopyOfTheWeights) { expectConvolutionsNeverUseStaleWeights(2); }
 
 // Matrix products with constant weights run on oneDNN with the weights packed once: the products
 // of an inference plan (matmul with a batched a, a transposed b; gemm with a bias row, a [1, n]
