@@ -57,11 +57,15 @@ inline void sgdRange(const SgdStep<T>& step, int64_t begin, int64_t end) {
   const SgdStep<T> s = step;  // a local copy: stores to the results cannot change its scalars
   T unused = 0;
   if (s.w_out == s.w && s.buffer_out == s.buffer) {
-    // In place (the usual case): one pointer per tensor keeps the loop vectorisable.
+    // In place (the usual case): one pointer per tensor, and a loop with and one without the
+    // momentum buffer (a store to `buffer ? buffer[i] : unused` does not vectorise).
     T* w = s.w_out;
     T* buffer = s.buffer_out;
     const T* g = s.g;
-    for (int64_t i = begin; i < end; ++i) w[i] = sgdElement(s, w[i], g[i], buffer ? buffer[i] : unused);
+    if (buffer)
+      for (int64_t i = begin; i < end; ++i) w[i] = sgdElement(s, w[i], g[i], buffer[i]);
+    else
+      for (int64_t i = begin; i < end; ++i) w[i] = sgdElement(s, w[i], g[i], unused);
     return;
   }
   for (int64_t i = begin; i < end; ++i) {

@@ -112,6 +112,20 @@ CaseList gradientCases() {
     b.add(OpId::max_pool2d_grad, dt + " the last NaN of a window takes its gradient",
           {dy_tie, CaseBuilder::values(dtype, {1, 1, 4, 4}, {nan, 1, 0, nan, nan, nan, 5, 0, 3, 0, 2, 9, 0, 0, 9, nan})},
           {{"kernel", Ints{2, 2}}});
+    // Rows wide enough for the vectorised 2x2 kernel (4 windows a step, then a scalar tail): windows
+    // whose maximum is shared by each pair and triple of their elements, and the same with a NaN in
+    // the second row pair only.
+    const std::vector<double> ties = {2, 2, 0, 1, 1, 1, 3, 0, 5, 5,   //
+                                      1, 0, 1, 1, 0, 1, 3, 3, 5, 5,   //
+                                      0, 0, 0, 4, 1, 0, 0, 2, 7, 1,   //
+                                      3, 3, 4, 0, 0, 1, 2, 2, 0, 7};
+    std::vector<double> with_nan = ties;
+    with_nan[27] = with_nan[33] = nan;
+    const TensorData dy_wide = b.uniform(dtype, {1, 1, 2, 5});
+    b.add(OpId::max_pool2d_grad, dt + " ties in wide rows", {dy_wide, CaseBuilder::values(dtype, {1, 1, 4, 10}, ties)},
+          {{"kernel", Ints{2, 2}}});
+    b.add(OpId::max_pool2d_grad, dt + " a NaN in wide rows", {dy_wide, CaseBuilder::values(dtype, {1, 1, 4, 10}, with_nan)},
+          {{"kernel", Ints{2, 2}}});
 
     // gather_grad and slice_grad.
     b.add(OpId::gather_grad, dt + " repeated negative indices",
