@@ -129,7 +129,25 @@ void twoByTwoGradientRow(const T* top, const T* bottom, const T* grad, T* top_ou
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// The same for f32 with AVX2, four windows (eight columns) a step; the compilers do not vectorise
+// max_pool2d of 2x2 tiled windows over one pair of input rows, f32 with AVX2, four windows a step
+// (the compilers do not vectorise the interleaved scalar loop). Returns the windows done, a multiple
+// of 4, or 0 when the rows hold a NaN (the scalar loop then does them all, making those maxima NaN).
+[[gnu::target("avx2,fma")]] int64_t twoByTwoMaxRowAvx2(const float* top, const float* bottom, float* out,
+                                                        int64_t out_width) {
+  const __m256i even_lanes_first = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  __m256 nan_seen = _mm256_setzero_ps();
+  int64_t ow = 0;
+  for (; ow + 4 <= out_width; ow += 4) {
+    const __m256 t = _mm256_loadu_ps(top + 2 * ow), b = _mm256_loadu_ps(bottom + 2 * ow);
+    nan_seen = _mm256_or_ps(nan_seen, _mm256_or_ps(_mm256_cmp_ps(t, t, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q)));
+    const __m256 column_max = _mm256_max_ps(t, b);
+    const __m256 m = _mm256_max_ps(column_max, _mm256_permute_ps(column_max, 0xB1));  // each window's in both lanes
+    _mm_storeu_ps(out + ow, _mm256_castps256_ps128(_mm256_permutevar8x32_ps(m, even_lanes_first)));
+  }
+  return _mm256_movemask_ps(nan_seen) != 0 ? 0 : ow;
+}
+
+// max_pool2d_grad's row pair (twoByTwoGradientRow) for f32 with AVX2, four windows (eight columns) a step; the compilers do not vectorise
 // the scalar loop (its loads and stores interleave pairs of columns). Returns the windows done, a
 // multiple of 4, or 0 when the row pair holds a NaN (the scalar loop then does it all: its rule for
 // NaN differs from the maxima's).
@@ -180,7 +198,13 @@ Status maxPoolKernel(const KernelCall& call) {
             const T* top = x + plane * in_plane + 2 * oh * width;
             const T* bottom = top + width;
             T* out = y + plane * out_plane + oh * out_width;
-            for (int64_t ow = 0; ow < out_width; ++ow)
+            int64_t done = 0;
+            if constexpr (std::is_same_v<T, float>) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+              if (cpuHasAvx2AndFma()) done = twoByTwoMaxRowAvx2(top, bottom, out, out_width);
+#endif
+            }
+            for (int64_t ow = done; ow < out_width; ++ow)
               out[ow] = maxKeepingNaN(maxKeepingNaN(maxKeepingNaN(top[2 * ow], top[2 * ow + 1]), bottom[2 * ow]),
                                       bottom[2 * ow + 1]);
           }

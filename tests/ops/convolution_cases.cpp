@@ -86,6 +86,11 @@ CaseList convolutionCases() {
   b.addWithoutGradient(OpId::max_pool2d, "NaN in 2x2 windows",
                        {CaseBuilder::values(DType::kF32, {1, 1, 2, 4}, {nan, 1, 0, 2, 3, 4, 1, nan})}, {{"kernel", Ints{2, 2}}},
                        "NaN has no finite differences");
+  std::vector<double> wide(4 * 10);  // rows wide enough for the vectorised 2x2 kernel, a NaN in one row pair
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<double>((i * 5) % 7);
+  wide[27] = nan;
+  b.addWithoutGradient(OpId::max_pool2d, "NaN in wide 2x2 rows", {CaseBuilder::values(DType::kF32, {1, 1, 4, 10}, wide)},
+                       {{"kernel", Ints{2, 2}}}, "NaN has no finite differences");
   b.addWithoutGradient(OpId::max_pool2d, "NaN in padded 3x3 windows",
                        {CaseBuilder::values(DType::kF32, {1, 1, 3, 4}, {1, 2, 3, 4, 5, nan, 7, 8, 9, 10, 11, nan})},
                        {{"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}},
