@@ -129,28 +129,42 @@ void twoByTwoGradientRow(const T* top, const T* bottom, const T* grad, T* top_ou
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// max_pool2d of 2x2 tiled windows over one pair of input rows, f32 with AVX2, four windows a step
-// (the compilers do not vectorise the interleaved scalar loop). Returns the windows done, a multiple
-// of 4, or 0 when the rows hold a NaN (the scalar loop then does them all, making those maxima NaN).
+// The 2x2 tiled pools for f32 with AVX2, four windows (eight columns of a pair of rows) a step: the
+// compilers do not vectorise the scalar loops, whose loads and stores interleave pairs of columns.
+// Each pair of lanes is one window; swapping neighbours puts a window's other column beside each.
+struct FourWindows {
+  __m256 top, bottom;  // the two rows' eight columns
+  __m256 max;          // each window's maximum, in both of its lanes (meaningless where a NaN is)
+};
+
+[[gnu::target("avx2,fma"), gnu::always_inline]] inline FourWindows loadFourWindows(const float* top, const float* bottom,
+                                                                                 __m256& nan_seen) {
+  FourWindows w;
+  w.top = _mm256_loadu_ps(top);
+  w.bottom = _mm256_loadu_ps(bottom);
+  nan_seen = _mm256_or_ps(nan_seen, _mm256_or_ps(_mm256_cmp_ps(w.top, w.top, _CMP_UNORD_Q),
+                                                 _mm256_cmp_ps(w.bottom, w.bottom, _CMP_UNORD_Q)));
+  const __m256 column_max = _mm256_max_ps(w.top, w.bottom);
+  w.max = _mm256_max_ps(column_max, _mm256_permute_ps(column_max, 0xB1));
+  return w;
+}
+
+// max_pool2d over one pair of rows. Returns the windows done, a multiple of 4, or 0 when the rows
+// hold a NaN (the scalar loop then does them all, making those maxima NaN).
 [[gnu::target("avx2,fma")]] int64_t twoByTwoMaxRowAvx2(const float* top, const float* bottom, float* out,
                                                         int64_t out_width) {
   const __m256i even_lanes_first = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   __m256 nan_seen = _mm256_setzero_ps();
   int64_t ow = 0;
   for (; ow + 4 <= out_width; ow += 4) {
-    const __m256 t = _mm256_loadu_ps(top + 2 * ow), b = _mm256_loadu_ps(bottom + 2 * ow);
-    nan_seen = _mm256_or_ps(nan_seen, _mm256_or_ps(_mm256_cmp_ps(t, t, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q)));
-    const __m256 column_max = _mm256_max_ps(t, b);
-    const __m256 m = _mm256_max_ps(column_max, _mm256_permute_ps(column_max, 0xB1));  // each window's in both lanes
-    _mm_storeu_ps(out + ow, _mm256_castps256_ps128(_mm256_permutevar8x32_ps(m, even_lanes_first)));
+    const FourWindows w = loadFourWindows(top + 2 * ow, bottom + 2 * ow, nan_seen);
+    _mm_storeu_ps(out + ow, _mm256_castps256_ps128(_mm256_permutevar8x32_ps(w.max, even_lanes_first)));
   }
   return _mm256_movemask_ps(nan_seen) != 0 ? 0 : ow;
 }
 
-// max_pool2d_grad's row pair (twoByTwoGradientRow) for f32 with AVX2, four windows (eight columns) a step; the compilers do not vectorise
-// the scalar loop (its loads and stores interleave pairs of columns). Returns the windows done, a
-// multiple of 4, or 0 when the row pair holds a NaN (the scalar loop then does it all: its rule for
-// NaN differs from the maxima's).
+// max_pool2d_grad over one pair of rows (twoByTwoGradientRow's rule). Returns the windows done, a
+// multiple of 4, or 0 when the rows hold a NaN (the scalar loop then does them all).
 [[gnu::target("avx2,fma")]] int64_t twoByTwoGradientRowAvx2(const float* top, const float* bottom, const float* grad,
                                                              float* top_out, float* bottom_out, int64_t out_width) {
   const __m256 odd_lanes = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, 0, -1, 0, -1, 0, -1));
@@ -158,12 +172,9 @@ void twoByTwoGradientRow(const T* top, const T* bottom, const T* grad, T* top_ou
   __m256 nan_seen = _mm256_setzero_ps();
   int64_t ow = 0;
   for (; ow + 4 <= out_width; ow += 4) {
-    const __m256 t = _mm256_loadu_ps(top + 2 * ow), b = _mm256_loadu_ps(bottom + 2 * ow);
-    nan_seen = _mm256_or_ps(nan_seen, _mm256_or_ps(_mm256_cmp_ps(t, t, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q)));
-    // Each pair of lanes is one window: swapping neighbours puts a window's other column beside each.
-    const __m256 column_max = _mm256_max_ps(t, b);
-    const __m256 m = _mm256_max_ps(column_max, _mm256_permute_ps(column_max, 0xB1));
-    const __m256 top_is_max = _mm256_cmp_ps(t, m, _CMP_EQ_OQ), bottom_is_max = _mm256_cmp_ps(b, m, _CMP_EQ_OQ);
+    const FourWindows w = loadFourWindows(top + 2 * ow, bottom + 2 * ow, nan_seen);
+    const __m256 top_is_max = _mm256_cmp_ps(w.top, w.max, _CMP_EQ_OQ);
+    const __m256 bottom_is_max = _mm256_cmp_ps(w.bottom, w.max, _CMP_EQ_OQ);
     const __m256 top_earlier = _mm256_and_ps(_mm256_permute_ps(top_is_max, 0xB1), odd_lanes);  // a, for b's lane
     const __m256 any_top = _mm256_or_ps(top_is_max, _mm256_permute_ps(top_is_max, 0xB1));
     const __m256 bottom_earlier = _mm256_and_ps(_mm256_permute_ps(bottom_is_max, 0xB1), odd_lanes);  // c, for d's

@@ -165,11 +165,9 @@ struct PreparedGemmConvolution {
   uint64_t staged_weights_generation = 0;
 };
 
-void prepareGemm(const KernelCall& call, const Shape& x, const Shape& w, const Shape& y,
-                 PreparedGemmConvolution& out) {
+void prepareGemm(const KernelCall& call, const Shape& w, const Shape& y, PreparedGemmConvolution& out) {
   const auto f32 = memory::data_type::f32;
   const int64_t rows = y[0] * y[2] * y[3], patch = w[1] * w[2] * w[3], channels = w[0];
-  (void)x;
   const memory::desc columns({rows, patch}, f32, Tag::ab), products({rows, channels}, f32, Tag::ab);
   const memory::desc plain_weights({patch, channels}, f32, Tag::ba);
   const memory::desc weights = hasConstantWeights(call) ? memory::desc({patch, channels}, f32, Tag::any) : plain_weights;
@@ -273,7 +271,7 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
     if (!entry) {
       entry = std::make_unique<PreparedGemmConvolution>();
       try {
-        prepareGemm(call, x, w, y, *entry);
+        prepareGemm(call, w, y, *entry);
       } catch (const dnnl::error&) {
         entry->supported = false;  // the direct convolution below runs it
       }

@@ -1,5 +1,6 @@
 // f32 conv2d, conv2d_grad_input and conv2d_grad_weight through oneDNN (Debian's libdnnl): its
-// direct JIT convolutions on blocked layouts, with the plan's NCHW/OIHW buffers reordered in and out.
+// direct JIT convolutions on blocked layouts, with the plan's NCHW/OIHW buffers reordered in and out;
+// a conv2d with tiny output planes (at most 4 pixels) as one oneDNN matmul over the whole batch.
 // Only this file's source includes oneDNN's headers.
 #pragma once
 
