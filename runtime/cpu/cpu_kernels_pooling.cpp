@@ -129,8 +129,9 @@ void twoByTwoGradientRow(const T* top, const T* bottom, const T* grad, T* top_ou
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// The 2x2 tiled pools for f32 with AVX2, four windows (eight columns of a pair of rows) a step: the
-// compilers do not vectorise the scalar loops, whose loads and stores interleave pairs of columns.
+// The 2x2 tiled pool's gradient for f32 with AVX2, four windows (eight columns of a pair of rows) a
+// step: the compilers do not vectorise the scalar loop, whose loads and stores interleave pairs of
+// columns (the forward pool, memory-bound, gained nothing measurable from the same treatment).
 // Each pair of lanes is one window; swapping neighbours puts a window's other column beside each.
 struct FourWindows {
   __m256 top, bottom;  // the two rows' eight columns
@@ -147,20 +148,6 @@ struct FourWindows {
   const __m256 column_max = _mm256_max_ps(w.top, w.bottom);
   w.max = _mm256_max_ps(column_max, _mm256_permute_ps(column_max, 0xB1));
   return w;
-}
-
-// max_pool2d over one pair of rows. Returns the windows done, a multiple of 4, or 0 when the rows
-// hold a NaN (the scalar loop then does them all, making those maxima NaN).
-[[gnu::target("avx2,fma")]] int64_t twoByTwoMaxRowAvx2(const float* top, const float* bottom, float* out,
-                                                        int64_t out_width) {
-  const __m256i even_lanes_first = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  __m256 nan_seen = _mm256_setzero_ps();
-  int64_t ow = 0;
-  for (; ow + 4 <= out_width; ow += 4) {
-    const FourWindows w = loadFourWindows(top + 2 * ow, bottom + 2 * ow, nan_seen);
-    _mm_storeu_ps(out + ow, _mm256_castps256_ps128(_mm256_permutevar8x32_ps(w.max, even_lanes_first)));
-  }
-  return _mm256_movemask_ps(nan_seen) != 0 ? 0 : ow;
 }
 
 // max_pool2d_grad over one pair of rows (twoByTwoGradientRow's rule). Returns the windows done, a
@@ -209,13 +196,7 @@ Status maxPoolKernel(const KernelCall& call) {
             const T* top = x + plane * in_plane + 2 * oh * width;
             const T* bottom = top + width;
             T* out = y + plane * out_plane + oh * out_width;
-            int64_t done = 0;
-            if constexpr (std::is_same_v<T, float>) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-              if (cpuHasAvx2AndFma()) done = twoByTwoMaxRowAvx2(top, bottom, out, out_width);
-#endif
-            }
-            for (int64_t ow = done; ow < out_width; ++ow)
+            for (int64_t ow = 0; ow < out_width; ++ow)
               out[ow] = maxKeepingNaN(maxKeepingNaN(maxKeepingNaN(top[2 * ow], top[2 * ow + 1]), bottom[2 * ow]),
                                       bottom[2 * ow + 1]);
           }

@@ -122,22 +122,19 @@ Status reduceTyped(const KernelCall& call) {
     //    the other reduced dims.
     const std::vector<int64_t> results = combinationOffsets(layout, false, false);
     const std::vector<int64_t> runs = combinationOffsets(layout, true, true);
-    // (Built for AVX2 where the CPU has it: sums only add, so the results are the same bits.)
     parallelFor(out_count, threads, group, [&](int64_t begin, int64_t end) {
-      withWidestVectors([&] {
-        for (int64_t o = begin; o < end; ++o) {
-          Acc acc = R::start();
-          for (int64_t r : runs) {
-            const T* p = x + results[o] + r;
-            if constexpr (kOp == OpId::reduce_max || !std::is_floating_point_v<T>) {
-              for (int64_t i = 0; i < run; ++i) acc = R::add(acc, p[i]);
-            } else {
-              acc += sumOf(run, [p](int64_t i) { return p[i]; });
-            }
+      for (int64_t o = begin; o < end; ++o) {
+        Acc acc = R::start();
+        for (int64_t r : runs) {
+          const T* p = x + results[o] + r;
+          if constexpr (kOp == OpId::reduce_max || !std::is_floating_point_v<T>) {
+            for (int64_t i = 0; i < run; ++i) acc = R::add(acc, p[i]);
+          } else {
+            acc += sumOf(run, [p](int64_t i) { return p[i]; });
           }
-          out[o] = R::finish(acc, group);
         }
-      });
+        out[o] = R::finish(acc, group);
+      }
     });
   } else {
     // 4. The innermost dim is kept: each row of `run` results adds up rows of x, one per reduced
@@ -148,21 +145,19 @@ Status reduceTyped(const KernelCall& call) {
     const int64_t blocks_per_row = (run + kBlock - 1) / kBlock;
     const int64_t items = static_cast<int64_t>(rows.size()) * blocks_per_row;
     parallelFor(items, threads, group * std::min(run, kBlock), [&](int64_t begin, int64_t end) {
-      withWidestVectors([&] {
-        Acc acc[kBlock];
-        for (int64_t item = begin; item < end; ++item) {
-          const int64_t row = item / blocks_per_row;
-          const int64_t first = item % blocks_per_row * kBlock;
-          const int64_t width = std::min(kBlock, run - first);
-          std::fill_n(acc, width, R::start());
-          for (int64_t r : reduced_rows) {
-            const T* p = x + rows[row] + r + first;
-            for (int64_t j = 0; j < width; ++j) acc[j] = R::add(acc[j], p[j]);
-          }
-          T* o = out + row * run + first;
-          for (int64_t j = 0; j < width; ++j) o[j] = R::finish(acc[j], group);
+      Acc acc[kBlock];
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t row = item / blocks_per_row;
+        const int64_t first = item % blocks_per_row * kBlock;
+        const int64_t width = std::min(kBlock, run - first);
+        std::fill_n(acc, width, R::start());
+        for (int64_t r : reduced_rows) {
+          const T* p = x + rows[row] + r + first;
+          for (int64_t j = 0; j < width; ++j) acc[j] = R::add(acc[j], p[j]);
         }
-      });
+        T* o = out + row * run + first;
+        for (int64_t j = 0; j < width; ++j) o[j] = R::finish(acc[j], group);
+      }
     });
   }
   return Status::ok();
