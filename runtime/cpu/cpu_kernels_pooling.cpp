@@ -4,12 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <vector>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
@@ -101,79 +96,6 @@ bool isTiledTwoByTwo(const PoolWindows& p) {
          w.dilation_w == 1 && w.pad_top == 0 && w.pad_left == 0 && w.pad_bottom == 0 && w.pad_right == 0 &&
          2 * w.out_height <= w.height && 2 * w.out_width <= w.width;
 }
-
-// max_pool2d_grad of 2x2 tiled windows over one pair of input rows, windows [first, out_width):
-// each input element gets dy where it is its window's first maximum (row-major window order), or
-// the last NaN when the window has one; else 0.
-template <class T>
-void twoByTwoGradientRow(const T* top, const T* bottom, const T* grad, T* top_out, T* bottom_out, int64_t first,
-                         int64_t out_width) {
-  for (int64_t ow = first; ow < out_width; ++ow) {
-    const T a = top[2 * ow], b = top[2 * ow + 1], c = bottom[2 * ow], d = bottom[2 * ow + 1];
-    // The winner as masks, without branches: with a NaN the last NaN, else the first
-    // element equal to the window's maximum (row-major window order).
-    const bool nan_a = a != a, nan_b = b != b, nan_c = c != c, nan_d = d != d;
-    const bool any_nan = nan_a | nan_b | nan_c | nan_d;
-    const T ab = a > b ? a : b, cd = c > d ? c : d, m = ab > cd ? ab : cd;
-    const bool is_a = a == m, is_b = b == m, is_c = c == m;
-    const bool wins_a = any_nan ? nan_a & !nan_b & !nan_c & !nan_d : is_a;
-    const bool wins_b = any_nan ? nan_b & !nan_c & !nan_d : is_b & !is_a;
-    const bool wins_c = any_nan ? nan_c & !nan_d : is_c & !is_a & !is_b;
-    const bool wins_d = any_nan ? nan_d : !is_a & !is_b & !is_c;
-    const T g = grad[ow];
-    top_out[2 * ow] = wins_a ? g : T{0};
-    top_out[2 * ow + 1] = wins_b ? g : T{0};
-    bottom_out[2 * ow] = wins_c ? g : T{0};
-    bottom_out[2 * ow + 1] = wins_d ? g : T{0};
-  }
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// The 2x2 tiled pool's gradient for f32 with AVX2, four windows (eight columns of a pair of rows) a
-// step: the compilers do not vectorise the scalar loop, whose loads and stores interleave pairs of
-// columns (the forward pool, memory-bound, gained nothing measurable from the same treatment).
-// Each pair of lanes is one window; swapping neighbours puts a window's other column beside each.
-struct FourWindows {
-  __m256 top, bottom;  // the two rows' eight columns
-  __m256 max;          // each window's maximum, in both of its lanes (meaningless where a NaN is)
-};
-
-[[gnu::target("avx2,fma"), gnu::always_inline]] inline FourWindows loadFourWindows(const float* top, const float* bottom,
-                                                                                 __m256& nan_seen) {
-  FourWindows w;
-  w.top = _mm256_loadu_ps(top);
-  w.bottom = _mm256_loadu_ps(bottom);
-  nan_seen = _mm256_or_ps(nan_seen, _mm256_or_ps(_mm256_cmp_ps(w.top, w.top, _CMP_UNORD_Q),
-                                                 _mm256_cmp_ps(w.bottom, w.bottom, _CMP_UNORD_Q)));
-  const __m256 column_max = _mm256_max_ps(w.top, w.bottom);
-  w.max = _mm256_max_ps(column_max, _mm256_permute_ps(column_max, 0xB1));
-  return w;
-}
-
-// max_pool2d_grad over one pair of rows (twoByTwoGradientRow's rule). Returns the windows done, a
-// multiple of 4, or 0 when the rows hold a NaN (the scalar loop then does them all).
-[[gnu::target("avx2,fma")]] int64_t twoByTwoGradientRowAvx2(const float* top, const float* bottom, const float* grad,
-                                                             float* top_out, float* bottom_out, int64_t out_width) {
-  const __m256 odd_lanes = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, 0, -1, 0, -1, 0, -1));
-  const __m256i duplicate_pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-  __m256 nan_seen = _mm256_setzero_ps();
-  int64_t ow = 0;
-  for (; ow + 4 <= out_width; ow += 4) {
-    const FourWindows w = loadFourWindows(top + 2 * ow, bottom + 2 * ow, nan_seen);
-    const __m256 top_is_max = _mm256_cmp_ps(w.top, w.max, _CMP_EQ_OQ);
-    const __m256 bottom_is_max = _mm256_cmp_ps(w.bottom, w.max, _CMP_EQ_OQ);
-    const __m256 top_earlier = _mm256_and_ps(_mm256_permute_ps(top_is_max, 0xB1), odd_lanes);  // a, for b's lane
-    const __m256 any_top = _mm256_or_ps(top_is_max, _mm256_permute_ps(top_is_max, 0xB1));
-    const __m256 bottom_earlier = _mm256_and_ps(_mm256_permute_ps(bottom_is_max, 0xB1), odd_lanes);  // c, for d's
-    const __m256 top_wins = _mm256_andnot_ps(top_earlier, top_is_max);
-    const __m256 bottom_wins = _mm256_andnot_ps(_mm256_or_ps(any_top, bottom_earlier), bottom_is_max);
-    const __m256 g = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(grad + ow)), duplicate_pairs);
-    _mm256_storeu_ps(top_out + 2 * ow, _mm256_and_ps(top_wins, g));
-    _mm256_storeu_ps(bottom_out + 2 * ow, _mm256_and_ps(bottom_wins, g));
-  }
-  return _mm256_movemask_ps(nan_seen) != 0 ? 0 : ow;
-}
-#endif
 
 // The larger of m and v, or v when v is NaN: a NaN anywhere in a window makes its maximum NaN.
 template <class T>
@@ -304,13 +226,24 @@ Status maxPoolGradKernel(const KernelCall& call) {
             const T* grad = dy + plane * out_plane + oh * out_width;
             T* top_out = out + 2 * oh * width;
             T* bottom_out = top_out + width;
-            int64_t done = 0;
-            if constexpr (std::is_same_v<T, float>) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-              if (cpuHasAvx2AndFma()) done = twoByTwoGradientRowAvx2(top, bottom, grad, top_out, bottom_out, out_width);
-#endif
+            for (int64_t ow = 0; ow < out_width; ++ow) {
+              const T a = top[2 * ow], b = top[2 * ow + 1], c = bottom[2 * ow], d = bottom[2 * ow + 1];
+              // The winner as masks, without branches: with a NaN the last NaN, else the first
+              // element equal to the window's maximum (row-major window order).
+              const bool nan_a = a != a, nan_b = b != b, nan_c = c != c, nan_d = d != d;
+              const bool any_nan = nan_a | nan_b | nan_c | nan_d;
+              const T ab = a > b ? a : b, cd = c > d ? c : d, m = ab > cd ? ab : cd;
+              const bool is_a = a == m, is_b = b == m, is_c = c == m;
+              const bool wins_a = any_nan ? nan_a & !nan_b & !nan_c & !nan_d : is_a;
+              const bool wins_b = any_nan ? nan_b & !nan_c & !nan_d : is_b & !is_a;
+              const bool wins_c = any_nan ? nan_c & !nan_d : is_c & !is_a & !is_b;
+              const bool wins_d = any_nan ? nan_d : !is_a & !is_b & !is_c;
+              const T g = grad[ow];
+              top_out[2 * ow] = wins_a ? g : T{0};
+              top_out[2 * ow + 1] = wins_b ? g : T{0};
+              bottom_out[2 * ow] = wins_c ? g : T{0};
+              bottom_out[2 * ow + 1] = wins_d ? g : T{0};
             }
-            twoByTwoGradientRow(top, bottom, grad, top_out, bottom_out, done, out_width);
           }
         }
       });
