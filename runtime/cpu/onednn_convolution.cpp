@@ -69,6 +69,30 @@ std::vector<int64_t> problemKey(const KernelCall& call, const Shape& x, const Sh
   return key;
 }
 
+// The generation of the call's weights a staged copy holds once they are reordered (0: not constant,
+// reorder at every call); a copy staged at the same generation can be used without a reorder.
+uint64_t weightsGeneration(const KernelCall& call) { return hasConstantWeights(call) ? call.constants_generation : 0; }
+bool stagedWeightsCurrent(const KernelCall& call, uint64_t staged_generation) {
+  return hasConstantWeights(call) && staged_generation == call.constants_generation;
+}
+
+// This thread's prepared primitive for `key`, made by prepare(entry) at its first call; `supported`
+// stays false where oneDNN has no implementation (prepare threw).
+template <class Prepared, class Prepare>
+Prepared& preparedFor(std::map<std::vector<int64_t>, std::unique_ptr<Prepared>>& cache, const std::vector<int64_t>& key,
+                      Prepare&& prepare) {
+  std::unique_ptr<Prepared>& entry = cache[key];
+  if (!entry) {
+    entry = std::make_unique<Prepared>();
+    try {
+      prepare(*entry);
+    } catch (const dnnl::error&) {
+      entry->supported = false;
+    }
+  }
+  return *entry;
+}
+
 // Makes the primitive of one problem; leaves `supported` false when oneDNN has none for it.
 void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape& y, const Window2d& window,
              int64_t groups, PreparedConvolution& out) {
@@ -196,7 +220,8 @@ void prepareGemm(const KernelCall& call, const Shape& w, const Shape& y, Prepare
 }
 
 // columns[(n·Ho + oh)·Wo + ow, (c·kh + i)·kw + j] = x[n, c, oh·sh − pad_top + i·dh, ow·sw − pad_left + j·dw],
-// 0 in the padding.
+// 0 in the padding: rows per output pixel of every image, where cpu_kernels_convolution.cpp's
+// im2col lays out one image's [C·kh·kw, Ho·Wo] for a GEMM per image.
 void batchedIm2col(const float* x, const Shape& xs, const Window2d& window, int64_t kernel_h, int64_t kernel_w,
                    float* columns) {
   const int64_t channels = xs[1], patch = channels * kernel_h * kernel_w;
@@ -222,9 +247,9 @@ Status runGemmConvolution(const KernelCall& call, const Shape& x, const Shape& w
   dnnl::stream& stream = threadStream();
   batchedIm2col(call.in<float>(0), x, window, w[2], w[3], static_cast<float*>(entry.columns.get_data_handle()));
   entry.weights.user.set_data_handle(const_cast<void*>(call.inputs[1]));
-  const bool weights_staged = hasConstantWeights(call) && entry.staged_weights_generation == call.constants_generation;
-  if (entry.weights.reorder && !weights_staged) entry.weights.reorder->execute(stream, entry.weights.user, entry.weights.library);
-  entry.staged_weights_generation = hasConstantWeights(call) ? call.constants_generation : 0;
+  if (entry.weights.reorder && !stagedWeightsCurrent(call, entry.staged_weights_generation))
+    entry.weights.reorder->execute(stream, entry.weights.user, entry.weights.library);
+  entry.staged_weights_generation = weightsGeneration(call);
   if (call.op.operands.size() == 3) entry.bias.set_data_handle(const_cast<void*>(call.inputs[2]));
   entry.primitive.execute(stream, entry.arguments);
   stream.wait();
@@ -266,36 +291,23 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
   const int threads = threadCount(call);
   OpenMpThreads omp_threads(threads);
 
+  const std::vector<int64_t> key = problemKey(call, x, w, y, window, groups);
   if (runsAsBatchedGemm(call, w, y, groups)) {
     thread_local std::map<std::vector<int64_t>, std::unique_ptr<PreparedGemmConvolution>> prepared_gemms;
-    std::unique_ptr<PreparedGemmConvolution>& entry = prepared_gemms[problemKey(call, x, w, y, window, groups)];
-    if (!entry) {
-      entry = std::make_unique<PreparedGemmConvolution>();
+    PreparedGemmConvolution& gemm =
+        preparedFor(prepared_gemms, key, [&](PreparedGemmConvolution& entry) { prepareGemm(call, w, y, entry); });
+    if (gemm.supported) {  // else the direct convolution below runs it
       try {
-        prepareGemm(call, w, y, *entry);
-      } catch (const dnnl::error&) {
-        entry->supported = false;  // the direct convolution below runs it
-      }
-    }
-    if (entry->supported) {
-      try {
-        return runGemmConvolution(call, x, w, y, window, *entry);
+        return runGemmConvolution(call, x, w, y, window, gemm);
       } catch (const dnnl::error& e) {
         return Status::internal(std::string(call.op.def.name) + ": oneDNN failed: " + e.what());
       }
     }
   }
   thread_local std::map<std::vector<int64_t>, std::unique_ptr<PreparedConvolution>> prepared;
-  std::unique_ptr<PreparedConvolution>& entry = prepared[problemKey(call, x, w, y, window, groups)];
-  if (!entry) {
-    entry = std::make_unique<PreparedConvolution>();
-    try {
-      prepare(call, x, w, y, window, groups, *entry);
-    } catch (const dnnl::error&) {
-      entry->supported = false;  // no implementation for these shapes: the caller's own kernel runs
-    }
-  }
-  if (!entry->supported) return std::nullopt;
+  PreparedConvolution& entry = preparedFor(
+      prepared, key, [&](PreparedConvolution& fresh) { prepare(call, x, w, y, window, groups, fresh); });
+  if (!entry.supported) return std::nullopt;  // no implementation for these shapes: the caller's own kernel runs
 
   try {
     dnnl::stream& stream = threadStream();
@@ -303,15 +315,15 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
     // Operand order of each op, in the primitive's terms: conv2d (x, w, bias), grad_input (dy, w),
     // grad_weight (dy, x); prepare() listed the staged inputs in that order.
     for (int i = 0; i < input_count; ++i)
-      entry->inputs[static_cast<size_t>(i)].second.user.set_data_handle(const_cast<void*>(call.inputs[i]));
-    entry->outputs[0].second.user.set_data_handle(call.outputs[0]);
-    const bool weights_staged = hasConstantWeights(call) && entry->staged_weights_generation == call.constants_generation;
-    for (auto& [arg, tensor] : entry->inputs)
+      entry.inputs[static_cast<size_t>(i)].second.user.set_data_handle(const_cast<void*>(call.inputs[i]));
+    entry.outputs[0].second.user.set_data_handle(call.outputs[0]);
+    const bool weights_staged = stagedWeightsCurrent(call, entry.staged_weights_generation);
+    for (auto& [arg, tensor] : entry.inputs)
       if (tensor.reorder && !(arg == DNNL_ARG_WEIGHTS && weights_staged))
         tensor.reorder->execute(stream, tensor.user, tensor.library);
-    entry->staged_weights_generation = hasConstantWeights(call) ? call.constants_generation : 0;
-    entry->primitive.execute(stream, entry->arguments);
-    for (auto& [arg, tensor] : entry->outputs)
+    entry.staged_weights_generation = weightsGeneration(call);
+    entry.primitive.execute(stream, entry.arguments);
+    for (auto& [arg, tensor] : entry.outputs)
       if (tensor.reorder) tensor.reorder->execute(stream, tensor.library, tensor.user);
     stream.wait();
   } catch (const dnnl::error& e) {
