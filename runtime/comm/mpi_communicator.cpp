@@ -13,10 +13,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <utility>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/comm/collective_algorithms.h"
@@ -87,9 +87,31 @@ class Backoff {
   std::chrono::microseconds pause_{2};
 };
 
+// Buffers of finished transfers, kept by each thread for its next ones: a fresh buffer of a few MB
+// per collective costs a page fault per 4 KB (a tenth of a data-parallel convnet step went to
+// faulting in and zeroing the ring's buffers). A buffer from here holds stale bytes.
+std::vector<std::vector<uint8_t>>& spareBuffers() {
+  thread_local std::vector<std::vector<uint8_t>> pool;
+  return pool;
+}
+
+// A buffer of at least `bytes` bytes: `buffer` itself when it is one, else one from the pool.
+void ensureBuffer(std::vector<uint8_t>& buffer, int64_t bytes) {
+  std::vector<std::vector<uint8_t>>& pool = spareBuffers();
+  if (buffer.empty() && !pool.empty()) {
+    buffer = std::move(pool.back());
+    pool.pop_back();
+  }
+  if (buffer.size() < static_cast<size_t>(bytes)) buffer.resize(static_cast<size_t>(bytes));
+}
+
+void returnBuffer(std::vector<uint8_t>& buffer) {
+  if (!buffer.empty()) spareBuffers().push_back(std::move(buffer));
+  buffer = {};
+}
+
 // The non-blocking transfers of one operation: requests, the peer and expected size of each, and
-// the temporary buffers they read or fill. The buffers come from, and go back to, a pool this
-// thread keeps: fresh buffers of a few MB per collective cost a page fault per 4 KB.
+// the temporary buffers they read or fill (from the thread's spare buffers, and back there after).
 struct Transfers {
   std::vector<MPI_Request> requests;
   std::vector<int> peers;
@@ -100,26 +122,15 @@ struct Transfers {
   Transfers(const Transfers&) = delete;
   Transfers& operator=(const Transfers&) = delete;
   ~Transfers() {
-    for (std::vector<uint8_t>& buffer : buffers) sparePool().push_back(std::move(buffer));
+    for (std::vector<uint8_t>& buffer : buffers) returnBuffer(buffer);
   }
 
   // A temporary buffer of at least `bytes` bytes that lives as long as the transfers (or, once
   // abandoned, for good: MpiCommunicator::abandon takes the buffers).
   uint8_t* buffer(int64_t bytes) {
-    std::vector<std::vector<uint8_t>>& pool = sparePool();
     std::vector<uint8_t>& buffer = buffers.emplace_back();
-    if (!pool.empty()) {
-      buffer = std::move(pool.back());
-      pool.pop_back();
-    }
-    if (buffer.size() < static_cast<size_t>(bytes)) buffer.resize(static_cast<size_t>(bytes));
+    ensureBuffer(buffer, bytes);
     return buffer.data();
-  }
-
- private:
-  static std::vector<std::vector<uint8_t>>& sparePool() {
-    thread_local std::vector<std::vector<uint8_t>> pool;
-    return pool;
   }
 };
 
@@ -645,43 +656,42 @@ class MpiRing final : public RingTransport {
   MpiRing(MpiCommunicator& communicator, const MpiCommunicator::Call& call, std::span<const TensorView> bucket,
           int predecessor, int successor)
       : communicator_(communicator), call_(call), bucket_(bucket), predecessor_(predecessor), successor_(successor) {}
+  ~MpiRing() override {
+    returnBuffer(packed_);
+    returnBuffer(received_);
+  }
 
   Expected<std::vector<ElementRun>> exchange(int64_t, int64_t send_begin, int64_t send_end, int64_t receive_begin,
                                              int64_t receive_end) override {
     const int64_t element_bytes = dtypeSize(bucket_[0].type.dtype);
-    // The packed chunk and the received one live in buffers this thread keeps from call to call:
-    // fresh buffers of a few MB each step cost a page fault per 4 KB (measured: a tenth of a
-    // data-parallel convnet step went to faulting in and zeroing them). A ring runs to completion
-    // on its thread before the next starts, and a step's received chunk is read before the next.
-    thread_local std::vector<uint8_t> packed_chunk, received_chunk;
     Transfers transfers;
     // 1. What to send: the chunk in place when it lies in one tensor, else packed.
     std::vector<ElementRun> runs = flatRuns(bucket_, send_begin, send_end);
     const int64_t send_bytes = (send_end - send_begin) * element_bytes;
     const uint8_t* send_data = runs.size() == 1 ? runs[0].data : nullptr;
     if (runs.size() > 1) {
-      if (packed_chunk.size() < static_cast<size_t>(send_bytes)) packed_chunk.resize(static_cast<size_t>(send_bytes));
-      uint8_t* packed = packed_chunk.data();
+      ensureBuffer(packed_, send_bytes);
+      uint8_t* packed = packed_.data();
       for (const ElementRun& run : runs) {
         std::memcpy(packed, run.data, static_cast<size_t>(run.count * element_bytes));
         packed += run.count * element_bytes;
       }
-      send_data = packed_chunk.data();
+      send_data = packed_.data();
     }
     // 2. Both transfers at once, then wait for them.
     const int64_t receive_bytes = (receive_end - receive_begin) * element_bytes;
-    if (received_chunk.size() < static_cast<size_t>(receive_bytes)) received_chunk.resize(static_cast<size_t>(receive_bytes));
-    communicator_.postRecv(transfers, received_chunk.data(), receive_bytes, predecessor_, call_.tag,
+    ensureBuffer(received_, receive_bytes);
+    communicator_.postRecv(transfers, received_.data(), receive_bytes, predecessor_, call_.tag,
                            communicator_.collectives_);
     communicator_.postSend(transfers, send_data, send_bytes, successor_, call_.tag, communicator_.collectives_);
     if (Status waited = communicator_.waitAll(transfers, call_.what, call_.deadline); !waited) {
       // Abandoned transfers may still touch their buffers: like abandon(), keep them for good.
       std::lock_guard lock(communicator_.mutex_);
-      communicator_.abandoned_.push_back(std::exchange(received_chunk, {}));
-      communicator_.abandoned_.push_back(std::exchange(packed_chunk, {}));
+      communicator_.abandoned_.push_back(std::exchange(received_, {}));
+      communicator_.abandoned_.push_back(std::exchange(packed_, {}));
       return waited;
     }
-    return std::vector<ElementRun>{ElementRun{received_chunk.data(), receive_end - receive_begin}};
+    return std::vector<ElementRun>{ElementRun{received_.data(), receive_end - receive_begin}};
   }
   void stepDone(int64_t) override {}
 
@@ -690,6 +700,9 @@ class MpiRing final : public RingTransport {
   const MpiCommunicator::Call& call_;
   std::span<const TensorView> bucket_;
   int predecessor_, successor_;
+  // The packed chunk to send and the received one (read until the next step), from the thread's
+  // spare buffers and back there when the ring is done.
+  std::vector<uint8_t> packed_, received_;
 };
 
 // ---- collectives ----
