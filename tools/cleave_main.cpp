@@ -239,6 +239,11 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "on: chains of elementwise ops become fused nodes, compiled with LLVM when the plan runs")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  compile->add_option("--channels-last", flags.channels_last,
+                      "on: an inference plan's convolutions and max pools run on NHWC images, transposed only where "
+                      "NCHW values enter or leave them")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
   compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}))->capture_default_str();
   compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01")->capture_default_str();

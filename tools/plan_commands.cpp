@@ -140,6 +140,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.model_at_batch = model_at_batch;
   options.allow_replicated = flags.allow_replicated;
   options.fusion = flags.fusion == "on";
+  options.channels_last = flags.channels_last == "on";
   options.zero = flags.zero;
   options.sequence_parallel = flags.sequence_parallel;
   options.virtual_stages = flags.virtual_stages;

@@ -22,6 +22,7 @@ struct CompileFlags {
   int64_t seq_len = 0;  // an ONNX model's sequence length (--seq-len); 0: the export's
   bool allow_replicated = false;  // --tp may leave weights whole (--allow-replicated)
   std::string fusion = "on";    // --fusion on|off: elementwise chains become fused nodes
+  std::string channels_last = "on";  // --channels-last on|off: inference convolutions and max pools NHWC
   int zero = 0;                 // --zero 1: optimizer state sharded over the dp replicas
   bool sequence_parallel = false;  // --sequence-parallel
   bool no_sequence_parallel = false;  // --no-sequence-parallel

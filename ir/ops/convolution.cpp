@@ -1,6 +1,8 @@
-// Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, global_avg_pool; resize (any rank).
+// Convolution and pooling over NCHW images (conv2d and max_pool2d also NHWC: ir/ops/image_layout.h):
+// conv2d, max_pool2d, avg_pool2d, global_avg_pool; resize (any rank).
 #include <cmath>
 
+#include "ir/ops/image_layout.h"
 #include "ir/ops/gradient_support.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_support.h"
@@ -82,20 +84,31 @@ Expected<std::vector<int64_t>> intsAttr(const OpContext& ctx, std::string_view a
   return values;
 }
 
+// The layout attribute: NCHW or NHWC.
+Status requireLayout(const OpContext& ctx) {
+  const std::string& layout = ctx.getString("layout");
+  if (layout != kChannelsFirst && layout != kChannelsLast)
+    return attrError(ctx, "layout", "is \"" + layout + "\", must be NCHW or NHWC");
+  return Status::ok();
+}
+
 Expected<std::vector<TensorType>> conv2dShape(const OpContext& ctx) {
-  // 1. Operands: x [N,C,H,W] and w [O,C/groups,kh,kw] of one float dtype, optional b [O].
+  // 1. Operands: x [N,C,H,W] (or [N,H,W,C] with layout NHWC) and w [O,C/groups,kh,kw] of one float
+  //    dtype, optional b [O].
   CLEAVE_TRY(requireRank(ctx, 0, 4, 4));
   CLEAVE_TRY(requireRank(ctx, 1, 4, 4));
   CLEAVE_TRY(requireFloat(ctx, 0));
   CLEAVE_TRY(requireSameDType(ctx, 1, 0));
   // 2. Attributes.
+  CLEAVE_TRY(requireLayout(ctx));
+  const bool channels_last = isChannelsLast(ctx);
   CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> strides, intsAttr(ctx, "strides", 2, 1));
   CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> pads, intsAttr(ctx, "pads", 4, 0));
   CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> dilations, intsAttr(ctx, "dilations", 2, 1));
   int64_t groups = ctx.getInt("groups");
   if (groups < 1) return attrError(ctx, "groups", "is " + std::to_string(groups) + ", must be >= 1");
   // 3. Channels: C and O divisible by groups, w's input channels = C / groups.
-  const Shape& x = ctx.operands[0].shape;
+  const Shape x = asNchw(ctx.operands[0].shape, channels_last);
   const Shape& w = ctx.operands[1].shape;
   if (x[1] % groups != 0)
     return operandShapeError(ctx, 0, "its channels (" + std::to_string(x[1]) + ") are not divisible by groups (" +
@@ -117,7 +130,8 @@ Expected<std::vector<TensorType>> conv2dShape(const OpContext& ctx) {
                           windowOutputSize(ctx, {"height", x[2], pads[0], pads[2], w[2], strides[0], dilations[0]}, false));
   CLEAVE_ASSIGN_OR_RETURN(int64_t out_w,
                           windowOutputSize(ctx, {"width", x[3], pads[1], pads[3], w[3], strides[1], dilations[1]}, false));
-  return std::vector<TensorType>{{ctx.operands[0].dtype, {x[0], w[0], out_h, out_w}}};
+  const Shape y = {x[0], w[0], out_h, out_w};
+  return std::vector<TensorType>{{ctx.operands[0].dtype, channels_last ? asNhwc(y) : y}};
 }
 
 Expected<std::vector<TensorType>> poolShape(const OpContext& ctx) {
@@ -139,13 +153,16 @@ Expected<std::vector<TensorType>> poolShape(const OpContext& ctx) {
   CLEAVE_TRY(requireFlag(ctx, "ceil_mode"));
   CLEAVE_TRY(requireFlag(ctx, "count_include_pad"));
   bool ceil_mode = ctx.getInt("ceil_mode") == 1;
+  if (ctx.def.id == OpId::max_pool2d) CLEAVE_TRY(requireLayout(ctx));
+  const bool channels_last = isChannelsLast(ctx);
   // 3. Output size per spatial dim.
-  const Shape& x = ctx.operands[0].shape;
+  const Shape x = asNchw(ctx.operands[0].shape, channels_last);
   CLEAVE_ASSIGN_OR_RETURN(int64_t out_h,
                           windowOutputSize(ctx, {"height", x[2], pads[0], pads[2], kernel[0], strides[0], 1}, ceil_mode));
   CLEAVE_ASSIGN_OR_RETURN(int64_t out_w,
                           windowOutputSize(ctx, {"width", x[3], pads[1], pads[3], kernel[1], strides[1], 1}, ceil_mode));
-  return std::vector<TensorType>{{ctx.operands[0].dtype, {x[0], x[1], out_h, out_w}}};
+  const Shape y = {x[0], x[1], out_h, out_w};
+  return std::vector<TensorType>{{ctx.operands[0].dtype, channels_last ? asNhwc(y) : y}};
 }
 
 Expected<std::vector<TensorType>> globalAvgPoolShape(const OpContext& ctx) {
@@ -194,34 +211,42 @@ ShardingRule conv2dShardingRule(const OpContext& ctx) {
   if (results.empty()) return {};
   constexpr int kNoDim = ShardingRuleBuilder::kNoDim;
   constexpr FactorKind kReplicated = FactorKind::kNeedReplication;
+  // The images' dims of C, H and W (O, Ho and Wo in the result) in the op's layout.
+  const bool channels_last = isChannelsLast(ctx);
+  const int c = channels_last ? 3 : 1, h = channels_last ? 1 : 2, w = channels_last ? 2 : 3;
   ShardingRuleBuilder rule(ctx.operands, results);
   rule.addFactor({0}, {0});             // N
   const bool grouped = ctx.getInt("groups") != 1;
-  rule.addFactor({kNoDim, 0, 0}, {1}, grouped ? kReplicated : FactorKind::kPassThrough);  // O (and the bias)
+  rule.addFactor({kNoDim, 0, 0}, {c}, grouped ? kReplicated : FactorKind::kPassThrough);  // O (and the bias)
   if (!grouped) {
-    rule.addFactor({1, 1}, {}, FactorKind::kReduction);  // C
+    rule.addFactor({c, 1}, {}, FactorKind::kReduction);  // C
   } else {
-    rule.addFactor({1}, {}, kReplicated);          // x's C
+    rule.addFactor({c}, {}, kReplicated);          // x's C
     rule.addFactor({kNoDim, 1}, {}, kReplicated);  // w's C/groups
   }
-  rule.addFactor({2}, {}, kReplicated);          // H
-  rule.addFactor({3}, {}, kReplicated);          // W
+  rule.addFactor({h}, {}, kReplicated);          // H
+  rule.addFactor({w}, {}, kReplicated);          // W
   rule.addFactor({kNoDim, 2}, {}, kReplicated);  // kh
   rule.addFactor({kNoDim, 3}, {}, kReplicated);  // kw
-  rule.addFactor({}, {2}, kReplicated);          // Ho
-  rule.addFactor({}, {3}, kReplicated);          // Wo
+  rule.addFactor({}, {h}, kReplicated);          // Ho
+  rule.addFactor({}, {w}, kReplicated);          // Wo
   return rule.build();
 }
 
-// Pools: N and C pass through; input and output spatial dims are need_replication factors.
+// Pools: N and C pass through; input and output spatial dims are need_replication factors (in
+// max_pool2d's layout).
 ShardingRule poolShardingRule(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
   if (results.empty()) return {};
+  const bool channels_last = isChannelsLast(ctx);
+  const int c = channels_last ? 3 : 1;
   ShardingRuleBuilder rule(ctx.operands, results);
   rule.addFactor({0}, {0});  // N
-  rule.addFactor({1}, {1});  // C
-  for (int d : {2, 3}) rule.addOperandFactor(0, d, FactorKind::kNeedReplication);  // H, W
-  for (int d : {2, 3}) rule.addResultFactor(0, d, FactorKind::kNeedReplication);   // Ho, Wo
+  rule.addFactor({c}, {c});  // C
+  for (int d : {1, 2, 3})
+    if (d != c) rule.addOperandFactor(0, d, FactorKind::kNeedReplication);  // H, W
+  for (int d : {1, 2, 3})
+    if (d != c) rule.addResultFactor(0, d, FactorKind::kNeedReplication);  // Ho, Wo
   return rule.build();
 }
 
@@ -235,13 +260,16 @@ ShardingRule globalAvgPoolShardingRule(const OpContext& ctx) {
   return rule.build();
 }
 
-OpDef poolOp(OpId id, std::string_view name, std::string_view summary) {
+// A pool; `layouts`: it takes the layout attribute (max_pool2d).
+OpDef poolOp(OpId id, std::string_view name, std::string_view summary, bool layouts) {
+  std::vector<AttrSpec> attrs = {requiredAttr("kernel", AttrKind::kInts), optionalInts("strides", {}),
+                                 optionalInts("pads", {0, 0, 0, 0}), optionalInt("ceil_mode", 0),
+                                 optionalInt("count_include_pad", 0)};
+  if (layouts) attrs.push_back(optionalString("layout", std::string(kChannelsFirst)));
   return OpDef{.id = id,
                .name = name,
                .summary = summary,
-               .attrs = {requiredAttr("kernel", AttrKind::kInts), optionalInts("strides", {}),
-                         optionalInts("pads", {0, 0, 0, 0}), optionalInt("ceil_mode", 0),
-                         optionalInt("count_include_pad", 0)},
+               .attrs = std::move(attrs),
                .shape = checkedShapeRule<poolShape>,
                .cost = poolCost,
                .sharding = poolShardingRule};
@@ -249,26 +277,51 @@ OpDef poolOp(OpId id, std::string_view name, std::string_view summary) {
 
 // ---- Reference computations (double precision, naive loops) ----
 
+// An image's values in one layout reordered to the other: NHWC -> NCHW (`to_channels_last` false,
+// `shape` the NHWC one) or NCHW -> NHWC (`shape` the NCHW one).
+std::vector<double> relaidOut(const std::vector<double>& values, const Shape& shape, bool to_channels_last) {
+  std::vector<double> out(values.size());
+  const int64_t n = shape[0], a = shape[1], b = shape[2], c = shape[3];  // [n, a, b, c] -> [n, c, a, b] or [n, b, c, a]
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < a; ++j)
+      for (int64_t k = 0; k < b; ++k)
+        for (int64_t l = 0; l < c; ++l) {
+          const int64_t from = ((i * a + j) * b + k) * c + l;
+          const int64_t to = to_channels_last ? ((i * b + k) * c + l) * a + j : ((i * c + l) * a + j) * b + k;
+          out[static_cast<size_t>(to)] = values[static_cast<size_t>(from)];
+        }
+  return out;
+}
+
 Expected<std::vector<TensorData>> conv2dReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
-  const std::vector<double> x = referenceValues(*operands[0]), w = referenceValues(*operands[1]);
-  const Shape& y_shape = ctx.results[0].shape;
+  const bool channels_last = isChannelsLast(ctx);
+  std::vector<double> x = referenceValues(*operands[0]);
+  const std::vector<double> w = referenceValues(*operands[1]);
+  if (channels_last) x = relaidOut(x, ctx.operands[0].shape, false);
+  const Shape x_shape = asNchw(ctx.operands[0].shape, channels_last);
+  const Shape y_shape = asNchw(ctx.results[0].shape, channels_last);
   std::vector<double> y(static_cast<size_t>(ctx.results[0].numel()), 0.0);
   if (operands.size() == 3) {
     const std::vector<double> b = referenceValues(*operands[2]);
     for (int64_t i = 0; i < static_cast<int64_t>(y.size()); ++i) y[i] = b[i / (y_shape[2] * y_shape[3]) % y_shape[1]];
   }
-  forEachConvTap(ctx.operands[0].shape, ctx.operands[1].shape, y_shape, ctx,
+  forEachConvTap(x_shape, ctx.operands[1].shape, y_shape, ctx,
                  [&](int64_t yi, int64_t xi, int64_t wi) { y[yi] += x[xi] * w[wi]; });
+  if (channels_last) y = relaidOut(y, y_shape, true);
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
 }
 
 Expected<std::vector<TensorData>> maxPoolReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
-  const std::vector<double> x = referenceValues(*operands[0]);
+  const bool channels_last = isChannelsLast(ctx);
+  std::vector<double> x = referenceValues(*operands[0]);
+  if (channels_last) x = relaidOut(x, ctx.operands[0].shape, false);
+  const Shape y_shape = asNchw(ctx.results[0].shape, channels_last);
   std::vector<double> y(static_cast<size_t>(ctx.results[0].numel()));
-  forEachPoolWindow(ctx.operands[0].shape, ctx.results[0].shape, ctx, [&](int64_t yi, const PoolWindow& p) {
+  forEachPoolWindow(asNchw(ctx.operands[0].shape, channels_last), y_shape, ctx, [&](int64_t yi, const PoolWindow& p) {
     const int64_t argmax = poolWindowArgmax(x, p);
     y[yi] = argmax < 0 ? -INFINITY : x[argmax];
   });
+  if (channels_last) y = relaidOut(y, y_shape, true);
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
 }
 
@@ -299,7 +352,16 @@ Expected<std::vector<TensorData>> globalAvgPoolReference(const OpContext& ctx,
 
 // ---- Gradient rules (see ir/ops/gradient_support.h) ----
 
+// The gradients are NCHW ops: the channels-last pass runs on graphs that do not train.
+Status requireChannelsFirst(GradientContext& g) {
+  const OpContext ctx{opDef(g.node.op), {}, {}, g.node.attrs};
+  if (isChannelsLast(ctx))
+    g.status = Status::badInput(std::string(ctx.def.name) + " with layout NHWC has no gradient rule");
+  return g.status;
+}
+
 Status conv2dGradient(GradientContext& g) {
+  CLEAVE_TRY(requireChannelsFirst(g));
   ValueId x = g.operand(0), w = g.operand(1);
   AttrMap input_attrs = copyAttrs(g, {"strides", "pads", "dilations", "groups"});
   AttrMap weight_attrs = input_attrs;
@@ -313,6 +375,7 @@ Status conv2dGradient(GradientContext& g) {
 }
 
 Status maxPool2dGradient(GradientContext& g) {
+  CLEAVE_TRY(requireChannelsFirst(g));
   g.operand_grads[0] =
       g.emit(OpId::max_pool2d_grad, {dy(g), g.operand(0)}, copyAttrs(g, {"kernel", "strides", "pads", "ceil_mode"}));
   return g.status;
@@ -419,17 +482,18 @@ Expected<std::vector<TensorData>> resizeReference(const OpContext& ctx, std::spa
 void addConvolutionOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{.id = OpId::conv2d,
                         .name = "conv2d",
-                        .summary = "2-D convolution (cross-correlation) over NCHW with optional bias",
+                        .summary = "2-D convolution (cross-correlation) over NCHW (or NHWC) with optional bias",
                         .min_operands = 2,
                         .max_operands = 3,
                         .attrs = {optionalInts("strides", {1, 1}), optionalInts("pads", {0, 0, 0, 0}),
-                                  optionalInts("dilations", {1, 1}), optionalInt("groups", 1)},
+                                  optionalInts("dilations", {1, 1}), optionalInt("groups", 1),
+                                  optionalString("layout", std::string(kChannelsFirst))},
                         .shape = checkedShapeRule<conv2dShape>,
                         .cost = conv2dCost,
                         .sharding = conv2dShardingRule,
                         .weight_operand = 1});
-  table.push_back(poolOp(OpId::max_pool2d, "max_pool2d", "max over kernel windows of NCHW images"));
-  table.push_back(poolOp(OpId::avg_pool2d, "avg_pool2d", "mean over kernel windows of NCHW images"));
+  table.push_back(poolOp(OpId::max_pool2d, "max_pool2d", "max over kernel windows of NCHW (or NHWC) images", true));
+  table.push_back(poolOp(OpId::avg_pool2d, "avg_pool2d", "mean over kernel windows of NCHW images", false));
   table.push_back(OpDef{.id = OpId::global_avg_pool,
                         .name = "global_avg_pool",
                         .summary = "mean over H and W of NCHW images, giving [N,C,1,1]",

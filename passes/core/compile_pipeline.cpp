@@ -15,6 +15,7 @@
 #include "analysis/cost_model.h"
 #include "passes/training/gradient_buckets.h"
 #include "passes/fusion/elementwise_fusion.h"
+#include "passes/layout/channels_last.h"
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
@@ -138,23 +139,17 @@ Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptio
 
 // A per-device program graph and the pipeline step of each of its nodes; with `fuse`, its
 // elementwise chains fused within each pipeline step.
-Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vector<PipelineNodeLabel>& labels, bool fuse) {
-  if (fuse) {
-    std::vector<int64_t> steps;
-    for (const PipelineNodeLabel& label : labels) steps.push_back(int64_t{label.microbatch} * 2 + (label.backward ? 1 : 0));
-    CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
-    ProgramGraph program(std::move(name), graph);
-    for (int64_t step : steps) {
-      const int64_t microbatch = step >= 0 ? step / 2 : (step - 1) / 2;  // floor division: -1 stays -1
-      program.node_microbatch.push_back(static_cast<int>(microbatch));
-      program.node_backward.push_back(step - microbatch * 2 == 1);
-    }
-    return program;
-  }
+Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vector<PipelineNodeLabel>& labels, bool fuse,
+                                 bool channels_last = false) {
+  std::vector<int64_t> steps;
+  for (const PipelineNodeLabel& label : labels) steps.push_back(int64_t{label.microbatch} * 2 + (label.backward ? 1 : 0));
+  if (channels_last) CLEAVE_TRY(convertToChannelsLast(*graph, &steps).status());
+  if (fuse) CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
   ProgramGraph program(std::move(name), graph);
-  for (const PipelineNodeLabel& label : labels) {
-    program.node_microbatch.push_back(label.microbatch);
-    program.node_backward.push_back(label.backward);
+  for (int64_t step : steps) {
+    const int64_t microbatch = step >= 0 ? step / 2 : (step - 1) / 2;  // floor division: -1 stays -1
+    program.node_microbatch.push_back(static_cast<int>(microbatch));
+    program.node_backward.push_back(step - microbatch * 2 == 1);
   }
   return program;
 }
@@ -387,7 +382,8 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       CLEAVE_ASSIGN_OR_RETURN(Graph infer_graph, devicePart(forward, coord, nullptr, options.microbatches));
       auto infer = std::make_unique<Graph>(std::move(infer_graph));
       std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage(), options.microbatches);
-      CLEAVE_ASSIGN_OR_RETURN(ProgramGraph infer_program, programOf("infer", infer.get(), labels, options.fusion));
+      CLEAVE_ASSIGN_OR_RETURN(ProgramGraph infer_program, programOf("infer", infer.get(), labels, options.fusion,
+                                                                                  options.channels_last));
       rank.programs = {std::move(infer_program)};
       owned.push_back(std::move(infer));
     }
@@ -577,6 +573,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     lowering.programs = {{"train", &training.train}, {"eval", &training.eval}};
   } else {
     CLEAVE_ASSIGN_OR_RETURN(inference, buildInferenceGraph(graph));
+    if (options.channels_last) CLEAVE_TRY(convertToChannelsLast(inference).status());
     if (options.fusion) CLEAVE_TRY(fuseElementwise(inference).status());
     lowering.programs = {{"infer", &inference}};
   }

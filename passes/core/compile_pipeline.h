@@ -26,6 +26,8 @@ struct CompileOptions {
   bool allow_replicated = false;  // with tp > 1: weights left whole are accepted, not an error
   int64_t bucket_bytes = 25 * 1000 * 1000;  // data-parallel gradient all-reduce buckets
   bool fusion = true;           // chains of elementwise ops become fused nodes (after partitioning)
+  // Inference programs' convolutions and max pools read and write NHWC (passes/layout/channels_last.h).
+  bool channels_last = true;
   int microbatches = 1;
   std::string schedule = "1f1b";
   bool train = false;

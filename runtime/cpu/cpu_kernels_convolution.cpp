@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/image_layout.h"
 #include "ir/ops/resize_coordinates.h"
 #include "runtime/cpu/cpu_gemm.h"
 #include "runtime/cpu/cpu_kernel_support.h"
@@ -474,6 +475,39 @@ Status conv2dGradWeightTyped(const KernelCall& call) {
   return Status::ok();
 }
 
+// Runs transpose's kernel from `from` (of type `from_type`) into `to` with `perm`.
+Status transposeImage(const KernelCall& call, const TensorType& from_type, const void* from, const std::vector<int64_t>& perm,
+                      void* to) {
+  const TensorType to_type{from_type.dtype, perm == toChannelsLastPerm() ? asNhwc(from_type.shape)
+                                                                         : asNchw(from_type.shape, true)};
+  const AttrMap attrs{{"perm", perm}};
+  const void* inputs[] = {from};
+  void* outputs[] = {to};
+  const KernelCall transpose{OpContext{opDef(OpId::transpose), {&from_type, 1}, {&to_type, 1}, attrs}, inputs, outputs,
+                             call.threads};
+  return findCpuKernel(OpId::transpose)(transpose);
+}
+
+// A conv2d with layout NHWC on the NCHW kernel `own`: x transposed into scratch, y out of it. The
+// path of f64 and of shapes oneDNN has no implementation for (oneDNN reads NHWC itself).
+Status channelsLastThroughNchw(const KernelCall& call, Status (*own)(const KernelCall&)) {
+  std::vector<TensorType> operands(call.op.operands.begin(), call.op.operands.end());
+  std::vector<TensorType> results(call.op.results.begin(), call.op.results.end());
+  operands[0].shape = asNchw(operands[0].shape, true);
+  results[0].shape = asNchw(results[0].shape, true);
+  std::vector<std::byte> x(static_cast<size_t>(operands[0].bytes())), y(static_cast<size_t>(results[0].bytes()));
+  CLEAVE_TRY(transposeImage(call, call.op.operands[0], call.inputs[0], toChannelsFirstPerm(), x.data()));
+  AttrMap attrs = call.op.attrs;
+  attrs["layout"] = std::string(kChannelsFirst);
+  std::vector<const void*> inputs(call.inputs.begin(), call.inputs.end());
+  inputs[0] = x.data();
+  void* outputs[] = {y.data()};
+  const KernelCall nchw{OpContext{call.op.def, operands, results, attrs}, inputs, outputs, call.threads,
+                        call.constant_operands, call.constants_generation};
+  CLEAVE_TRY(own(nchw));
+  return transposeImage(call, results[0], y.data(), toChannelsLastPerm(), call.outputs[0]);
+}
+
 // f32 convolutions run on oneDNN unless CLEAVE_CPU_CONVOLUTION=im2col or oneDNN has no
 // implementation for the shapes; f64 and the rest on im2col + GEMM (and the depthwise loops).
 template <Status (*kOwn)(const KernelCall&)>
@@ -483,6 +517,7 @@ Status convolutionKernel(const KernelCall& call) {
     if (chosen == ConvolutionImplementation::kOneDnn)
       if (std::optional<Status> done = runOneDnnConvolution(call)) return *done;
   }
+  if (isChannelsLast(call.op)) return channelsLastThroughNchw(call, kOwn);
   return kOwn(call);
 }
 

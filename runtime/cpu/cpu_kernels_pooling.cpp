@@ -1,4 +1,4 @@
-// CPU kernels of the pools over NCHW images and their gradients: max_pool2d, avg_pool2d,
+// CPU kernels of the pools over NCHW images (max_pool2d also NHWC) and their gradients: max_pool2d, avg_pool2d,
 // global_avg_pool, max_pool2d_grad, avg_pool2d_grad (PyTorch's window and divisor rules).
 #include <algorithm>
 #include <cmath>
@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "ir/ops/image_layout.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_vector_math.h"
@@ -103,9 +104,42 @@ CLEAVE_INLINE T maxKeepingNaN(T m, T v) {
   return (v > m) | (v != v) ? v : m;
 }
 
+// max_pool2d over NHWC images: per output pixel, the maximum of the window's pixels, each a row of
+// C channels (a loop over whole rows, vectorised).
+template <class T>
+void maxPoolChannelsLast(const KernelCall& call, const PoolWindows& p) {
+  const Window2d& w = p.window;
+  const int64_t channels = call.op.operands[0].shape[3];
+  const T* x = call.in<T>(0);
+  T* y = call.out<T>(0);
+  parallelFor(w.batch * w.out_height, threadCount(call), w.out_width * channels * w.kernel_h * w.kernel_w,
+              [&](int64_t begin, int64_t end) {
+    withWidestVectors([&] {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = row / w.out_height, oh = row % w.out_height;
+        for (int64_t ow = 0; ow < w.out_width; ++ow) {
+          T* out = y + (row * w.out_width + ow) * channels;
+          std::fill_n(out, channels, -std::numeric_limits<T>::infinity());
+          for (int64_t ih = p.rows.first[oh]; ih < p.rows.last[oh]; ++ih)
+            for (int64_t iw = p.columns.first[ow]; iw < p.columns.last[ow]; ++iw) {
+              const T* in = x + ((n * w.height + ih) * w.width + iw) * channels;
+              for (int64_t c = 0; c < channels; ++c) out[c] = maxKeepingNaN(out[c], in[c]);
+            }
+        }
+      }
+    });
+  });
+}
+
 Status maxPoolKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
-    const PoolWindows p = poolWindows(call, call.op.operands[0].shape, call.op.results[0].shape);
+    const bool channels_last = isChannelsLast(call.op);
+    const PoolWindows p = poolWindows(call, asNchw(call.op.operands[0].shape, channels_last),
+                                      asNchw(call.op.results[0].shape, channels_last));
+    if (channels_last) {
+      maxPoolChannelsLast<T>(call, p);
+      return Status::ok();
+    }
     const Window2d& w = p.window;
     const int64_t in_plane = w.height * w.width, out_plane = w.out_height * w.out_width;
     const T* x = call.in<T>(0);

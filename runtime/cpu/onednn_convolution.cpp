@@ -1,5 +1,7 @@
 // f32 convolutions through oneDNN: primitives made once per shape and thread, buffers reordered
-// between the plan's plain layouts (NCHW, OIHW) and the blocked layouts oneDNN's kernels choose.
+// between the plan's plain layouts (NCHW or NHWC images, OIHW weights) and the layouts oneDNN's
+// kernels choose (NHWC on AVX-512: a conv2d with layout NHWC then reads and writes the plan's
+// buffers as they are).
 #include "runtime/cpu/onednn_convolution.h"
 
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ir/ops/image_layout.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/onednn_support.h"
 
@@ -56,11 +59,12 @@ bool hasConstantWeights(const KernelCall& call) {
   return call.op.def.id == OpId::conv2d && call.constants_generation != 0 && (call.constant_operands & 2u) != 0;
 }
 
-// The shapes and attributes that decide a primitive: op, x, w, y shapes, window, groups, bias, threads.
+// The shapes and attributes that decide a primitive: op, layout, x, w, y shapes (NCHW), window,
+// groups, bias, threads.
 std::vector<int64_t> problemKey(const KernelCall& call, const Shape& x, const Shape& w, const Shape& y, const Window2d& window,
                                 int64_t groups) {
   std::vector<int64_t> key = {static_cast<int64_t>(call.op.def.id), static_cast<int64_t>(call.op.operands.size()),
-                              threadCount(call), groups};
+                              threadCount(call), groups, isChannelsLast(call.op) ? 1 : 0};
   for (const Shape* s : {&x, &w, &y}) key.insert(key.end(), s->begin(), s->end());
   key.insert(key.end(), {window.stride_h, window.stride_w, window.dilation_h, window.dilation_w, window.pad_top,
                          window.pad_left, window.pad_bottom, window.pad_right});
@@ -104,7 +108,8 @@ void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape
     w_tag = Tag::goihw;
   }
   const auto f32 = memory::data_type::f32;
-  const memory::desc x_plain(x_dims, f32, Tag::nchw), y_plain(y_dims, f32, Tag::nchw), w_plain(w_dims, f32, w_tag);
+  const Tag image = isChannelsLast(call.op) ? Tag::nhwc : Tag::nchw;
+  const memory::desc x_plain(x_dims, f32, image), y_plain(y_dims, f32, image), w_plain(w_dims, f32, w_tag);
   const memory::desc x_any(x_dims, f32, Tag::any), y_any(y_dims, f32, Tag::any), w_any(w_dims, f32, Tag::any);
   const memory::dims strides = {window.stride_h, window.stride_w};
   const memory::dims dilations = {window.dilation_h - 1, window.dilation_w - 1};  // oneDNN counts from 0
@@ -183,7 +188,7 @@ bool runsAsBatchedGemm(const KernelCall& call, const Shape& w, const Shape& y, i
 struct PreparedGemmConvolution {
   bool supported = false;
   dnnl::matmul primitive;
-  memory columns, products;      // [N·Ho·Wo, C·kh·kw] and [N·Ho·Wo, O], owned
+  memory columns, products;      // [N·Ho·Wo, C·kh·kw] and [N·Ho·Wo, O], owned (products: y itself when NHWC)
   StagedTensor weights;          // the plan's OIHW as [C·kh·kw, O] (transposed), packed when constant
   memory bias, scratchpad;
   std::unordered_map<int, memory> arguments;
@@ -205,7 +210,7 @@ void prepareGemm(const KernelCall& call, const Shape& w, const Shape& y, Prepare
                                         attributes, cpuEngine());
   out.primitive = dnnl::matmul(pd);
   out.columns = memory(columns, cpuEngine());
-  out.products = memory(products, cpuEngine());
+  out.products = isChannelsLast(call.op) ? memory(products, cpuEngine(), DNNL_MEMORY_NONE) : memory(products, cpuEngine());
   out.weights.prepare(plain_weights, pd.weights_desc(), true);
   out.scratchpad = memory(pd.scratchpad_desc(), cpuEngine());
   out.arguments = {{DNNL_ARG_SRC, out.columns},
@@ -221,21 +226,24 @@ void prepareGemm(const KernelCall& call, const Shape& w, const Shape& y, Prepare
 
 // columns[(n·Ho + oh)·Wo + ow, (c·kh + i)·kw + j] = x[n, c, oh·sh − pad_top + i·dh, ow·sw − pad_left + j·dw],
 // 0 in the padding: rows per output pixel of every image, where cpu_kernels_convolution.cpp's
-// im2col lays out one image's [C·kh·kw, Ho·Wo] for a GEMM per image.
-void batchedIm2col(const float* x, const Shape& xs, const Window2d& window, int64_t kernel_h, int64_t kernel_w,
-                   float* columns) {
+// im2col lays out one image's [C·kh·kw, Ho·Wo] for a GEMM per image. `xs` is NCHW; x is NHWC when
+// `channels_last`.
+void batchedIm2col(const float* x, const Shape& xs, bool channels_last, const Window2d& window, int64_t kernel_h,
+                   int64_t kernel_w, float* columns) {
   const int64_t channels = xs[1], patch = channels * kernel_h * kernel_w;
+  // Where x[n, c, h, w] is: its plane's start and the steps between rows and between pixels.
+  const int64_t row_step = channels_last ? xs[3] * channels : xs[3], pixel_step = channels_last ? channels : 1;
   for (int64_t n = 0; n < xs[0]; ++n)
     for (int64_t oh = 0; oh < window.out_height; ++oh)
       for (int64_t ow = 0; ow < window.out_width; ++ow) {
         float* row = columns + ((n * window.out_height + oh) * window.out_width + ow) * patch;
         for (int64_t c = 0; c < channels; ++c) {
-          const float* plane = x + (n * channels + c) * xs[2] * xs[3];
+          const float* plane = x + (channels_last ? n * channels * xs[2] * xs[3] + c : (n * channels + c) * xs[2] * xs[3]);
           for (int64_t i = 0; i < kernel_h; ++i) {
             const int64_t ih = oh * window.stride_h - window.pad_top + i * window.dilation_h;
             for (int64_t j = 0; j < kernel_w; ++j) {
               const int64_t iw = ow * window.stride_w - window.pad_left + j * window.dilation_w;
-              *row++ = ih >= 0 && ih < xs[2] && iw >= 0 && iw < xs[3] ? plane[ih * xs[3] + iw] : 0.0f;
+              *row++ = ih >= 0 && ih < xs[2] && iw >= 0 && iw < xs[3] ? plane[ih * row_step + iw * pixel_step] : 0.0f;
             }
           }
         }
@@ -245,7 +253,10 @@ void batchedIm2col(const float* x, const Shape& xs, const Window2d& window, int6
 Status runGemmConvolution(const KernelCall& call, const Shape& x, const Shape& w, const Shape& y,
                           const Window2d& window, PreparedGemmConvolution& entry) {
   dnnl::stream& stream = threadStream();
-  batchedIm2col(call.in<float>(0), x, window, w[2], w[3], static_cast<float*>(entry.columns.get_data_handle()));
+  const bool channels_last = isChannelsLast(call.op);
+  batchedIm2col(call.in<float>(0), x, channels_last, window, w[2], w[3],
+                static_cast<float*>(entry.columns.get_data_handle()));
+  if (channels_last) entry.products.set_data_handle(call.outputs[0]);  // [N·Ho·Wo, O] is NHWC y
   entry.weights.user.set_data_handle(const_cast<void*>(call.inputs[1]));
   if (entry.weights.reorder && !stagedWeightsCurrent(call, entry.staged_weights_generation))
     entry.weights.reorder->execute(stream, entry.weights.user, entry.weights.library);
@@ -253,6 +264,7 @@ Status runGemmConvolution(const KernelCall& call, const Shape& x, const Shape& w
   if (call.op.operands.size() == 3) entry.bias.set_data_handle(const_cast<void*>(call.inputs[2]));
   entry.primitive.execute(stream, entry.arguments);
   stream.wait();
+  if (channels_last) return Status::ok();
   // products [N·Ho·Wo, O] -> y [N, O, Ho, Wo]
   const auto* products = static_cast<const float*>(entry.products.get_data_handle());
   float* out = call.out<float>(0);
@@ -277,12 +289,14 @@ Expected<ConvolutionImplementation> chosenConvolutionImplementation() {
 }
 
 std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
-  // x, w and y in the forward convolution's terms, whichever of the three ops this is.
+  // x, w and y in the forward convolution's terms, whichever of the three ops this is; x and y NCHW.
   const OpId op = call.op.def.id;
-  const Shape& x = op == OpId::conv2d ? call.op.operands[0].shape
-                   : op == OpId::conv2d_grad_input ? call.op.results[0].shape : call.op.operands[1].shape;
+  const bool channels_last = isChannelsLast(call.op);
+  const Shape x = asNchw(op == OpId::conv2d ? call.op.operands[0].shape
+                         : op == OpId::conv2d_grad_input ? call.op.results[0].shape : call.op.operands[1].shape,
+                         channels_last);
   const Shape& w = op == OpId::conv2d_grad_weight ? call.op.results[0].shape : call.op.operands[1].shape;
-  const Shape& y = op == OpId::conv2d ? call.op.results[0].shape : call.op.operands[0].shape;
+  const Shape y = asNchw(op == OpId::conv2d ? call.op.results[0].shape : call.op.operands[0].shape, channels_last);
   for (const Shape* s : {&x, &w, &y})
     for (int64_t d : *s)
       if (d == 0) return std::nullopt;  // empty tensors: the caller's loops handle them

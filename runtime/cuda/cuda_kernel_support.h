@@ -27,6 +27,11 @@ void registerGradientKernels(CudaKernelTable& table);
 void registerOptimizerKernels(CudaKernelTable& table);
 void registerFusedKernels(CudaKernelTable& table);  // PTX from LLVM (runtime/cuda/cuda_kernels_fused.cpp)
 
+// A conv2d or max_pool2d with layout NHWC run by its NCHW kernel: the image transposed into a
+// stream-ordered temporary, the result out of one (correct, not fast: cuDNN's NHWC paths are not
+// used yet).
+Status runChannelsLastThroughNchw(const KernelCall& call, CudaContext& context, CudaKernel nchw_kernel);
+
 // "<op>: <dtype> not supported on cuda yet" (kBadInput).
 Status unsupportedOnCuda(const KernelCall& call, DType dtype);
 // kRuntime naming the op when the last kernel launch failed, else ok (clears the error).

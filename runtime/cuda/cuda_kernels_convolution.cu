@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/image_layout.h"
 #include "ir/ops/resize_coordinates.h"
 #include "runtime/cuda/cuda_kernel_support.cuh"
 
@@ -301,6 +302,7 @@ Status conv2dGradWeightTyped(const KernelCall& call, CudaContext& context) {
 }
 
 Status conv2dKernel(const KernelCall& call, CudaContext& context) {
+  if (isChannelsLast(call.op)) return runChannelsLastThroughNchw(call, context, conv2dKernel);
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) { return conv2dTyped<T>(call, context); });
 }
 Status conv2dGradInputKernel(const KernelCall& call, CudaContext& context) {

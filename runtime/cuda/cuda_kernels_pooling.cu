@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/image_layout.h"
 #include "runtime/cuda/cuda_kernel_support.cuh"
 
 namespace cleave::runtime::cuda {
@@ -94,6 +95,7 @@ Window poolWindow(const KernelCall& call, const Shape& input, const Shape& outpu
 }
 
 Status maxPoolKernel(const KernelCall& call, CudaContext& context) {
+  if (isChannelsLast(call.op)) return runChannelsLastThroughNchw(call, context, maxPoolKernel);
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
     const Window w = poolWindow(call, call.op.operands[0].shape, call.op.results[0].shape);
     const int64_t n = call.op.results[0].numel();

@@ -1,6 +1,6 @@
 // Harness cases of the convolution family (ir/ops/convolution.cpp): conv2d with strides, pads,
-// dilations and groups (depthwise, 1x1, kernels wider than the image), max/avg pools with ceil_mode
-// and padding, global_avg_pool.
+// dilations and groups (depthwise, 1x1, kernels wider than the image), NCHW and NHWC, max/avg pools
+// with ceil_mode and padding (max_pool2d NHWC too), global_avg_pool.
 #include <limits>
 
 #include "tests/ops/op_cases.h"
@@ -43,6 +43,17 @@ CaseList convolutionCases() {
       b.add(OpId::conv2d, label + " with bias", {x, w, b.uniform(dtype, {c.w[0]})}, attrs);
     }
   }
+  // NHWC images (the channels-last pass's layout): f32 on oneDNN, f64 through NCHW copies. No
+  // gradient: NHWC convolutions are only in graphs that do not train.
+  for (const Conv& c : convs) {
+    AttrMap attrs = {{"strides", c.strides}, {"pads", c.pads}, {"dilations", c.dilations}, {"groups", c.groups},
+                     {"layout", std::string("NHWC")}};
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      const std::string label = std::string(c.what) + " NHWC " + std::string(dtypeName(dtype));
+      const TensorData x = b.uniform(dtype, {c.x[0], c.x[2], c.x[3], c.x[1]}), w = b.uniform(dtype, c.w);
+      b.addWithoutGradient(OpId::conv2d, label, {x, w, b.uniform(dtype, {c.w[0]})}, attrs, "NHWC has no gradient rule");
+    }
+  }
   // f32 sums of 400 and 576 products.
   b.add(OpId::conv2d, "large image",
         {b.uniform(DType::kF32, {2, 16, 32, 32}), b.uniform(DType::kF32, {4, 16, 5, 5}), b.uniform(DType::kF32, {4})},
@@ -76,6 +87,13 @@ CaseList convolutionCases() {
       with_pad["count_include_pad"] = int64_t{1};
       b.add(OpId::avg_pool2d, label + " count_include_pad", {x}, with_pad);
     }
+  for (const Pool& p : pools)
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      AttrMap attrs = p.attrs;
+      attrs["layout"] = std::string("NHWC");
+      b.addWithoutGradient(OpId::max_pool2d, shapeStr(p.x) + " NHWC " + std::string(dtypeName(dtype)),
+                           {b.uniform(dtype, {p.x[0], p.x[2], p.x[3], p.x[1]})}, attrs, "NHWC has no gradient rule");
+    }
   TensorData tie = b.uniform(DType::kF32, {1, 1, 4, 4});
   reinterpret_cast<float*>(tie.bytes.data())[1] = reinterpret_cast<float*>(tie.bytes.data())[0] = 2.0f;
   b.addWithoutGradient(OpId::max_pool2d, "tie", {tie}, {{"kernel", Ints{2, 2}}}, "a tie has no derivative");
@@ -94,6 +112,11 @@ CaseList convolutionCases() {
   b.addWithoutGradient(OpId::max_pool2d, "NaN in padded 3x3 windows",
                        {CaseBuilder::values(DType::kF32, {1, 1, 3, 4}, {1, 2, 3, 4, 5, nan, 7, 8, 9, 10, 11, nan})},
                        {{"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}},
+                       "NaN has no finite differences");
+  b.addWithoutGradient(OpId::max_pool2d, "NaN in padded 3x3 windows NHWC",
+                       {CaseBuilder::values(DType::kF32, {1, 3, 2, 2}, {1, 2, 3, nan, 5, 6, 7, 8, 9, 10, nan, 12})},
+                       {{"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}},
+                        {"layout", std::string("NHWC")}},
                        "NaN has no finite differences");
   for (const Shape& shape : {Shape{3, 5, 17, 13}, Shape{2, 3, 4, 5}, Shape{1, 2, 1, 1}})
     for (DType dtype : {DType::kF32, DType::kF64}) b.add(OpId::global_avg_pool, shapeStr(shape), {b.uniform(dtype, shape)});
