@@ -70,7 +70,8 @@ class ChannelsLastConversion {
         if (!dead[i]) node_group_->push_back(groups[i]);
     }
     for (size_t i = 0; i < graph_.nodes.size(); ++i)
-      if (!dead[i] && made_transposes_.count(graph_.nodes[i].results[0])) ++report.transposes;
+      if (!dead[i] && graph_.nodes[i].op == OpId::transpose && made_transposes_.count(graph_.nodes[i].results[0]))
+        ++report.transposes;
     graph_.eraseNodes(dead);
     return report;
   }

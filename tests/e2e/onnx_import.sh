@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end ONNX import: each PyTorch-exported fixture (MLP, CNNs, ResNet, MobileNetV2 and V3, GPT-style
 # decoders at opsets 14 and 17, op mixes at opsets 11 and 13) imports, compiles for one device, runs,
-# and matches PyTorch's output within 1e-4; import, inspect and --batch work on .onnx files.
+# and matches PyTorch's output within 1e-4 (the CNNs with --channels-last on and off); import,
+# inspect and --batch work on .onnx files.
 # Usage: bash onnx_import.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
 
@@ -38,6 +39,17 @@ for name in mlp cnn ops11 ops13 gpt14 gpt17 resnet mobilenet mobilenet_v3 train_
   "$cleave" run "$tmp/$name.cplan" --inputs "$dir/inputs" --outputs "$tmp/$name.out" >/dev/null ||
     fail "run of $name failed"
   compare "$tmp/$name.out/output.npy" "$dir/expected/output.npy"
+  # The CNNs' convolutions run NHWC by default (--channels-last on); off keeps NCHW, same outputs.
+  case $name in cnn | resnet | mobilenet | mobilenet_v3 | train_cnn)
+    grep -aq NHWC "$tmp/$name.cplan" || fail "$name's plan has no NHWC convolution"
+    "$cleave" compile "$dir/model.onnx" --batch "$batch" --channels-last off -o "$tmp/$name.nchw.cplan" >/dev/null ||
+      fail "compile of $name with --channels-last off failed"
+    ! grep -aq NHWC "$tmp/$name.nchw.cplan" || fail "$name's plan with --channels-last off has NHWC nodes"
+    "$cleave" run "$tmp/$name.nchw.cplan" --inputs "$dir/inputs" --outputs "$tmp/$name.nchw.out" >/dev/null ||
+      fail "run of $name with --channels-last off failed"
+    echo "  --channels-last off:"
+    compare "$tmp/$name.nchw.out/output.npy" "$dir/expected/output.npy"
+  esac
 done
 
 # 2. import writes text IR that compiles like the .onnx itself; the shape subgraph folded away.
