@@ -194,6 +194,12 @@ std::vector<std::vector<int32_t>> Graph::computeUsers() const {
   return users;
 }
 
+bool Graph::trains() const {
+  for (const Node& node : nodes)
+    if (opDef(node.op).family == OpFamily::kGradient || opDef(node.op).family == OpFamily::kOptimizer) return true;
+  return false;
+}
+
 int64_t Graph::parameterCount() const {
   int64_t n = 0;
   for (const auto& p : params) n += values[p.value].type.numel();

@@ -121,6 +121,8 @@ class Graph {
 
   // Sum of parameter elements.
   int64_t parameterCount() const;
+  // True when a node is of the gradient or optimizer family: the graph is a training step.
+  bool trains() const;
 
  private:
   ValueId newValue(const std::string& value_name, TensorType type);

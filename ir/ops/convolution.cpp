@@ -134,6 +134,21 @@ Expected<std::vector<TensorType>> conv2dShape(const OpContext& ctx) {
   return std::vector<TensorType>{{ctx.operands[0].dtype, channels_last ? asNhwc(y) : y}};
 }
 
+// fused_conv2d: conv2d's operands x, w, b (the bias required), then optionally a residual of the
+// result's shape; activation none or relu.
+Expected<std::vector<TensorType>> fusedConv2dShape(const OpContext& ctx) {
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorType> results,
+                          conv2dShape(OpContext{ctx.def, ctx.operands.first(3), {}, ctx.attrs}));
+  if (ctx.operands.size() == 4) {
+    CLEAVE_TRY(requireSameDType(ctx, 3, 0));
+    CLEAVE_TRY(requireShape(ctx, 3, results[0].shape, "the result"));
+  }
+  const std::string& activation = ctx.getString("activation");
+  if (activation != "none" && activation != "relu")
+    return attrError(ctx, "activation", "is \"" + activation + "\", must be none or relu");
+  return results;
+}
+
 Expected<std::vector<TensorType>> poolShape(const OpContext& ctx) {
   // 1. Operand: x [N,C,H,W], float.
   CLEAVE_TRY(requireRank(ctx, 0, 4, 4));
@@ -179,7 +194,9 @@ OpCost conv2dCost(const OpContext& ctx) {
   const Shape& w = ctx.operands[1].shape;
   double out = static_cast<double>(results[0].numel());  // N·O·Ho·Wo
   double per_output = static_cast<double>(w[1]) * static_cast<double>(w[2]) * static_cast<double>(w[3]);
-  double flops = 2 * out * per_output + (ctx.operands.size() == 3 ? out : 0);
+  // The bias add, and fused_conv2d's residual add and activation.
+  double flops = 2 * out * per_output + static_cast<double>(ctx.operands.size() - 2) * out +
+                 (ctx.def.id == OpId::fused_conv2d && ctx.getString("activation") != "none" ? out : 0);
   return {flops, operandAndResultBytes(ctx, results)};
 }
 
@@ -206,6 +223,8 @@ OpCost globalAvgPoolCost(const OpContext& ctx) {
 // need_replication factors. Spatial
 // dims need a halo exchange to split, so input H, W, output Ho, Wo and the kernel dims kh, kw are
 // need_replication factors of their own sizes.
+// fused_conv2d's residual (operand 3) has the result's factors; its O is never a reduction's partial
+// sum (the residual would be added once per shard), so only N passes through there.
 ShardingRule conv2dShardingRule(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
   if (results.empty()) return {};
@@ -214,11 +233,21 @@ ShardingRule conv2dShardingRule(const OpContext& ctx) {
   // The images' dims of C, H and W (O, Ho and Wo in the result) in the op's layout.
   const bool channels_last = isChannelsLast(ctx);
   const int c = channels_last ? 3 : 1, h = channels_last ? 1 : 2, w = channels_last ? 2 : 3;
+  const bool fused = ctx.def.id == OpId::fused_conv2d;
+  const int r = ctx.operands.size() == 4 ? 3 : -1;  // the residual's operand index, if any
+  auto withResidual = [&](std::vector<int> dims, int residual_dim) {
+    if (r >= 0) {
+      dims.resize(4, kNoDim);
+      dims[3] = residual_dim;
+    }
+    return dims;
+  };
   ShardingRuleBuilder rule(ctx.operands, results);
-  rule.addFactor({0}, {0});             // N
+  rule.addFactor(withResidual({0}, 0), {0});  // N
   const bool grouped = ctx.getInt("groups") != 1;
-  rule.addFactor({kNoDim, 0, 0}, {c}, grouped ? kReplicated : FactorKind::kPassThrough);  // O (and the bias)
-  if (!grouped) {
+  rule.addFactor(withResidual({kNoDim, 0, 0}, c), {c},
+                 grouped || fused ? kReplicated : FactorKind::kPassThrough);  // O (and the bias)
+  if (!grouped && !fused) {
     rule.addFactor({c, 1}, {}, FactorKind::kReduction);  // C
   } else {
     rule.addFactor({c}, {}, kReplicated);          // x's C
@@ -228,8 +257,8 @@ ShardingRule conv2dShardingRule(const OpContext& ctx) {
   rule.addFactor({w}, {}, kReplicated);          // W
   rule.addFactor({kNoDim, 2}, {}, kReplicated);  // kh
   rule.addFactor({kNoDim, 3}, {}, kReplicated);  // kw
-  rule.addFactor({}, {h}, kReplicated);          // Ho
-  rule.addFactor({}, {w}, kReplicated);          // Wo
+  rule.addFactor(withResidual({}, h), {h}, kReplicated);  // Ho
+  rule.addFactor(withResidual({}, w), {w}, kReplicated);  // Wo
   return rule.build();
 }
 
@@ -308,6 +337,20 @@ Expected<std::vector<TensorData>> conv2dReference(const OpContext& ctx, std::spa
   forEachConvTap(x_shape, ctx.operands[1].shape, y_shape, ctx,
                  [&](int64_t yi, int64_t xi, int64_t wi) { y[yi] += x[xi] * w[wi]; });
   if (channels_last) y = relaidOut(y, y_shape, true);
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
+// conv2d, then + residual, then the activation.
+Expected<std::vector<TensorData>> fusedConv2dReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> conv,
+                          conv2dReference(OpContext{ctx.def, ctx.operands.first(3), ctx.results, ctx.attrs}, operands.first(3)));
+  std::vector<double> y = referenceValues(conv[0]);
+  if (operands.size() == 4) {
+    const std::vector<double> residual = referenceValues(*operands[3]);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += residual[i];
+  }
+  if (ctx.getString("activation") == "relu")
+    for (double& v : y) v = v < 0 ? 0.0 : v;  // NaN stays, as relu
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
 }
 
@@ -492,6 +535,19 @@ void addConvolutionOps(std::vector<OpDef>& table) {
                         .cost = conv2dCost,
                         .sharding = conv2dShardingRule,
                         .weight_operand = 1});
+  table.push_back(OpDef{.id = OpId::fused_conv2d,
+                        .name = "fused_conv2d",
+                        .summary = "conv2d with bias, then + an optional residual, then an activation (none or relu)",
+                        .min_operands = 3,
+                        .max_operands = 4,
+                        .attrs = {optionalInts("strides", {1, 1}), optionalInts("pads", {0, 0, 0, 0}),
+                                  optionalInts("dilations", {1, 1}), optionalInt("groups", 1),
+                                  optionalString("layout", std::string(kChannelsFirst)),
+                                  optionalString("activation", "none")},
+                        .shape = checkedShapeRule<fusedConv2dShape>,
+                        .cost = conv2dCost,
+                        .sharding = conv2dShardingRule,
+                        .weight_operand = 1});
   table.push_back(poolOp(OpId::max_pool2d, "max_pool2d", "max over kernel windows of NCHW (or NHWC) images", true));
   table.push_back(poolOp(OpId::avg_pool2d, "avg_pool2d", "mean over kernel windows of NCHW images", false));
   table.push_back(OpDef{.id = OpId::global_avg_pool,
@@ -514,10 +570,11 @@ void addConvolutionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::resize).reference = resizeReference;
   appendedDef(table, OpId::resize).gradient = resizeGradient;
   appendedDef(table, OpId::conv2d).reference = conv2dReference;
+  appendedDef(table, OpId::fused_conv2d).reference = fusedConv2dReference;
   appendedDef(table, OpId::max_pool2d).reference = maxPoolReference;
   appendedDef(table, OpId::avg_pool2d).reference = avgPoolReference;
   appendedDef(table, OpId::global_avg_pool).reference = globalAvgPoolReference;
-  for (OpId id : {OpId::conv2d, OpId::max_pool2d, OpId::avg_pool2d, OpId::global_avg_pool})
+  for (OpId id : {OpId::conv2d, OpId::fused_conv2d, OpId::max_pool2d, OpId::avg_pool2d, OpId::global_avg_pool})
     appendedDef(table, id).reference_supports = referenceDTypes;
 
   // Gradient rules.

@@ -1,4 +1,5 @@
-// Op ids of the convolution family (conv2d and pooling, NCHW; resize); the ops are defined in ir/ops/convolution.cpp.
+// Op ids of the convolution family (conv2d and pooling, NCHW; resize; conv2d with a fused epilogue);
+// the ops are defined in ir/ops/convolution.cpp.
 #pragma once
 
 #include <vector>
@@ -9,7 +10,8 @@
   X(max_pool2d, "max_pool2d") \
   X(avg_pool2d, "avg_pool2d") \
   X(global_avg_pool, "global_avg_pool") \
-  X(resize, "resize")
+  X(resize, "resize") \
+  X(fused_conv2d, "fused_conv2d")
 
 namespace cleave {
 struct OpDef;

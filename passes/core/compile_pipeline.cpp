@@ -14,6 +14,7 @@
 #include "ir/shared_programs.h"
 #include "analysis/cost_model.h"
 #include "passes/training/gradient_buckets.h"
+#include "passes/fusion/conv_epilogue.h"
 #include "passes/fusion/elementwise_fusion.h"
 #include "passes/layout/channels_last.h"
 #include "passes/lowering/lower_to_plan.h"
@@ -144,7 +145,10 @@ Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vect
   std::vector<int64_t> steps;
   for (const PipelineNodeLabel& label : labels) steps.push_back(int64_t{label.microbatch} * 2 + (label.backward ? 1 : 0));
   if (channels_last) CLEAVE_TRY(convertToChannelsLast(*graph, &steps).status());
-  if (fuse) CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
+  if (fuse) {
+    CLEAVE_TRY(fuseConvEpilogues(*graph, &steps).status());
+    CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
+  }
   ProgramGraph program(std::move(name), graph);
   for (int64_t step : steps) {
     const int64_t microbatch = step >= 0 ? step / 2 : (step - 1) / 2;  // floor division: -1 stays -1
@@ -568,13 +572,17 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     logits_name = training.eval.values[training.eval.outputs[0]].name;
     if (options.fusion) {
       CLEAVE_TRY(fuseElementwise(training.train).status());
+      CLEAVE_TRY(fuseConvEpilogues(training.eval).status());
       CLEAVE_TRY(fuseElementwise(training.eval).status());
     }
     lowering.programs = {{"train", &training.train}, {"eval", &training.eval}};
   } else {
     CLEAVE_ASSIGN_OR_RETURN(inference, buildInferenceGraph(graph));
     if (options.channels_last) CLEAVE_TRY(convertToChannelsLast(inference).status());
-    if (options.fusion) CLEAVE_TRY(fuseElementwise(inference).status());
+    if (options.fusion) {
+      CLEAVE_TRY(fuseConvEpilogues(inference).status());
+      CLEAVE_TRY(fuseElementwise(inference).status());
+    }
     lowering.programs = {{"infer", &inference}};
   }
 

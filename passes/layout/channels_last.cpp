@@ -16,8 +16,7 @@ class ChannelsLastConversion {
 
   Expected<ChannelsLastReport> run() {
     ChannelsLastReport report;
-    for (const Node& node : graph_.nodes)
-      if (opDef(node.op).family == OpFamily::kGradient || opDef(node.op).family == OpFamily::kOptimizer) return report;
+    if (graph_.trains()) return report;
     // 1. Per rewritten node, in program order: the nodes replacing it, appended, then moved aside.
     const size_t original = graph_.nodes.size();
     for (size_t i = 0; i < original; ++i) {

@@ -1,4 +1,4 @@
-// CPU kernels of conv2d and its gradients (conv2d_grad_input, conv2d_grad_weight): f32 through
+// CPU kernels of conv2d, fused_conv2d and conv2d's gradients (conv2d_grad_input, conv2d_grad_weight): f32 through
 // oneDNN (onednn_convolution.h); otherwise im2col + GEMM through OpenBLAS, one (image, group) per
 // work item so that each thread's column matrix stays in its cache, and direct loops for depthwise
 // convolutions.
@@ -531,6 +531,33 @@ Status ownConv2dGradWeight(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) { return conv2dGradWeightTyped<T>(call); });
 }
 Status conv2dKernel(const KernelCall& call) { return convolutionKernel<ownConv2d>(call); }
+
+// fused_conv2d: on oneDNN with post-ops where it has them; otherwise the conv2d (any of its paths),
+// then y = relu(y + residual) in one more pass.
+Status fusedConv2dKernel(const KernelCall& call) {
+  if (call.op.operands[0].dtype == DType::kF32) {
+    CLEAVE_ASSIGN_OR_RETURN(ConvolutionImplementation chosen, chosenConvolutionImplementation());
+    if (chosen == ConvolutionImplementation::kOneDnn)
+      if (std::optional<Status> done = runOneDnnConvolution(call)) return *done;
+  }
+  const KernelCall conv{OpContext{opDef(OpId::conv2d), call.op.operands.first(3), call.op.results, call.op.attrs},
+                        call.inputs.first(3), call.outputs, call.threads, call.constant_operands & 7u,
+                        call.constants_generation};
+  CLEAVE_TRY(conv2dKernel(conv));
+  const bool relu = call.op.getString("activation") == "relu";
+  const bool residual = call.op.operands.size() == 4;
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    T* y = call.out<T>(0);
+    const T* r = residual ? call.in<T>(3) : nullptr;
+    parallelFor(call.op.results[0].numel(), threadCount(call), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        T v = r ? y[i] + r[i] : y[i];
+        y[i] = relu && v < T{0} ? T{0} : v;
+      }
+    });
+    return Status::ok();
+  });
+}
 Status conv2dGradInputKernel(const KernelCall& call) { return convolutionKernel<ownConv2dGradInput>(call); }
 Status conv2dGradWeightKernel(const KernelCall& call) { return convolutionKernel<ownConv2dGradWeight>(call); }
 
@@ -575,6 +602,7 @@ void registerConvolutionKernels(CpuKernelTable& table) {
   table[static_cast<int>(OpId::resize)] = resizeKernel;
   table[static_cast<int>(OpId::resize_grad)] = resizeGradKernel;
   table[static_cast<int>(OpId::conv2d)] = conv2dKernel;
+  table[static_cast<int>(OpId::fused_conv2d)] = fusedConv2dKernel;
   table[static_cast<int>(OpId::conv2d_grad_input)] = conv2dGradInputKernel;
   table[static_cast<int>(OpId::conv2d_grad_weight)] = conv2dGradWeightKernel;
 }

@@ -46,6 +46,10 @@ struct PreparedConvolution {
   dnnl::primitive primitive;
   std::vector<std::pair<int, StagedTensor>> inputs;   // (DNNL_ARG_*, tensor), reordered in before the run
   std::vector<std::pair<int, StagedTensor>> outputs;  // reordered out after the run
+  // fused_conv2d's residual: the plan's buffer, copied into the output (in the primitive's layout)
+  // before the run, which adds the convolution to it (a sum post-op).
+  memory residual;
+  std::optional<dnnl::reorder> residual_copy;
   memory scratchpad;
   std::unordered_map<int, memory> arguments;  // the primitive's arguments, made once: calls only set handles
   // For constant weights (KernelCall::constant_operands): the generation whose values the staged
@@ -55,8 +59,13 @@ struct PreparedConvolution {
 
 // The weights operand of the call when they are constant and worth keeping reordered: conv2d's
 // operand 1 (the gradients' weights are never constant in a plan that trains).
+bool isForward(const KernelCall& call) { return call.op.def.id == OpId::conv2d || call.op.def.id == OpId::fused_conv2d; }
 bool hasConstantWeights(const KernelCall& call) {
-  return call.op.def.id == OpId::conv2d && call.constants_generation != 0 && (call.constant_operands & 2u) != 0;
+  return isForward(call) && call.constants_generation != 0 && (call.constant_operands & 2u) != 0;
+}
+// fused_conv2d's relu.
+bool endsWithRelu(const KernelCall& call) {
+  return call.op.def.id == OpId::fused_conv2d && call.op.getString("activation") == "relu";
 }
 
 // The shapes and attributes that decide a primitive: op, layout, x, w, y shapes (NCHW), window,
@@ -64,7 +73,7 @@ bool hasConstantWeights(const KernelCall& call) {
 std::vector<int64_t> problemKey(const KernelCall& call, const Shape& x, const Shape& w, const Shape& y, const Window2d& window,
                                 int64_t groups) {
   std::vector<int64_t> key = {static_cast<int64_t>(call.op.def.id), static_cast<int64_t>(call.op.operands.size()),
-                              threadCount(call), groups, isChannelsLast(call.op) ? 1 : 0};
+                              threadCount(call), groups, isChannelsLast(call.op) ? 1 : 0, endsWithRelu(call) ? 1 : 0};
   for (const Shape* s : {&x, &w, &y}) key.insert(key.end(), s->begin(), s->end());
   key.insert(key.end(), {window.stride_h, window.stride_w, window.dilation_h, window.dilation_w, window.pad_top,
                          window.pad_left, window.pad_bottom, window.pad_right});
@@ -116,13 +125,22 @@ void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape
   const memory::dims pad_low = {window.pad_top, window.pad_left}, pad_high = {window.pad_bottom, window.pad_right};
   dnnl::primitive_attr attributes;
   attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // fused_conv2d: + residual, then relu, as post-ops. The residual comes in through the output: a sum
+  // post-op (oneDNN 2.6's brgconv kernels take it; with a binary add of a whole tensor it falls back
+  // to its gemm convolution on NCHW, 6x slower on ResNet-18).
+  const bool has_residual = call.op.def.id == OpId::fused_conv2d && call.op.operands.size() == 4;
+  if (call.op.def.id == OpId::fused_conv2d) {
+    dnnl::post_ops post_ops;
+    if (has_residual) post_ops.append_sum(1.0f);
+    if (endsWithRelu(call)) post_ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attributes.set_post_ops(post_ops);
+  }
   const auto direct = dnnl::algorithm::convolution_direct;  // never Winograd: its rounding differs
-  const bool has_bias = call.op.operands.size() == 3;
+  const bool has_bias = call.op.operands.size() >= 3;
   const memory::desc bias_plain({y[1]}, f32, Tag::x);
-  const auto forward_prop = call.op.def.id == OpId::conv2d ? dnnl::prop_kind::forward_inference
-                                                           : dnnl::prop_kind::forward_training;
+  const auto forward_prop = isForward(call) ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
   const dnnl::convolution_forward::desc forward_desc =
-      has_bias && call.op.def.id == OpId::conv2d
+      has_bias && isForward(call)
           ? dnnl::convolution_forward::desc(forward_prop, direct, x_any, w_any, bias_plain, y_any, strides, dilations,
                                             pad_low, pad_high)
           : dnnl::convolution_forward::desc(forward_prop, direct, x_any, w_any, y_any, strides, dilations, pad_low,
@@ -137,11 +155,15 @@ void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape
     out.outputs.emplace_back(arg, StagedTensor{});
     out.outputs.back().second.prepare(plain, wanted, false);
   };
-  if (call.op.def.id == OpId::conv2d) {
+  if (isForward(call)) {
     input(DNNL_ARG_SRC, x_plain, forward.src_desc());
     input(DNNL_ARG_WEIGHTS, w_plain, forward.weights_desc());
     if (has_bias) input(DNNL_ARG_BIAS, bias_plain, bias_plain);
     output(DNNL_ARG_DST, y_plain, forward.dst_desc());
+    if (has_residual) {
+      out.residual = memory(y_plain, cpuEngine(), DNNL_MEMORY_NONE);
+      out.residual_copy = dnnl::reorder(out.residual, out.outputs.back().second.library);
+    }
     out.primitive = dnnl::convolution_forward(forward);
     chosen = forward;
   } else if (call.op.def.id == OpId::conv2d_grad_input) {
@@ -182,7 +204,7 @@ void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape
 constexpr int64_t kMaxGemmOutputPlane = 4;
 
 bool runsAsBatchedGemm(const KernelCall& call, const Shape& w, const Shape& y, int64_t groups) {
-  return call.op.def.id == OpId::conv2d && groups == 1 && y[2] * y[3] <= kMaxGemmOutputPlane && w[2] * w[3] > 1;
+  return isForward(call) && groups == 1 && y[2] * y[3] <= kMaxGemmOutputPlane && w[2] * w[3] > 1;
 }
 
 struct PreparedGemmConvolution {
@@ -292,11 +314,12 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
   // x, w and y in the forward convolution's terms, whichever of the three ops this is; x and y NCHW.
   const OpId op = call.op.def.id;
   const bool channels_last = isChannelsLast(call.op);
-  const Shape x = asNchw(op == OpId::conv2d ? call.op.operands[0].shape
+  const bool forward = isForward(call);
+  const Shape x = asNchw(forward ? call.op.operands[0].shape
                          : op == OpId::conv2d_grad_input ? call.op.results[0].shape : call.op.operands[1].shape,
                          channels_last);
   const Shape& w = op == OpId::conv2d_grad_weight ? call.op.results[0].shape : call.op.operands[1].shape;
-  const Shape y = asNchw(op == OpId::conv2d ? call.op.results[0].shape : call.op.operands[0].shape, channels_last);
+  const Shape y = asNchw(forward ? call.op.results[0].shape : call.op.operands[0].shape, channels_last);
   for (const Shape* s : {&x, &w, &y})
     for (int64_t d : *s)
       if (d == 0) return std::nullopt;  // empty tensors: the caller's loops handle them
@@ -306,7 +329,8 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
   OpenMpThreads omp_threads(threads);
 
   const std::vector<int64_t> key = problemKey(call, x, w, y, window, groups);
-  if (runsAsBatchedGemm(call, w, y, groups)) {
+  if (op == OpId::fused_conv2d && runsAsBatchedGemm(call, w, y, groups)) return std::nullopt;
+  if (op == OpId::conv2d && runsAsBatchedGemm(call, w, y, groups)) {
     thread_local std::map<std::vector<int64_t>, std::unique_ptr<PreparedGemmConvolution>> prepared_gemms;
     PreparedGemmConvolution& gemm =
         preparedFor(prepared_gemms, key, [&](PreparedGemmConvolution& entry) { prepareGemm(call, w, y, entry); });
@@ -325,9 +349,9 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
 
   try {
     dnnl::stream& stream = threadStream();
-    const int input_count = static_cast<int>(call.op.operands.size());
-    // Operand order of each op, in the primitive's terms: conv2d (x, w, bias), grad_input (dy, w),
-    // grad_weight (dy, x); prepare() listed the staged inputs in that order.
+    const int input_count = static_cast<int>(entry.inputs.size());
+    // Operand order of each op, in the primitive's terms: conv2d and fused_conv2d (x, w, bias; the residual
+    // apart), grad_input (dy, w), grad_weight (dy, x); prepare() listed the staged inputs in that order.
     for (int i = 0; i < input_count; ++i)
       entry.inputs[static_cast<size_t>(i)].second.user.set_data_handle(const_cast<void*>(call.inputs[i]));
     entry.outputs[0].second.user.set_data_handle(call.outputs[0]);
@@ -336,6 +360,10 @@ std::optional<Status> runOneDnnConvolution(const KernelCall& call) {
       if (tensor.reorder && !(arg == DNNL_ARG_WEIGHTS && weights_staged))
         tensor.reorder->execute(stream, tensor.user, tensor.library);
     entry.staged_weights_generation = weightsGeneration(call);
+    if (entry.residual_copy) {
+      entry.residual.set_data_handle(const_cast<void*>(call.inputs[3]));
+      entry.residual_copy->execute(stream, entry.residual, entry.outputs[0].second.library);
+    }
     entry.primitive.execute(stream, entry.arguments);
     for (auto& [arg, tensor] : entry.outputs)
       if (tensor.reorder) tensor.reorder->execute(stream, tensor.library, tensor.user);

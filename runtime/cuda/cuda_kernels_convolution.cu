@@ -305,6 +305,30 @@ Status conv2dKernel(const KernelCall& call, CudaContext& context) {
   if (isChannelsLast(call.op)) return runChannelsLastThroughNchw(call, context, conv2dKernel);
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) { return conv2dTyped<T>(call, context); });
 }
+// fused_conv2d's epilogue after the conv2d: y = relu(y + residual) (either part optional).
+template <class T>
+__global__ void convEpilogue(const T* residual, T* y, int64_t n, bool relu) {
+  CLEAVE_GRID_LOOP(i, n) {
+    const T v = residual ? y[i] + residual[i] : y[i];
+    y[i] = relu && v < T{0} ? T{0} : v;
+  }
+}
+
+// fused_conv2d: the conv2d (cuDNN), then its epilogue as one more kernel.
+Status fusedConv2dKernel(const KernelCall& call, CudaContext& context) {
+  const KernelCall conv{OpContext{opDef(OpId::conv2d), call.op.operands.first(3), call.op.results, call.op.attrs},
+                        call.inputs.first(3), call.outputs, call.threads};
+  CLEAVE_TRY(conv2dKernel(conv, context));
+  const bool relu = call.op.getString("activation") == "relu";
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
+    const int64_t n = call.op.results[0].numel();
+    if (n == 0) return Status::ok();
+    const T* residual = call.op.operands.size() == 4 ? call.in<T>(3) : nullptr;
+    convEpilogue<T><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(residual, call.out<T>(0), n, relu);
+    return launchStatus(call);
+  });
+}
+
 Status conv2dGradInputKernel(const KernelCall& call, CudaContext& context) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) { return conv2dGradInputTyped<T>(call, context); });
 }
@@ -360,6 +384,7 @@ void registerConvolutionKernels(CudaKernelTable& table) {
   table[static_cast<int>(OpId::resize)] = resizeKernel;
   table[static_cast<int>(OpId::resize_grad)] = resizeGradKernel;
   table[static_cast<int>(OpId::conv2d)] = conv2dKernel;
+  table[static_cast<int>(OpId::fused_conv2d)] = fusedConv2dKernel;
   table[static_cast<int>(OpId::conv2d_grad_input)] = conv2dGradInputKernel;
   table[static_cast<int>(OpId::conv2d_grad_weight)] = conv2dGradWeightKernel;
 }

@@ -54,6 +54,30 @@ CaseList convolutionCases() {
       b.addWithoutGradient(OpId::conv2d, label, {x, w, b.uniform(dtype, {c.w[0]})}, attrs, "NHWC has no gradient rule");
     }
   }
+  // fused_conv2d: the bias, then + residual, then relu; NCHW and NHWC; f32 on oneDNN's post-ops
+  // (the 2x1 planes: the batched matmul, then the epilogue), f64 on the conv2d then the epilogue.
+  for (const Conv& c : {convs[0], convs[2], convs[5], convs.back()})
+    for (const char* layout : {"NCHW", "NHWC"})
+      for (DType dtype : {DType::kF32, DType::kF64})
+        for (bool residual : {false, true})
+          for (const char* activation : {"none", "relu"}) {
+            if (!residual && std::string(activation) == "none") continue;  // that is conv2d
+            const bool nhwc = std::string(layout) == "NHWC";
+            const Shape x_shape = nhwc ? Shape{c.x[0], c.x[2], c.x[3], c.x[1]} : c.x;
+            const AttrMap attrs = {{"strides", c.strides}, {"pads", c.pads}, {"dilations", c.dilations},
+                                   {"groups", c.groups}, {"layout", std::string(layout)},
+                                   {"activation", std::string(activation)}};
+            std::vector<TensorData> operands = {b.uniform(dtype, x_shape), b.uniform(dtype, c.w),
+                                                b.uniform(dtype, {c.w[0]})};
+            const std::string label = std::string(c.what) + " " + layout + " " + std::string(dtypeName(dtype)) +
+                                      (residual ? " + residual" : "") + " " + activation;
+            if (residual) {
+              const OpDef& def = opDef(OpId::fused_conv2d);
+              const std::vector<TensorType> types = {operands[0].type, operands[1].type, operands[2].type};
+              operands.push_back(b.uniform(dtype, (*def.shape(OpContext{def, types, {}, attrs}))[0].shape));
+            }
+            b.addWithoutGradient(OpId::fused_conv2d, label, operands, attrs, "fused_conv2d has no gradient rule");
+          }
   // f32 sums of 400 and 576 products.
   b.add(OpId::conv2d, "large image",
         {b.uniform(DType::kF32, {2, 16, 32, 32}), b.uniform(DType::kF32, {4, 16, 5, 5}), b.uniform(DType::kF32, {4})},
