@@ -32,7 +32,7 @@ class ElementwiseFusion {
     for (int32_t i = 0; i < static_cast<int32_t>(graph_.nodes.size()); ++i) {
       if (!isCandidate(i)) continue;
       const bool ends_chain = opDef(graph_.nodes[i].op).fusable_along_last_axis;
-      const int target = ends_chain ? groupOfOperand(i, 0) : groupOfFirstOperand(i);
+      const int target = ends_chain ? groupOfOperand(i, 0) : groupToJoin(i);
       if (target >= 0 && !groups_[target].closed && canJoin(target, i)) {
         groups_[target].members.push_back(i);
         groups_[target].closed = ends_chain;
@@ -133,9 +133,19 @@ class ElementwiseFusion {
     return producer >= 0 ? group_of_[producer] : -1;
   }
 
-  int groupOfFirstOperand(int32_t i) const {
-    for (size_t k = 0; k < graph_.nodes[i].operands.size(); ++k)
-      if (const int g = groupOfOperand(i, k); g >= 0) return g;
+  // The group node i joins: the first group computing one of its operands that it may join; else
+  // the last group made, when it reads one of node i's operands too (a sibling: GELU's x·0.5 and
+  // x³ from one x become one fused node instead of a lone mul and a chain). -1 when none.
+  int groupToJoin(int32_t i) const {
+    const Node& node = graph_.nodes[i];
+    for (size_t k = 0; k < node.operands.size(); ++k)
+      if (const int g = groupOfOperand(i, k); g >= 0 && !groups_[g].closed && canJoin(g, i)) return g;
+    if (groups_.empty() || groups_.back().closed) return -1;
+    const int last = static_cast<int>(groups_.size()) - 1;
+    for (int32_t member : groups_.back().members)
+      for (ValueId read : graph_.nodes[member].operands)
+        for (size_t k = 0; k < node.operands.size(); ++k)
+          if (read == node.operands[k] && !isLiteral(node, k) && canJoin(last, i)) return last;
     return -1;
   }
 

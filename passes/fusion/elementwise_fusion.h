@@ -17,10 +17,11 @@ struct FusionReport {
 
 // Replaces chains of fusable ops (OpDef::fusable) of one float dtype and result shape by fused
 // nodes, in a graph that is final (after autodiff and partitioning: a fusion never crosses a
-// collective, which is not fusable). A node joins the chain of the producer of its first operand
-// when it has the chain's result shape, follows the chain's last node (views and constants aside)
-// and every other user of the chain's values comes after it; the fused node takes the chain's last
-// node's place. Scalar constants become literals of the
+// collective, which is not fusable). A node joins the chain of the producer of one of its operands
+// (the first it may join), or else the chain made last when that chain reads one of its operands
+// too (siblings), when it has the chain's result shape, follows the chain's last node (views and
+// constants aside) and every other user of the chain's values comes after it; the fused node takes
+// the chain's last node's place. Scalar constants become literals of the
 // body. A softmax or a layer norm along the last axis (OpDef::fusable_along_last_axis) may end a
 // chain, in f32, when the chain is its first operand (a layer norm's scale and bias, one value per
 // column, come from outside the chain).

@@ -57,9 +57,10 @@ struct PreparedConvolution {
   uint64_t staged_weights_generation = 0;
 };
 
-// The weights operand of the call when they are constant and worth keeping reordered: conv2d's
-// operand 1 (the gradients' weights are never constant in a plan that trains).
+// conv2d or fused_conv2d (not a gradient).
 bool isForward(const KernelCall& call) { return call.op.def.id == OpId::conv2d || call.op.def.id == OpId::fused_conv2d; }
+// The weights operand of the call when they are constant and worth keeping reordered: the forward
+// convolutions' operand 1 (the gradients' weights are never constant in a plan that trains).
 bool hasConstantWeights(const KernelCall& call) {
   return isForward(call) && call.constants_generation != 0 && (call.constant_operands & 2u) != 0;
 }
