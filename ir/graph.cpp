@@ -2,6 +2,7 @@
 #include "ir/graph.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace cleave {
 
@@ -133,6 +134,16 @@ void Graph::eraseNodes(const std::vector<bool>& dead) {
     if (i >= dead.size() || !dead[i]) kept.push_back(std::move(nodes[i]));
   nodes = std::move(kept);
   compact();
+}
+
+void Graph::eraseNodes(const std::vector<bool>& dead, std::vector<int64_t>* node_labels) {
+  if (node_labels && !node_labels->empty()) {
+    std::vector<int64_t> kept;
+    for (size_t i = 0; i < node_labels->size(); ++i)
+      if (i >= dead.size() || !dead[i]) kept.push_back((*node_labels)[i]);
+    *node_labels = std::move(kept);
+  }
+  eraseNodes(dead);
 }
 
 void Graph::compact() {

@@ -114,6 +114,9 @@ class Graph {
 
   // Removes the nodes with dead[i] set, then drops values nothing defines and renumbers ids.
   void eraseNodes(const std::vector<bool>& dead);
+  // The same, also dropping the erased nodes' entries from `node_labels` (one per node; empty or
+  // null: none), as the passes that keep a pipeline step per node need.
+  void eraseNodes(const std::vector<bool>& dead, std::vector<int64_t>* node_labels);
   // Drops values that are no longer defined or used and renumbers the rest (ids change).
   void compact();
   // For each value, the indices of the nodes that use it (a node using it twice appears twice).

@@ -5,9 +5,7 @@
 namespace cleave {
 
 bool isChannelsLast(const OpContext& op) {
-  for (const AttrSpec& spec : op.def.attrs)
-    if (spec.name == "layout") return op.getString("layout") == kChannelsLast;
-  return false;
+  return op.def.findAttr("layout") && op.getString("layout") == kChannelsLast;
 }
 
 Shape asNchw(const Shape& shape, bool channels_last) {

@@ -47,13 +47,7 @@ class ConvEpilogueFusion {
       ++fused;
     }
     if (fused == 0) return 0;
-    if (node_group_) {
-      std::vector<int64_t> kept;
-      for (size_t i = 0; i < dead.size(); ++i)
-        if (!dead[i]) kept.push_back((*node_group_)[i]);
-      *node_group_ = std::move(kept);
-    }
-    graph_.eraseNodes(dead);
+    graph_.eraseNodes(dead, node_group_);
     return fused;
   }
 

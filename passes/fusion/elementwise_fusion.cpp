@@ -66,13 +66,7 @@ class ElementwiseFusion {
           scalarConstant(node.results[0]))
         dead[i] = true;
     }
-    if (node_group_ && !node_group_->empty()) {
-      std::vector<int64_t> kept;
-      for (size_t i = 0; i < dead.size(); ++i)
-        if (!dead[i]) kept.push_back((*node_group_)[i]);
-      *node_group_ = std::move(kept);
-    }
-    graph_.eraseNodes(dead);
+    graph_.eraseNodes(dead, node_group_);
     return report;
   }
 

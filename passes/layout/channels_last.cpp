@@ -63,15 +63,11 @@ class ChannelsLastConversion {
     for (StateUpdate& update : graph_.updates) redirect(update.new_value);
     graph_.nodes = std::move(nodes);
     std::vector<bool> dead = unusedTransposes();
-    if (node_group_ && !node_group_->empty()) {
-      node_group_->clear();
-      for (size_t i = 0; i < groups.size(); ++i)
-        if (!dead[i]) node_group_->push_back(groups[i]);
-    }
     for (size_t i = 0; i < graph_.nodes.size(); ++i)
       if (!dead[i] && graph_.nodes[i].op == OpId::transpose && made_transposes_.count(graph_.nodes[i].results[0]))
         ++report.transposes;
-    graph_.eraseNodes(dead);
+    if (node_group_ && !node_group_->empty()) *node_group_ = std::move(groups);
+    graph_.eraseNodes(dead, node_group_);
     return report;
   }
 

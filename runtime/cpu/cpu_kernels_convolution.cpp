@@ -14,6 +14,7 @@
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/onednn_convolution.h"
+#include "runtime/device/channels_first_call.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -475,37 +476,15 @@ Status conv2dGradWeightTyped(const KernelCall& call) {
   return Status::ok();
 }
 
-// Runs transpose's kernel from `from` (of type `from_type`) into `to` with `perm`.
-Status transposeImage(const KernelCall& call, const TensorType& from_type, const void* from, const std::vector<int64_t>& perm,
-                      void* to) {
-  const TensorType to_type{from_type.dtype, perm == toChannelsLastPerm() ? asNhwc(from_type.shape)
-                                                                         : asNchw(from_type.shape, true)};
-  const AttrMap attrs{{"perm", perm}};
-  const void* inputs[] = {from};
-  void* outputs[] = {to};
-  const KernelCall transpose{OpContext{opDef(OpId::transpose), {&from_type, 1}, {&to_type, 1}, attrs}, inputs, outputs,
-                             call.threads};
-  return findCpuKernel(OpId::transpose)(transpose);
-}
-
 // A conv2d with layout NHWC on the NCHW kernel `own`: x transposed into scratch, y out of it. The
 // path of f64 and of shapes oneDNN has no implementation for (oneDNN reads NHWC itself).
 Status channelsLastThroughNchw(const KernelCall& call, Status (*own)(const KernelCall&)) {
-  std::vector<TensorType> operands(call.op.operands.begin(), call.op.operands.end());
-  std::vector<TensorType> results(call.op.results.begin(), call.op.results.end());
-  operands[0].shape = asNchw(operands[0].shape, true);
-  results[0].shape = asNchw(results[0].shape, true);
-  std::vector<std::byte> x(static_cast<size_t>(operands[0].bytes())), y(static_cast<size_t>(results[0].bytes()));
-  CLEAVE_TRY(transposeImage(call, call.op.operands[0], call.inputs[0], toChannelsFirstPerm(), x.data()));
-  AttrMap attrs = call.op.attrs;
-  attrs["layout"] = std::string(kChannelsFirst);
-  std::vector<const void*> inputs(call.inputs.begin(), call.inputs.end());
-  inputs[0] = x.data();
-  void* outputs[] = {y.data()};
-  const KernelCall nchw{OpContext{call.op.def, operands, results, attrs}, inputs, outputs, call.threads,
-                        call.constant_operands, call.constants_generation};
-  CLEAVE_TRY(own(nchw));
-  return transposeImage(call, results[0], y.data(), toChannelsLastPerm(), call.outputs[0]);
+  const CpuKernel transpose = findCpuKernel(OpId::transpose);
+  std::vector<std::byte> x(static_cast<size_t>(call.op.operands[0].bytes())), y(static_cast<size_t>(call.op.results[0].bytes()));
+  const ChannelsFirstCall nchw(call, x.data(), y.data());
+  CLEAVE_TRY(transpose(LayoutTransposeCall(call.op.operands[0], call.inputs[0], x.data(), false, call.threads).call()));
+  CLEAVE_TRY(own(nchw.call()));
+  return transpose(LayoutTransposeCall(nchw.result(), y.data(), call.outputs[0], true, call.threads).call());
 }
 
 // f32 convolutions run on oneDNN unless CLEAVE_CPU_CONVOLUTION=im2col or oneDNN has no
