@@ -56,6 +56,8 @@ int runBench(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Untimed runs first");
   bool profile = false;
   app.add_flag("--profile", profile, "Also print the time per op (ms per batch) over the timed runs");
+  std::string winograd = "on";
+  app.add_option("--winograd", winograd, "As cleave compile --winograd")->check(CLI::IsMember({"on", "off"}));
   CLI11_PARSE(app, argc, argv);
 
   // 1. Import, compile for one device, prepare.
@@ -67,6 +69,7 @@ int runBench(int argc, char** argv) {
   options.model_file = model;
   options.producer = "onnx_inference_bench";
   options.batch = batch;
+  options.winograd = winograd == "on";
   auto plan = compileModel(*graph, options);
   if (!plan) return std::fprintf(stderr, "error: %s\n", plan.status().message().c_str()), 1;
   auto device = runtime::createDevice("cpu");

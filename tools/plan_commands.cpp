@@ -141,6 +141,7 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   options.allow_replicated = flags.allow_replicated;
   options.fusion = flags.fusion == "on";
   options.channels_last = flags.channels_last == "on";
+  options.winograd = flags.winograd == "on";
   options.zero = flags.zero;
   options.sequence_parallel = flags.sequence_parallel;
   options.virtual_stages = flags.virtual_stages;

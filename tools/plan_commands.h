@@ -23,6 +23,7 @@ struct CompileFlags {
   bool allow_replicated = false;  // --tp may leave weights whole (--allow-replicated)
   std::string fusion = "on";    // --fusion on|off: elementwise chains become fused nodes
   std::string channels_last = "on";  // --channels-last on|off: inference convolutions and max pools NHWC
+  std::string winograd = "on";       // --winograd on|off: inference 3x3 convolutions may run as Winograd
   int zero = 0;                 // --zero 1: optimizer state sharded over the dp replicas
   bool sequence_parallel = false;  // --sequence-parallel
   bool no_sequence_parallel = false;  // --no-sequence-parallel

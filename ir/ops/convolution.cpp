@@ -92,6 +92,14 @@ Status requireLayout(const OpContext& ctx) {
   return Status::ok();
 }
 
+// allow_winograd: 0, or 1 where the backend may compute the convolution with a Winograd algorithm
+// (passes/layout/winograd.h).
+Status requireWinogradFlag(const OpContext& ctx) {
+  const int64_t allow = ctx.getInt("allow_winograd");
+  if (allow != 0 && allow != 1) return attrError(ctx, "allow_winograd", "is " + std::to_string(allow) + ", must be 0 or 1");
+  return Status::ok();
+}
+
 Expected<std::vector<TensorType>> conv2dShape(const OpContext& ctx) {
   // 1. Operands: x [N,C,H,W] (or [N,H,W,C] with layout NHWC) and w [O,C/groups,kh,kw] of one float
   //    dtype, optional b [O].
@@ -101,6 +109,7 @@ Expected<std::vector<TensorType>> conv2dShape(const OpContext& ctx) {
   CLEAVE_TRY(requireSameDType(ctx, 1, 0));
   // 2. Attributes.
   CLEAVE_TRY(requireLayout(ctx));
+  CLEAVE_TRY(requireWinogradFlag(ctx));
   const bool channels_last = isChannelsLast(ctx);
   CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> strides, intsAttr(ctx, "strides", 2, 1));
   CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> pads, intsAttr(ctx, "pads", 4, 0));
@@ -530,7 +539,7 @@ void addConvolutionOps(std::vector<OpDef>& table) {
                         .max_operands = 3,
                         .attrs = {optionalInts("strides", {1, 1}), optionalInts("pads", {0, 0, 0, 0}),
                                   optionalInts("dilations", {1, 1}), optionalInt("groups", 1),
-                                  optionalString("layout", std::string(kChannelsFirst))},
+                                  optionalString("layout", std::string(kChannelsFirst)), optionalInt("allow_winograd", 0)},
                         .shape = checkedShapeRule<conv2dShape>,
                         .cost = conv2dCost,
                         .sharding = conv2dShardingRule,
@@ -543,7 +552,7 @@ void addConvolutionOps(std::vector<OpDef>& table) {
                         .attrs = {optionalInts("strides", {1, 1}), optionalInts("pads", {0, 0, 0, 0}),
                                   optionalInts("dilations", {1, 1}), optionalInt("groups", 1),
                                   optionalString("layout", std::string(kChannelsFirst)),
-                                  optionalString("activation", "none")},
+                                  optionalString("activation", "none"), optionalInt("allow_winograd", 0)},
                         .shape = checkedShapeRule<fusedConv2dShape>,
                         .cost = conv2dCost,
                         .sharding = conv2dShardingRule,

@@ -17,6 +17,7 @@
 #include "passes/fusion/conv_epilogue.h"
 #include "passes/fusion/elementwise_fusion.h"
 #include "passes/layout/channels_last.h"
+#include "passes/algorithm/winograd.h"
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
@@ -138,13 +139,21 @@ Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptio
   return assignStages(forward, options.pp, model);
 }
 
+// An inference program's layout and algorithm choices (CompileOptions::channels_last, winograd);
+// training and evaluation programs take neither.
+struct InferenceChoices {
+  bool channels_last = false;
+  bool winograd = false;
+};
+
 // A per-device program graph and the pipeline step of each of its nodes; with `fuse`, its
 // elementwise chains fused within each pipeline step.
 Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vector<PipelineNodeLabel>& labels, bool fuse,
-                                 bool channels_last = false) {
+                                 InferenceChoices inference = {}) {
   std::vector<int64_t> steps;
   for (const PipelineNodeLabel& label : labels) steps.push_back(int64_t{label.microbatch} * 2 + (label.backward ? 1 : 0));
-  if (channels_last) CLEAVE_TRY(convertToChannelsLast(*graph, &steps).status());
+  if (inference.channels_last) CLEAVE_TRY(convertToChannelsLast(*graph, &steps).status());
+  if (inference.winograd) CLEAVE_TRY(allowWinogradConvolutions(*graph).status());
   if (fuse) {
     CLEAVE_TRY(fuseConvEpilogues(*graph, &steps).status());
     CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
@@ -387,7 +396,7 @@ Expected<DeviceGraphs> buildDeviceGraphs(const Graph& model, const CompileOption
       auto infer = std::make_unique<Graph>(std::move(infer_graph));
       std::vector<PipelineNodeLabel> labels = labelPipelineNodes(*infer, coord.stage(), options.microbatches);
       CLEAVE_ASSIGN_OR_RETURN(ProgramGraph infer_program, programOf("infer", infer.get(), labels, options.fusion,
-                                                                                  options.channels_last));
+                                                                                  {options.channels_last, options.winograd}));
       rank.programs = {std::move(infer_program)};
       owned.push_back(std::move(infer));
     }
@@ -579,6 +588,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   } else {
     CLEAVE_ASSIGN_OR_RETURN(inference, buildInferenceGraph(graph));
     if (options.channels_last) CLEAVE_TRY(convertToChannelsLast(inference).status());
+    if (options.winograd) CLEAVE_TRY(allowWinogradConvolutions(inference).status());
     if (options.fusion) {
       CLEAVE_TRY(fuseConvEpilogues(inference).status());
       CLEAVE_TRY(fuseElementwise(inference).status());

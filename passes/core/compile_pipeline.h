@@ -28,6 +28,8 @@ struct CompileOptions {
   bool fusion = true;           // chains of elementwise ops become fused nodes (after partitioning)
   // Inference programs' convolutions and max pools read and write NHWC (passes/layout/channels_last.h).
   bool channels_last = true;
+  // Inference programs' 3x3 convolutions may run as Winograd where faster (passes/algorithm/winograd.h).
+  bool winograd = true;
   int microbatches = 1;
   std::string schedule = "1f1b";
   bool train = false;

@@ -69,12 +69,30 @@ bool endsWithRelu(const KernelCall& call) {
   return call.op.def.id == OpId::fused_conv2d && call.op.getString("activation") == "relu";
 }
 
-// The shapes and attributes that decide a primitive: op, layout, x, w, y shapes (NCHW), window,
-// groups, bias, threads.
+// Where a node allows Winograd (allow_winograd, set by passes/algorithm/winograd.h on inference
+// graphs' 3x3 stride-1 convolutions), oneDNN's Winograd convolution (F(2x2,3x3) or F(4x4,3x3),
+// AVX-512 only) runs when the output plane has at least this many pixels. Measured per shape against
+// brgconv with ONEDNN_VERBOSE on this project's AVX-512 machine, ResNet-18 (ms a call, 1 / 2 threads):
+//   64 ch 56x56 b1 3.39 -> 2.32 / 1.79 -> 1.13;  128 ch 28x28 b1 2.40 -> 1.96 / 1.28 -> 0.97;
+//   256 ch 14x14 b1 2.41 -> 2.37 / 1.26 -> 1.00;  64 ch 16x16 b8 2.52 -> 1.62 / 1.29 -> 0.90;
+//   but 512 ch 7x7 b1 3.18 -> 3.48 / 1.61 -> 1.67;  128 ch 8x8 b8 1.69 -> 1.71 / 0.95 -> 0.89;
+//   256 ch 4x4 b8 2.39 -> 2.42 / 1.15 -> 1.34 (sums over the net's convolutions of each shape).
+// Winograd reads and writes blocked images (nChw16c), so each call also reorders its image in and
+// its result out: the end-to-end gains are ResNet-18 224x224 b1 14.2 -> 11.8 ms (1 thread) and
+// 7.6 -> 6.8 ms (2 threads).
+constexpr int64_t kMinWinogradOutputPlane = 14 * 14;
+
+bool triesWinograd(const KernelCall& call, const Shape& y) {
+  return isForward(call) && call.op.getInt("allow_winograd") == 1 && y[2] * y[3] >= kMinWinogradOutputPlane;
+}
+
+// The shapes and attributes that decide a primitive: op, layout, activation, algorithm, x, w, y shapes
+// (NCHW), window, groups, bias, threads.
 std::vector<int64_t> problemKey(const KernelCall& call, const Shape& x, const Shape& w, const Shape& y, const Window2d& window,
                                 int64_t groups) {
   std::vector<int64_t> key = {static_cast<int64_t>(call.op.def.id), static_cast<int64_t>(call.op.operands.size()),
-                              threadCount(call), groups, isChannelsLast(call.op) ? 1 : 0, endsWithRelu(call) ? 1 : 0};
+                              threadCount(call), groups, isChannelsLast(call.op) ? 1 : 0, endsWithRelu(call) ? 1 : 0,
+                              triesWinograd(call, y) ? 1 : 0};
   for (const Shape* s : {&x, &w, &y}) key.insert(key.end(), s->begin(), s->end());
   key.insert(key.end(), {window.stride_h, window.stride_w, window.dilation_h, window.dilation_w, window.pad_top,
                          window.pad_left, window.pad_bottom, window.pad_right});
@@ -136,17 +154,28 @@ void prepare(const KernelCall& call, const Shape& x, const Shape& w, const Shape
     if (endsWithRelu(call)) post_ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     attributes.set_post_ops(post_ops);
   }
-  const auto direct = dnnl::algorithm::convolution_direct;  // never Winograd: its rounding differs
+  // Direct, or Winograd where the node allows it (the gradients are always direct).
+  const auto direct = dnnl::algorithm::convolution_direct;
   const bool has_bias = call.op.operands.size() >= 3;
   const memory::desc bias_plain({y[1]}, f32, Tag::x);
   const auto forward_prop = isForward(call) ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
-  const dnnl::convolution_forward::desc forward_desc =
-      has_bias && isForward(call)
-          ? dnnl::convolution_forward::desc(forward_prop, direct, x_any, w_any, bias_plain, y_any, strides, dilations,
-                                            pad_low, pad_high)
-          : dnnl::convolution_forward::desc(forward_prop, direct, x_any, w_any, y_any, strides, dilations, pad_low,
-                                            pad_high);
-  const dnnl::convolution_forward::primitive_desc forward(forward_desc, attributes, cpuEngine());
+  auto forwardWith = [&](dnnl::algorithm algorithm) {
+    const dnnl::convolution_forward::desc forward_desc =
+        has_bias && isForward(call)
+            ? dnnl::convolution_forward::desc(forward_prop, algorithm, x_any, w_any, bias_plain, y_any, strides,
+                                              dilations, pad_low, pad_high)
+            : dnnl::convolution_forward::desc(forward_prop, algorithm, x_any, w_any, y_any, strides, dilations, pad_low,
+                                              pad_high);
+    return dnnl::convolution_forward::primitive_desc(forward_desc, attributes, cpuEngine());
+  };
+  std::optional<dnnl::convolution_forward::primitive_desc> winograd;
+  if (triesWinograd(call, y)) {
+    try {
+      winograd = forwardWith(dnnl::algorithm::convolution_winograd);
+    } catch (const dnnl::error&) {  // none for this shape or CPU: direct
+    }
+  }
+  const dnnl::convolution_forward::primitive_desc forward = winograd ? *winograd : forwardWith(direct);
   dnnl::primitive_desc_base chosen;
   auto input = [&](int arg, const memory::desc& plain, const memory::desc& wanted) {
     out.inputs.emplace_back(arg, StagedTensor{});

@@ -78,6 +78,34 @@ CaseList convolutionCases() {
             }
             b.addWithoutGradient(OpId::fused_conv2d, label, operands, attrs, "fused_conv2d has no gradient rule");
           }
+  // allow_winograd (inference graphs' 3x3 stride-1 convolutions): oneDNN's Winograd where the output
+  // plane has 14x14 pixels or more (F(2x2,3x3) and F(4x4,3x3) on AVX-512), the direct algorithm on
+  // smaller planes and other CPUs; f64 ignores it. Winograd's transforms round differently: each
+  // output is within 2e-5 (5e-6 seen here; outputs up to about 0.5), not the direct sum's 2e-6.
+  struct WinogradCase {
+    Shape x, w;  // x NCHW
+    const char* what;
+  };
+  for (const WinogradCase& c : {WinogradCase{{1, 32, 16, 16}, {32, 32, 3, 3}, "16x16 plane"},
+                                WinogradCase{{2, 24, 14, 15}, {40, 24, 3, 3}, "14x15 plane, channels not a multiple of 16"},
+                                WinogradCase{{2, 16, 8, 8}, {16, 16, 3, 3}, "8x8 plane (direct)"}})
+    for (const char* layout : {"NCHW", "NHWC"})
+      for (DType dtype : {DType::kF32, DType::kF64})
+        for (OpId op : {OpId::conv2d, OpId::fused_conv2d}) {
+          const bool nhwc = std::string(layout) == "NHWC";
+          AttrMap attrs = {{"pads", Ints{1, 1, 1, 1}}, {"layout", std::string(layout)}, {"allow_winograd", int64_t{1}}};
+          std::vector<TensorData> operands = {b.uniform(dtype, nhwc ? Shape{c.x[0], c.x[2], c.x[3], c.x[1]} : c.x),
+                                              b.uniform(dtype, c.w), b.uniform(dtype, {c.w[0]})};
+          if (op == OpId::fused_conv2d) {  // + residual, relu
+            attrs["activation"] = std::string("relu");
+            const Shape y = nhwc ? Shape{c.x[0], c.x[2], c.x[3], c.w[0]} : Shape{c.x[0], c.w[0], c.x[2], c.x[3]};
+            operands.push_back(b.uniform(dtype, y));
+          }
+          const std::string label = std::string("allow_winograd ") + c.what + " " + layout + " " +
+                                    std::string(dtypeName(dtype)) + (op == OpId::fused_conv2d ? " + residual relu" : "");
+          b.addWithoutGradient(op, label, operands, attrs, "allow_winograd is set only in graphs that do not train")
+              .tolerance = dtype == DType::kF32 ? std::optional<Tolerance>(Tolerance{1e-4, 2e-5}) : std::nullopt;
+        }
   // f32 sums of 400 and 576 products.
   b.add(OpId::conv2d, "large image",
         {b.uniform(DType::kF32, {2, 16, 32, 32}), b.uniform(DType::kF32, {4, 16, 5, 5}), b.uniform(DType::kF32, {4})},
