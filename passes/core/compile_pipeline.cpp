@@ -18,6 +18,7 @@
 #include "passes/fusion/elementwise_fusion.h"
 #include "passes/layout/channels_last.h"
 #include "passes/algorithm/winograd.h"
+#include "passes/core/pass_manager.h"
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
@@ -556,6 +557,11 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
                                                   std::to_string(global_batch / options.microbatches) + " rows) ");
     graph = std::move(*micro);
   }
+  // Transposes a matmul or gemm reads through itself (passes/cleanup/absorb_transposes.h), and
+  // those left unread.
+  CLEAVE_ASSIGN_OR_RETURN(Pipeline cleanup, parsePipeline("absorb-transposes,dce"));
+  if (Status absorbed = PassManager(std::move(cleanup)).run(graph); !absorbed)
+    return absorbed.withContext(options.model_file + ": ");
 
   // 2. Build the programs' graphs: one device's, or every device's after partitioning.
   LoweringInput lowering;
