@@ -1,5 +1,6 @@
 // CPU kernels of the reductions and normalisations: reduce_sum/mean/max, softmax, log_softmax,
 // layer_norm and batch_norm. Float sums accumulate in double.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -85,6 +86,12 @@ struct Reducer {
       return static_cast<T>(static_cast<U>(static_cast<U>(acc) + static_cast<U>(x)));
     }
   }
+  // Two partial results of one reduction (a max keeps a NaN either holds).
+  static Acc combine(Acc a, Acc b) {
+    if constexpr (kOp == OpId::reduce_max) return (b > a || b != b) ? b : a;
+    else if constexpr (std::is_floating_point_v<T>) return a + b;
+    else return add(a, b);
+  }
   static T finish(Acc acc, int64_t count) {
     if constexpr (kOp == OpId::reduce_mean) return static_cast<T>(acc / static_cast<Acc>(count));
     else return static_cast<T>(acc);
@@ -138,27 +145,52 @@ Status reduceTyped(const KernelCall& call) {
     });
   } else {
     // 4. The innermost dim is kept: each row of `run` results adds up rows of x, one per reduced
-    //    combination. Work items are (row, block of columns), accumulated in a local buffer.
+    //    combination. Work items are (row, block of columns, chunk of the reduced rows), each
+    //    accumulated in a local buffer. With few (row, block) pairs (a bias gradient: one row of
+    //    256 columns) the reduced rows split into chunks, whose partial results are then combined
+    //    in chunk order: the chunks depend on the shapes only, so the result does not depend on the
+    //    thread count.
     constexpr int64_t kBlock = 256;
+    constexpr int64_t kMinChunkRows = 64, kMaxChunks = 16, kEnoughPairs = 16;
     const std::vector<int64_t> rows = combinationOffsets(layout, false, true);
     const std::vector<int64_t> reduced_rows = combinationOffsets(layout, true, false);
+    const int64_t reduced = static_cast<int64_t>(reduced_rows.size());
     const int64_t blocks_per_row = (run + kBlock - 1) / kBlock;
-    const int64_t items = static_cast<int64_t>(rows.size()) * blocks_per_row;
-    parallelFor(items, threads, group * std::min(run, kBlock), [&](int64_t begin, int64_t end) {
-      Acc acc[kBlock];
+    const int64_t pairs = static_cast<int64_t>(rows.size()) * blocks_per_row;
+    const int64_t chunks =
+        pairs >= kEnoughPairs ? 1 : std::clamp<int64_t>(reduced / kMinChunkRows, 1, kMaxChunks);
+    const int64_t chunk_rows = (reduced + chunks - 1) / chunks;
+    std::vector<Acc> partial(chunks > 1 ? static_cast<size_t>(pairs * chunks * kBlock) : 0);
+    parallelFor(pairs * chunks, threads, chunk_rows * std::min(run, kBlock), [&](int64_t begin, int64_t end) {
+      Acc local[kBlock];
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t row = item / blocks_per_row;
-        const int64_t first = item % blocks_per_row * kBlock;
+        const int64_t pair = item / chunks, chunk = item % chunks;
+        const int64_t row = pair / blocks_per_row;
+        const int64_t first = pair % blocks_per_row * kBlock;
         const int64_t width = std::min(kBlock, run - first);
+        Acc* acc = chunks > 1 ? partial.data() + item * kBlock : local;
         std::fill_n(acc, width, R::start());
-        for (int64_t r : reduced_rows) {
-          const T* p = x + rows[row] + r + first;
+        for (int64_t k = chunk * chunk_rows; k < std::min(reduced, (chunk + 1) * chunk_rows); ++k) {
+          const T* p = x + rows[row] + reduced_rows[k] + first;
           for (int64_t j = 0; j < width; ++j) acc[j] = R::add(acc[j], p[j]);
         }
+        if (chunks > 1) continue;
         T* o = out + row * run + first;
         for (int64_t j = 0; j < width; ++j) o[j] = R::finish(acc[j], group);
       }
     });
+    if (chunks > 1) {
+      for (int64_t pair = 0; pair < pairs; ++pair) {
+        const int64_t row = pair / blocks_per_row;
+        const int64_t first = pair % blocks_per_row * kBlock;
+        const int64_t width = std::min(kBlock, run - first);
+        Acc* acc = partial.data() + pair * chunks * kBlock;
+        for (int64_t chunk = 1; chunk < chunks; ++chunk)
+          for (int64_t j = 0; j < width; ++j) acc[j] = R::combine(acc[j], acc[chunk * kBlock + j]);
+        T* o = out + row * run + first;
+        for (int64_t j = 0; j < width; ++j) o[j] = R::finish(acc[j], group);
+      }
+    }
   }
   return Status::ok();
 }

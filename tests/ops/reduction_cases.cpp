@@ -12,7 +12,8 @@ CaseList reductionCases() {
   using Ints = std::vector<int64_t>;
   const std::vector<std::pair<Shape, Ints>> reductions = {{{4, 5, 6}, {1}},  {{4, 5, 6}, {0, 2}}, {{4, 5, 6}, {}},
                                                           {{1000, 3}, {0}},  {{2, 3000}, {1}},   {{3, 1, 70}, {-1}},
-                                                          {{2, 3, 4}, {-3, -1}}, {{0, 3}, {1}}, {{5}, {0}}};
+                                                          {{2, 3, 4}, {-3, -1}}, {{0, 3}, {1}}, {{5}, {0}},
+                                                          {{8, 64, 40}, {0, 1}}};  // a bias gradient: chunks of rows
   for (const auto& [shape, axes] : reductions)
     for (int64_t keepdims : {0, 1})
       for (OpId op : {OpId::reduce_sum, OpId::reduce_mean, OpId::reduce_max}) {
@@ -26,6 +27,12 @@ CaseList reductionCases() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   b.add(OpId::reduce_max, "NaN propagates", {CaseBuilder::values(DType::kF32, {2, 3}, {1, nan, 2, 3, 4, 5})},
         {{"axes", Ints{1}}});
+  {  // over 300 rows (chunks of 64 combined in order): a NaN in a later chunk wins
+    std::vector<double> column(600, 1.0);
+    column[2 * 250 + 1] = nan;
+    b.add(OpId::reduce_max, "NaN in a later chunk of rows", {CaseBuilder::values(DType::kF32, {300, 2}, column)},
+          {{"axes", Ints{0}}});
+  }
   // argmax (no gradient: its result is an index) and cumsum, along each axis of a few shapes.
   for (const auto& [shape, axis] : std::vector<std::pair<Shape, int64_t>>{{{4, 5, 6}, 1}, {{4, 5, 6}, -1}, {{7}, 0}, {{3, 1}, 1}}) {
     const std::string label = shapeStr(shape) + " axis " + std::to_string(axis);
