@@ -246,7 +246,7 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
       ->capture_default_str();
   compile->add_option("--winograd", flags.winograd,
                       "on: an inference plan's 3x3 stride-1 convolutions may use a Winograd algorithm where the "
-                      "backend finds it faster (fewer multiplications; results differ from direct by ~1e-4 relative)")
+                      "backend finds it faster (fewer multiplications; results differ from direct by ~1e-5 of their scale)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");

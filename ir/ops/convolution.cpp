@@ -93,7 +93,7 @@ Status requireLayout(const OpContext& ctx) {
 }
 
 // allow_winograd: 0, or 1 where the backend may compute the convolution with a Winograd algorithm
-// (passes/layout/winograd.h).
+// (passes/algorithm/winograd.h).
 Status requireWinogradFlag(const OpContext& ctx) {
   const int64_t allow = ctx.getInt("allow_winograd");
   if (allow != 0 && allow != 1) return attrError(ctx, "allow_winograd", "is " + std::to_string(allow) + ", must be 0 or 1");

@@ -13,7 +13,7 @@ namespace cleave {
 // them would not be the function they differentiate). The backend then chooses per shape where
 // Winograd is faster: oneDNN's F(2x2,3x3) and F(4x4,3x3) on AVX-512, for output planes of 14x14 and
 // more (ResNet-18 224x224: 14.2 -> 11.8 ms at one thread); the others keep the direct algorithm.
-// Results differ from the direct convolution's by about 1e-4 of the outputs' scale, as they do
+// Results differ from the direct convolution's by about 1e-5 of the outputs' scale, as they do
 // between cuDNN's algorithms. Returns the number of nodes marked.
 Expected<int> allowWinogradConvolutions(Graph& graph);
 
