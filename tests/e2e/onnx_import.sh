@@ -29,6 +29,20 @@ assert error <= 1e-4 and error <= 1e-3 * scale, error
 PY
 }
 
+# check_switched_off FLAG MARK: $name's default plan (at $batch, in $tmp) holds MARK; compiled with
+# FLAG off it holds none, and its outputs still match PyTorch's.
+check_switched_off() {
+  local flag=$1 mark=$2 plan="$tmp/$name${1}-off.cplan"
+  grep -aq "$mark" "$tmp/$name.cplan" || fail "$name's plan has no $mark"
+  "$cleave" compile "$fixtures/$name/model.onnx" --batch "$batch" "$flag" off -o "$plan" >/dev/null ||
+    fail "compile of $name with $flag off failed"
+  ! grep -aq "$mark" "$plan" || fail "$name's plan with $flag off has $mark"
+  "$cleave" run "$plan" --inputs "$fixtures/$name/inputs" --outputs "$plan.out" >/dev/null ||
+    fail "run of $name with $flag off failed"
+  echo "  $flag off:"
+  compare "$plan.out/output.npy" "$fixtures/$name/expected/output.npy"
+}
+
 # 1. Every fixture: compile (inference, one device) and run, against PyTorch's output.
 for name in mlp cnn ops11 ops13 gpt14 gpt17 resnet mobilenet mobilenet_v3 train_cnn train_composites; do
   dir=$fixtures/$name
@@ -39,29 +53,11 @@ for name in mlp cnn ops11 ops13 gpt14 gpt17 resnet mobilenet mobilenet_v3 train_
   "$cleave" run "$tmp/$name.cplan" --inputs "$dir/inputs" --outputs "$tmp/$name.out" >/dev/null ||
     fail "run of $name failed"
   compare "$tmp/$name.out/output.npy" "$dir/expected/output.npy"
-  # The CNNs' convolutions run NHWC by default (--channels-last on); off keeps NCHW, same outputs.
-  case $name in cnn | resnet | mobilenet | mobilenet_v3 | train_cnn)
-    grep -aq NHWC "$tmp/$name.cplan" || fail "$name's plan has no NHWC convolution"
-    "$cleave" compile "$dir/model.onnx" --batch "$batch" --channels-last off -o "$tmp/$name.nchw.cplan" >/dev/null ||
-      fail "compile of $name with --channels-last off failed"
-    ! grep -aq NHWC "$tmp/$name.nchw.cplan" || fail "$name's plan with --channels-last off has NHWC nodes"
-    "$cleave" run "$tmp/$name.nchw.cplan" --inputs "$dir/inputs" --outputs "$tmp/$name.nchw.out" >/dev/null ||
-      fail "run of $name with --channels-last off failed"
-    echo "  --channels-last off:"
-    compare "$tmp/$name.nchw.out/output.npy" "$dir/expected/output.npy"
-  esac
-  # Their 3x3 stride-1 convolutions may run as Winograd (--winograd on, the default; on AVX-512, cnn's
-  # first one, of a 16x16 plane, does); off keeps every one direct.
-  case $name in cnn | resnet)
-    grep -aq allow_winograd "$tmp/$name.cplan" || fail "$name's plan has no convolution allowed Winograd"
-    "$cleave" compile "$dir/model.onnx" --batch "$batch" --winograd off -o "$tmp/$name.direct.cplan" >/dev/null ||
-      fail "compile of $name with --winograd off failed"
-    ! grep -aq allow_winograd "$tmp/$name.direct.cplan" || fail "$name's plan with --winograd off allows Winograd"
-    "$cleave" run "$tmp/$name.direct.cplan" --inputs "$dir/inputs" --outputs "$tmp/$name.direct.out" >/dev/null ||
-      fail "run of $name with --winograd off failed"
-    echo "  --winograd off:"
-    compare "$tmp/$name.direct.out/output.npy" "$dir/expected/output.npy"
-  esac
+  # The CNNs' convolutions run NHWC by default (--channels-last on); off keeps NCHW. Their 3x3
+  # stride-1 convolutions may run as Winograd (--winograd on, the default; on AVX-512, cnn's first
+  # one, of a 16x16 plane, does); off keeps every one direct. Same outputs either way.
+  case $name in cnn | resnet | mobilenet | mobilenet_v3 | train_cnn) check_switched_off --channels-last NHWC ;; esac
+  case $name in cnn | resnet) check_switched_off --winograd allow_winograd ;; esac
 done
 
 # 2. import writes text IR that compiles like the .onnx itself; the shape subgraph folded away.
