@@ -6,7 +6,8 @@ the fashion convnet (examples/fashion_cnn.cir, batch 64), at 1 and 2 threads. Ru
 Also: the losses of both plans step by step (fusion must not change them beyond 1e-5 relative) and the
 bytes the kernels move per step by the cost model (`cleave inspect --json`: kernel_bytes, fused_nodes).
 Needs only the build (no PyTorch). Usage: bench/fusion_speedup.py [--reps 5] [--threads 1,2]
-[--models gpt,cnn] -> $OUT/fusion_speedup.json and a table on stdout."""
+[--models gpt,cnn] [--breakdown] -> $OUT/fusion_speedup.json and a table on stdout. --breakdown also
+prints each plan's milliseconds per step in matrix products and in the rest, by op (cleave run --trace)."""
 import argparse
 import json
 import os
@@ -64,11 +65,43 @@ def step_rate(plan, model, threads, work):
     return (len(rows) - WARMUP) * batch / elapsed, [r["loss"] for r in rows]
 
 
+def time_by_op(plan, threads, work):
+    """ms per training step by op (steps 2-4 of `cleave run --trace`): where fusion can still win."""
+    trace = os.path.join(work, "trace.json")
+    rc, _, err, _ = run([CLEAVE, "run", plan, "--data", "synthetic", "--steps", "6", "--threads", str(threads),
+                         "--progress", "never", "--trace", trace])
+    assert rc == 0, err[-800:]
+    events = json.load(open(trace))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans = [e for e in events if e.get("ph") == "X"]
+    steps = len({e.get("args", {}).get("step") for e in spans}) or 1
+    totals = {}
+    for e in spans:
+        op = e["name"].split(" ")[0]
+        totals[op] = totals.get(op, 0.0) + e["dur"] / 1000.0 / steps
+    return totals
+
+
+def print_breakdown(model, threads, plans, work):
+    """The matrix products' ms per step and everything else's, unfused and fused, and the biggest rest."""
+    by_op = {fusion: time_by_op(plans[fusion], threads, work) for fusion in ("off", "on")}
+    for fusion, label in (("off", "unfused"), ("on", "fused")):
+        ops = by_op[fusion]
+        products = sum(ms for op, ms in ops.items() if op in ("matmul", "gemm"))
+        rest = sum(ops.values()) - products
+        biggest = sorted(((ms, op) for op, ms in ops.items() if op not in ("matmul", "gemm")), reverse=True)[:6]
+        print(f"  {model} {threads} thread(s) {label:8} products {products:6.2f} ms, rest {rest:6.2f} ms: " +
+              ", ".join(f"{op} {ms:.2f}" for ms, op in biggest))
+    return by_op
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--models", default="gpt,cnn")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also print each plan's ms per step by op from cleave run --trace (products and the rest)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="fusion-", dir=OUT)
     results = {"loadavg_before": loadavg(), "rows": []}
@@ -92,6 +125,8 @@ def main():
                    "speedup": on / off, "max_relative_loss_difference": diff, "kernel_bytes_unfused": bytes_off,
                    "kernel_bytes_fused": bytes_on, "fused_nodes": nodes, "fused_bytes_saved": saved,
                    "runs": rates, "loadavg": loadavg()}
+            if args.breakdown:
+                row["ms_per_step_by_op"] = print_breakdown(model, threads, plans, work)
             results["rows"].append(row)
             print(f"{model:6} {threads:>7} {fmt(off):>10} {fmt(on):>10} {on / off:>8.2f}x {diff:>10.1e} "
                   f"{bytes_off / 1e6:>16.1f} {bytes_on / 1e6:>8.1f} {nodes:>12}   (load {loadavg()})")
