@@ -92,14 +92,6 @@ Status requireLayout(const OpContext& ctx) {
   return Status::ok();
 }
 
-// allow_winograd: 0, or 1 where the backend may compute the convolution with a Winograd algorithm
-// (passes/algorithm/winograd.h).
-Status requireWinogradFlag(const OpContext& ctx) {
-  const int64_t allow = ctx.getInt("allow_winograd");
-  if (allow != 0 && allow != 1) return attrError(ctx, "allow_winograd", "is " + std::to_string(allow) + ", must be 0 or 1");
-  return Status::ok();
-}
-
 Expected<std::vector<TensorType>> conv2dShape(const OpContext& ctx) {
   // 1. Operands: x [N,C,H,W] (or [N,H,W,C] with layout NHWC) and w [O,C/groups,kh,kw] of one float
   //    dtype, optional b [O].
@@ -109,7 +101,7 @@ Expected<std::vector<TensorType>> conv2dShape(const OpContext& ctx) {
   CLEAVE_TRY(requireSameDType(ctx, 1, 0));
   // 2. Attributes.
   CLEAVE_TRY(requireLayout(ctx));
-  CLEAVE_TRY(requireWinogradFlag(ctx));
+  CLEAVE_TRY(requireFlag(ctx, "allow_winograd"));  // 1: the backend may use Winograd (passes/algorithm/winograd.h)
   const bool channels_last = isChannelsLast(ctx);
   CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> strides, intsAttr(ctx, "strides", 2, 1));
   CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> pads, intsAttr(ctx, "pads", 4, 0));

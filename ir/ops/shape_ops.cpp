@@ -10,6 +10,21 @@
 #include "ir/ops/reference_support.h"
 
 namespace cleave::ops {
+
+Expected<std::vector<int64_t>> transposePerm(const OpContext& ctx) {
+  int64_t rank = ctx.operands[0].rank();
+  if (ctx.getInts("perm").empty()) {
+    std::vector<int64_t> reversed(static_cast<size_t>(rank));
+    for (int64_t i = 0; i < rank; ++i) reversed[i] = rank - 1 - i;
+    return reversed;
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> perm, resolveAxes(ctx, "perm", rank, "operand 0"));
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return attrError(ctx, "perm", "is " + intsStr(ctx.getInts("perm")) + ", not a permutation of operand 0's " +
+                                      std::to_string(rank) + " dims");
+  return perm;
+}
+
 namespace {
 
 // ---- Shape rules ----
@@ -71,21 +86,6 @@ Expected<std::vector<TensorType>> flattenShape(const OpContext& ctx) {
   int64_t outer = *checkedProduct(std::span(in).first(axis));
   int64_t inner = *checkedProduct(std::span(in).subspan(axis));
   return std::vector<TensorType>{{ctx.operands[0].dtype, {outer, inner}}};
-}
-
-// transpose's permutation: `perm`, or the reversed dims when it is empty.
-Expected<std::vector<int64_t>> transposePerm(const OpContext& ctx) {
-  int64_t rank = ctx.operands[0].rank();
-  if (ctx.getInts("perm").empty()) {
-    std::vector<int64_t> reversed(static_cast<size_t>(rank));
-    for (int64_t i = 0; i < rank; ++i) reversed[i] = rank - 1 - i;
-    return reversed;
-  }
-  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> perm, resolveAxes(ctx, "perm", rank, "operand 0"));
-  if (static_cast<int64_t>(perm.size()) != rank)
-    return attrError(ctx, "perm", "is " + intsStr(ctx.getInts("perm")) + ", not a permutation of operand 0's " +
-                                      std::to_string(rank) + " dims");
-  return perm;
 }
 
 Expected<std::vector<TensorType>> transposeShape(const OpContext& ctx) {
@@ -661,20 +661,12 @@ Status triluGradient(GradientContext& g) {
 
 Expected<std::vector<TensorData>> transposeReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
   const TensorData& x = *operands[0];
-  const int64_t rank = x.type.rank();
-  std::vector<int64_t> perm = ctx.getInts("perm");
-  if (perm.empty())
-    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
-  if (static_cast<int64_t>(perm.size()) != rank)
-    return referenceError(ctx, "perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
+  auto perm = transposePerm(ctx);  // normalised, each dim once
+  if (!perm) return referenceError(ctx, perm.status().message());
   // Result dim d walks input dim perm[d].
   const std::vector<int64_t> in_strides = rowMajorStrides(x.type.shape);
-  std::vector<int64_t> strides(perm.size());
-  for (size_t d = 0; d < perm.size(); ++d) {
-    const int64_t from = normalizeAxis(perm[d], rank);
-    if (from < 0) return referenceError(ctx, "perm entry " + std::to_string(perm[d]) + " is out of range");
-    strides[d] = in_strides[from];
-  }
+  std::vector<int64_t> strides(perm->size());
+  for (size_t d = 0; d < perm->size(); ++d) strides[d] = in_strides[(*perm)[d]];
   return single(selectElements(x, ctx.results[0], stridedIndices(ctx.results[0].shape, strides)));
 }
 

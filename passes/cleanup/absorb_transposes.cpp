@@ -4,26 +4,15 @@
 #include <string>
 #include <utility>
 
+#include "ir/ops/op_rules.h"
+
 namespace cleave {
-namespace {
-
-// The transpose's perm (its default reverses every dim).
-std::vector<int64_t> permOf(const Graph& graph, const Node& transpose) {
-  std::vector<int64_t> perm = OpContext{opDef(OpId::transpose), {}, {}, transpose.attrs}.getInts("perm");
-  const int64_t rank = graph.values[transpose.operands[0]].type.rank();
-  if (perm.empty())
-    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
-  for (int64_t& p : perm)
-    if (p < 0) p += rank;
-  return perm;
-}
-
-}  // namespace
 
 Expected<int> absorbTransposesIntoProducts(Graph& graph) {
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
-  std::vector<bool> is_output(graph.values.size(), false);
-  for (ValueId v : graph.outputs) is_output[v] = true;
+  std::vector<bool> is_root(graph.values.size(), false);  // outputs and updated state: types stay
+  for (ValueId v : graph.outputs) is_root[v] = true;
+  for (const StateUpdate& update : graph.updates) is_root[update.new_value] = true;
   int rewritten = 0;
   for (Node& product : graph.nodes) {
     if (product.op != OpId::matmul && product.op != OpId::gemm) continue;
@@ -32,10 +21,12 @@ Expected<int> absorbTransposesIntoProducts(Graph& graph) {
       const int32_t producer = graph.values[operand].producer;
       if (producer < 0 || graph.nodes[producer].op != OpId::transpose) continue;
       Node& transpose = graph.nodes[producer];
-      const int64_t rank = graph.values[transpose.operands[0]].type.rank();
+      const TensorType& input = graph.values[transpose.operands[0]].type;
+      const int64_t rank = input.rank();
       if (rank < 2) continue;
-      std::vector<int64_t> swapped = permOf(graph, transpose);
-      if (swapped[rank - 2] != rank - 1) continue;
+      auto perm = ops::transposePerm(OpContext{opDef(OpId::transpose), {&input, 1}, {}, transpose.attrs});
+      if (!perm || (*perm)[rank - 2] != rank - 1) continue;
+      std::vector<int64_t> swapped = std::move(*perm);
       std::swap(swapped[rank - 2], swapped[rank - 1]);
       bool identity = true;
       for (int64_t d = 0; d < rank; ++d) identity = identity && swapped[d] == d;
@@ -44,8 +35,8 @@ Expected<int> absorbTransposesIntoProducts(Graph& graph) {
       if (identity) {
         product.operands[k] = transpose.operands[0];
       } else {
-        // The transpose's result changes: only when this product alone reads it (once).
-        if (users[operand].size() != 1 || is_output[operand] || product.operands[1 - k] == operand) continue;
+        // The transpose's result changes: only when this product alone reads it, once.
+        if (users[operand].size() != 1 || is_root[operand]) continue;
         transpose.attrs["perm"] = swapped;
         Shape& shape = graph.values[operand].type.shape;
         std::swap(shape[rank - 2], shape[rank - 1]);

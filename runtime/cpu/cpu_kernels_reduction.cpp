@@ -161,34 +161,39 @@ Status reduceTyped(const KernelCall& call) {
         pairs >= kEnoughPairs ? 1 : std::clamp<int64_t>(reduced / kMinChunkRows, 1, kMaxChunks);
     const int64_t chunk_rows = (reduced + chunks - 1) / chunks;
     std::vector<Acc> partial(chunks > 1 ? static_cast<size_t>(pairs * chunks * kBlock) : 0);
+    // Pair p's columns: the result row's offset in x, its first column and how many.
+    struct Columns {
+      int64_t row, first, width;
+    };
+    auto columnsOf = [&](int64_t pair) {
+      const int64_t first = pair % blocks_per_row * kBlock;
+      return Columns{pair / blocks_per_row, first, std::min(kBlock, run - first)};
+    };
+    auto finish = [&](const Columns& c, const Acc* acc) {
+      T* o = out + c.row * run + c.first;
+      for (int64_t j = 0; j < c.width; ++j) o[j] = R::finish(acc[j], group);
+    };
     parallelFor(pairs * chunks, threads, chunk_rows * std::min(run, kBlock), [&](int64_t begin, int64_t end) {
       Acc local[kBlock];
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t pair = item / chunks, chunk = item % chunks;
-        const int64_t row = pair / blocks_per_row;
-        const int64_t first = pair % blocks_per_row * kBlock;
-        const int64_t width = std::min(kBlock, run - first);
+        const int64_t chunk = item % chunks;
+        const Columns c = columnsOf(item / chunks);
         Acc* acc = chunks > 1 ? partial.data() + item * kBlock : local;
-        std::fill_n(acc, width, R::start());
+        std::fill_n(acc, c.width, R::start());
         for (int64_t k = chunk * chunk_rows; k < std::min(reduced, (chunk + 1) * chunk_rows); ++k) {
-          const T* p = x + rows[row] + reduced_rows[k] + first;
-          for (int64_t j = 0; j < width; ++j) acc[j] = R::add(acc[j], p[j]);
+          const T* p = x + rows[c.row] + reduced_rows[k] + c.first;
+          for (int64_t j = 0; j < c.width; ++j) acc[j] = R::add(acc[j], p[j]);
         }
-        if (chunks > 1) continue;
-        T* o = out + row * run + first;
-        for (int64_t j = 0; j < width; ++j) o[j] = R::finish(acc[j], group);
+        if (chunks == 1) finish(c, acc);
       }
     });
     if (chunks > 1) {
       for (int64_t pair = 0; pair < pairs; ++pair) {
-        const int64_t row = pair / blocks_per_row;
-        const int64_t first = pair % blocks_per_row * kBlock;
-        const int64_t width = std::min(kBlock, run - first);
+        const Columns c = columnsOf(pair);
         Acc* acc = partial.data() + pair * chunks * kBlock;
         for (int64_t chunk = 1; chunk < chunks; ++chunk)
-          for (int64_t j = 0; j < width; ++j) acc[j] = R::combine(acc[j], acc[chunk * kBlock + j]);
-        T* o = out + row * run + first;
-        for (int64_t j = 0; j < width; ++j) o[j] = R::finish(acc[j], group);
+          for (int64_t j = 0; j < c.width; ++j) acc[j] = R::combine(acc[j], acc[chunk * kBlock + j]);
+        finish(c, acc);
       }
     }
   }
