@@ -154,6 +154,29 @@ int main(int argc, char** argv) {
                     secondsPerCall(PreparedCall(OpId::conv2d_grad_weight, {&dy, &x}, weight_attrs, threads), repeats), flops});
   }
 
+  // 3. The GPT's elementwise work (4 layers, 256 wide, 512 tokens): generic kernels against fused ones.
+  if (std::getenv("KB_ELEMENTWISE")) {
+    const Buffer h = randomBuffer({512, 1024}, rng), hb = randomBuffer({1024}, rng), dh = randomBuffer({512, 1024}, rng);
+    const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng), g = randomBuffer({256}, rng);
+    auto row = [&](const char* name, OpId op, std::vector<const Buffer*> in, AttrMap attrs) {
+      std::printf("%-50s %8.1f us\n", name, 1e6 * secondsPerCall(PreparedCall(op, std::move(in), std::move(attrs), threads), repeats));
+    };
+    row("add [512,1024]+[1024]", OpId::add, {&h, &hb}, {});
+    row("gelu [512,1024]", OpId::gelu, {&h}, {});
+    row("fused add+gelu", OpId::fused, {&h, &hb}, {{"body", std::string("t0 = add(x0, x1); t1 = gelu(t0); return t0, t1")}});
+    row("gelu_grad [512,1024]", OpId::gelu_grad, {&dh, &h}, {});
+    row("fused gelu_grad", OpId::fused, {&dh, &h}, {{"body", std::string("t0 = gelu_grad(x0, x1); return t0")}});
+    row("fused gelu_grad + column sum", OpId::fused, {&dh, &h},
+        {{"body", std::string("t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")}});
+    row("fused add + column sum [512,256]", OpId::fused, {&r, &dr},
+        {{"body", std::string("t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")}});
+    row("add [512,256]", OpId::add, {&r, &dr}, {});
+    row("fused add [512,1024]", OpId::fused, {&h, &dh}, {{"body", std::string("t0 = add(x0, x1); t1 = mul(t0, 2); return t1")}});
+    row("reduce_sum [512,1024] axis 0", OpId::reduce_sum, {&h}, {{"axes", std::vector<int64_t>{0}}});
+    row("layer_norm_grad [512,256]", OpId::layer_norm_grad, {&dr, &r, &g}, {});
+    row("layer_norm [512,256]", OpId::layer_norm, {&r, &g, &g}, {});
+  }
+
   // 3. The peer: a direct cblas_sgemm 512³ on OpenBLAS's own `threads` threads.
   std::vector<float> c(static_cast<size_t>(n) * n);
   openblas_set_num_threads(threads);

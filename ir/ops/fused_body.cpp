@@ -80,6 +80,20 @@ Status parseAttribute(const OpDef& def, std::string_view text, std::string_view 
       else attrs[name] = static_cast<int64_t>(*number);
       return Status::ok();
     }
+    case AttrKind::kInts: {  // [0 1 2]: spaces between, as the attribute list is split at commas
+      if (value.size() < 2 || value.front() != '[' || value.back() != ']')
+        return stepError(step, "attribute '" + name + "' is '" + std::string(value) + "', not a list like [0 1]");
+      std::vector<int64_t> ints;
+      for (std::string_view item : split(value.substr(1, value.size() - 2), ' ')) {
+        if (item.empty()) continue;
+        std::optional<double> number = parseNumber(item);
+        if (!number || *number != std::trunc(*number))
+          return stepError(step, "attribute '" + name + "' holds '" + std::string(item) + "', not an integer");
+        ints.push_back(static_cast<int64_t>(*number));
+      }
+      attrs[name] = std::move(ints);
+      return Status::ok();
+    }
     default: return stepError(step, "attribute '" + name + "' has a kind a fused body cannot spell");
   }
 }
@@ -123,6 +137,11 @@ std::string attributeText(const Attribute& value) {
     case AttrKind::kInt: return std::to_string(std::get<int64_t>(value));
     case AttrKind::kFloat: return numberText(std::get<double>(value));
     case AttrKind::kString: return std::get<std::string>(value);
+    case AttrKind::kInts: {
+      std::string text = "[";
+      for (int64_t v : std::get<std::vector<int64_t>>(value)) text += (text.size() > 1 ? " " : "") + std::to_string(v);
+      return text + "]";
+    }
     default: return "?";
   }
 }
@@ -202,6 +221,36 @@ std::string printFusedBody(const FusedBody& body) {
 
 TensorType fusedLiteralType(DType dtype) { return TensorType{dtype, {}}; }
 
+bool isColumnSum(const FusedStep& step) { return step.op == OpId::reduce_sum; }
+
+namespace {
+
+// Step `i`, a reduce_sum, sums f32 step `summed_type` over every dim but the last (keepdims 0), and
+// that step is a step of the body of the full shape, not an operand or another column sum.
+Status checkColumnSum(const FusedBody& body, size_t i, const TensorType& summed_type, const TensorType& result) {
+  const FusedStep& step = body.steps[i];
+  const std::string where = "fused body: step t" + std::to_string(i) + ": reduce_sum ";
+  if (step.args.size() != 1 || step.args[0].kind != FusedArg::Kind::kStep || isColumnSum(body.steps[step.args[0].index]))
+    return Status::badInput(where + "sums a step of the body (a column sum)");
+  const int64_t rank = summed_type.rank();
+  std::vector<int64_t> axes;
+  if (auto it = step.attrs.find("axes"); it != step.attrs.end() && attrKind(it->second) == AttrKind::kInts)
+    axes = std::get<std::vector<int64_t>>(it->second);
+  for (int64_t& a : axes) a = a < 0 ? a + rank : a;
+  std::sort(axes.begin(), axes.end());
+  std::vector<int64_t> leading(static_cast<size_t>(std::max<int64_t>(0, rank - 1)));
+  for (size_t d = 0; d < leading.size(); ++d) leading[d] = static_cast<int64_t>(d);
+  auto keepdims = step.attrs.find("keepdims");
+  const bool kept = keepdims != step.attrs.end() && std::get<int64_t>(keepdims->second) != 0;
+  if (rank < 2 || axes != leading || kept || summed_type.dtype != DType::kF32 || result.shape != Shape{summed_type.shape.back()})
+    return Status::badInput(where + "in a fused body sums an f32 step of rank 2 or more over every dim but the last "
+                            "(axes [0, ..., rank-2], keepdims 0), giving one value per column; got axes of " +
+                            summed_type.str() + " to " + result.str());
+  return Status::ok();
+}
+
+}  // namespace
+
 Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types) {
   if (body.operandCount() != static_cast<int>(operand_types.size()))
     return Status::badInput("fused body reads " + std::to_string(body.operandCount()) + " operands, the node has " +
@@ -213,9 +262,13 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
     const FusedStep& step = body.steps[i];
     const OpDef& def = opDef(step.op);
     const bool last_axis = def.fusable_along_last_axis;
-    if (!def.fusable && !last_axis) return Status::badInput(stepName(i) + ": " + std::string(def.name) + " is not fusable");
+    const bool column_sum = isColumnSum(step);
+    if (!def.fusable && !last_axis && !column_sum)
+      return Status::badInput(stepName(i) + ": " + std::string(def.name) + " is not fusable");
     if (last_axis && i + 1 != body.steps.size())
       return Status::badInput(stepName(i) + ": " + std::string(def.name) + " must be the body's last step");
+    if (!column_sum && i > 0 && isColumnSum(body.steps[i - 1]))
+      return Status::badInput(stepName(i) + ": follows a column sum; column sums are the body's last steps");
     std::vector<TensorType> arg_types(step.args.size());
     std::optional<DType> arg_dtype;
     for (size_t a = 0; a < step.args.size(); ++a) {
@@ -231,6 +284,7 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
     if (!results) return results.status().withContext(stepName(i) + ": ");
     if (results->size() != 1) return Status::badInput(stepName(i) + ": " + std::string(def.name) + " has several results");
     const TensorType& result = (*results)[0];
+    if (column_sum) CLEAVE_TRY(checkColumnSum(body, i, arg_types[0], result));
     if (last_axis) {
       const auto& axis = step.attrs.find("axis");
       const int64_t rank = result.rank();
@@ -263,18 +317,32 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
       std::find(body.returned.begin(), body.returned.end(), last) == body.returned.end())
     return Status::badInput("fused body: its last step t" + std::to_string(last) + " (" +
                             std::string(opName(body.steps[last].op)) + ") must be returned");
+  if (isColumnSum(body.steps[body.returned[0]]))
+    return Status::badInput("fused body: its first returned step t" + std::to_string(body.returned[0]) +
+                            " is a column sum; the steps of the full shape come first");
   const Shape& shape = types[body.returned[0]].shape;
-  for (int r : body.returned)
+  for (int r : body.returned) {
+    if (isColumnSum(body.steps[r])) {
+      const FusedArg& summed = body.steps[r].args[0];
+      if (std::find(body.returned.begin(), body.returned.end(), summed.index) == body.returned.end())
+        return Status::badInput("fused body: column sum t" + std::to_string(r) + " sums t" + std::to_string(summed.index) +
+                                ", which the body does not return; a column sum's input is returned too");
+      continue;
+    }
     if (types[r].shape != shape)
       return Status::badInput("fused body: returns t" + std::to_string(r) + " of shape " + types[r].str() + " and t" +
                               std::to_string(body.returned[0]) + " of " + types[body.returned[0]].str() +
-                              "; returned steps share one shape");
+                              "; returned steps share one shape (column sums aside)");
+  }
+  for (size_t i = 0; i < body.steps.size(); ++i)
+    if (isColumnSum(body.steps[i]) && std::find(body.returned.begin(), body.returned.end(), static_cast<int>(i)) == body.returned.end())
+      return Status::badInput(stepName(i) + ": a column sum the body does not return");
   auto reaches = [&](const Shape& s) {
     std::optional<Shape> joined = broadcastShapes(s, shape);
     return joined && *joined == shape;
   };
   for (size_t i = 0; i < types.size(); ++i)
-    if (!reaches(types[i].shape))
+    if (!isColumnSum(body.steps[i]) && !reaches(types[i].shape))
       return Status::badInput(stepName(i) + ": shape " + types[i].str() + " does not broadcast to the result shape");
   for (size_t o = 0; o < operand_types.size(); ++o)
     if (!reaches(operand_types[o].shape))

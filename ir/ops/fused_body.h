@@ -3,7 +3,9 @@
 // Grammar (docs/ops.md, "fused"): steps separated by "; ", then the returned steps:
 //   t0 = mul(x0, 0.5); t1 = gelu(t0)[approximate=tanh]; t2 = add(t1, x1); return t1, t2
 // xI is the fused node's operand I, tJ an earlier step's result, a number a scalar literal of the
-// step's dtype (a folded constant); [name=value, ...] are the step op's attributes, written bare.
+// step's dtype (a folded constant); [name=value, ...] are the step op's attributes, written bare
+// (an integer list as [0 1]). A column sum (isColumnSum) ends a body:
+//   t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0 1], keepdims=0]; return t0, t1
 #pragma once
 
 #include <cstdint>
@@ -54,9 +56,15 @@ std::string printFusedBody(const FusedBody& body);
 // The type of every step, for operands of `operand_types`: each step's op's shape rule on its
 // arguments' types, a literal being a scalar of the step's first non-literal argument's dtype.
 // Errors name the step. Also checks what the kernels assume: every step's op is fusable, or
-// fusable along the last axis (softmax) as the last step, along the last axis, on f32; every
-// returned step has the shape every operand and step broadcasts to; all share one float dtype.
+// fusable along the last axis (softmax) as the last step, along the last axis, on f32, or a column
+// sum (isColumnSum); every returned step but the column sums has the shape every operand and step
+// broadcasts to; all share one float dtype.
 Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types);
+
+// A column sum: a reduce_sum step over every dim but the last of a returned f32 step (a bias
+// gradient). Column sums are the body's last steps, no step reads one, and each is returned after
+// the steps of the full shape; kernels add each row into it as they compute the row.
+bool isColumnSum(const FusedStep& step);
 
 // The type of a literal argument of a step whose other arguments have `dtype`: a scalar.
 TensorType fusedLiteralType(DType dtype);

@@ -1,10 +1,13 @@
 // The fused op: a chain of elementwise steps (ir/ops/fused_body.h) computed in one pass over memory.
 #include "ir/ops/fused_ops.h"
 
+#include <algorithm>
+
 #include "ir/op_table.h"
 #include "ir/ops/fused_body.h"
 #include "ir/ops/op_rules.h"
 #include "ir/ops/reference_support.h"
+#include "ir/sharding_rule_builder.h"
 
 namespace cleave::ops {
 namespace {
@@ -129,6 +132,24 @@ Expected<std::vector<TensorData>> fusedReference(const OpContext& ctx, std::span
   return results;
 }
 
+// Pointwise with broadcasting over the full shape; with column sums (one value per column, summed
+// over every other dim) only the last dim may be split: a split leading dim would leave each device
+// a partial sum.
+ShardingRule fusedShardingRule(const OpContext& ctx) {
+  auto typed = typedBody(ctx);
+  if (!typed) return {};
+  const bool sums_columns = std::any_of(typed->body.steps.begin(), typed->body.steps.end(), isColumnSum);
+  std::vector<TensorType> results;
+  for (int r : typed->body.returned) results.push_back(typed->step_types[r]);
+  const Shape& shape = results[0].shape;
+  ShardingRuleBuilder rule(ctx.operands, results);
+  const int last = static_cast<int>(shape.size()) - 1;
+  rule.addBroadcastingPointwise(shape, [&](int d) {
+    return sums_columns && d != last ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+  });
+  return rule.build();
+}
+
 }  // namespace
 
 double fusedBytesSaved(const OpContext& ctx) {
@@ -154,7 +175,7 @@ void addFusedOps(std::vector<OpDef>& table) {
                         .attrs = {requiredAttr("body", AttrKind::kString)},
                         .shape = checkedShapeRule<fusedShape>,
                         .cost = fusedCost,
-                        .sharding = broadcastShardingRule,
+                        .sharding = fusedShardingRule,
                         .reference = fusedReference});
 }
 

@@ -15,7 +15,8 @@ struct FusionGroup {
   Shape shape;
   DType dtype;
   int64_t label;
-  bool closed = false;  // ended by a step along the last axis (softmax, layer norm): nothing joins after it
+  bool closed = false;   // ended by a step along the last axis (softmax, layer norm): nothing joins after it
+  bool summing = false;  // has a column sum: only further column sums join
 };
 
 class ElementwiseFusion {
@@ -30,10 +31,16 @@ class ElementwiseFusion {
   Expected<FusionReport> run() {
     // 1. Grow groups in program order.
     for (int32_t i = 0; i < static_cast<int32_t>(graph_.nodes.size()); ++i) {
+      if (const int g = columnSumGroup(i); g >= 0) {
+        groups_[g].members.push_back(i);
+        groups_[g].summing = true;
+        group_of_[i] = g;
+        continue;
+      }
       if (!isCandidate(i)) continue;
       const bool ends_chain = opDef(graph_.nodes[i].op).fusable_along_last_axis;
       const int target = ends_chain ? groupOfOperand(i, 0) : groupToJoin(i);
-      if (target >= 0 && !groups_[target].closed && canJoin(target, i)) {
+      if (target >= 0 && !groups_[target].closed && !groups_[target].summing && canJoin(target, i)) {
         groups_[target].members.push_back(i);
         groups_[target].closed = ends_chain;
         group_of_[i] = target;
@@ -133,8 +140,8 @@ class ElementwiseFusion {
   int groupToJoin(int32_t i) const {
     const Node& node = graph_.nodes[i];
     for (size_t k = 0; k < node.operands.size(); ++k)
-      if (const int g = groupOfOperand(i, k); g >= 0 && !groups_[g].closed && canJoin(g, i)) return g;
-    if (groups_.empty() || groups_.back().closed) return -1;
+      if (const int g = groupOfOperand(i, k); g >= 0 && !groups_[g].closed && !groups_[g].summing && canJoin(g, i)) return g;
+    if (groups_.empty() || groups_.back().closed || groups_.back().summing) return -1;
     const int last = static_cast<int>(groups_.size()) - 1;
     for (int32_t member : groups_.back().members)
       for (ValueId read : graph_.nodes[member].operands)
@@ -155,6 +162,13 @@ class ElementwiseFusion {
     if (opDef(graph_.nodes[i].op).fusable_along_last_axis)
       for (size_t k = 1; k < graph_.nodes[i].operands.size(); ++k)
         if (groupOfOperand(i, k) == g) return false;  // a per-column operand computed by the chain
+    return standsAfter(g, i);
+  }
+
+  // Node i follows group g's last member with only views and constants between them, and no node
+  // outside the group that reads a member's result comes before i.
+  bool standsAfter(int g, int32_t i) const {
+    const FusionGroup& group = groups_[g];
     for (int32_t between = group.members.back() + 1; between < i; ++between) {
       const Node& node = graph_.nodes[between];
       if (!opDef(node.op).view && node.op != OpId::constant) return false;
@@ -163,6 +177,31 @@ class ElementwiseFusion {
       for (int32_t user : users_[graph_.nodes[member].results[0]])
         if (user != i && group_of_[user] != g && user < i) return false;
     return true;
+  }
+
+  // The group reduce_sum node i joins as a column sum (a bias gradient: its operand, a member of the
+  // group, summed over every dim but the last into f32[columns]), or -1. It must follow the group's
+  // last member (views and constants between), and the value it sums must be read outside the
+  // group too, so that the fused node returns it (a GPU sums the returned tensor; see
+  // ir/ops/fused_body.h).
+  int columnSumGroup(int32_t i) const {
+    const Node& node = graph_.nodes[i];
+    if (node.op != OpId::reduce_sum || node.operands.size() != 1 || node.results.size() != 1) return -1;
+    const int g = groupOfOperand(i, 0);
+    if (g < 0 || groups_[g].closed || groups_[g].dtype != DType::kF32 || labelOf(i) != groups_[g].label) return -1;
+    const FusionGroup& group = groups_[g];
+    const ValueId summed = node.operands[0];
+    if (graph_.values[summed].type.shape != group.shape || group.shape.size() < 2) return -1;
+    FusedStep step{OpId::reduce_sum, {{FusedArg::Kind::kStep, 0, 0.0}}, node.attrs};
+    FusedBody probe{{FusedStep{OpId::neg, {{FusedArg::Kind::kOperand, 0, 0.0}}, {}}, step}, {0, 1}};
+    auto types = inferFusedStepTypes(probe, std::vector<TensorType>{graph_.values[summed].type});
+    if (!types || (*types)[1] != graph_.values[node.results[0]].type) return -1;  // not over every dim but the last
+    const ValueId result = node.results[0];
+    if (!is_root_[result] && users_[result].empty()) return -1;
+    bool read_outside = is_root_[summed];
+    for (int32_t user : users_[summed]) read_outside = read_outside || (user != i && group_of_[user] != g);
+    if (!read_outside) return -1;
+    return standsAfter(g, i) ? g : -1;
   }
 
   // A lone node of a transcendental op (its cost counts at least 8 FLOPs per element) still becomes

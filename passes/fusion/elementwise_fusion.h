@@ -24,7 +24,9 @@ struct FusionReport {
 // the chain's last node's place. Scalar constants become literals of the
 // body. A softmax or a layer norm along the last axis (OpDef::fusable_along_last_axis) may end a
 // chain, in f32, when the chain is its first operand (a layer norm's scale and bias, one value per
-// column, come from outside the chain).
+// column, come from outside the chain). A reduce_sum of an f32 chain value over every dim but the
+// last (a bias gradient) may join the chain as a column sum when it follows the chain and the value
+// it sums is read outside the chain too; only column sums join after it.
 // `node_group`, when not empty, gives each node a group (a pipeline step): only nodes of one
 // group fuse, and the vector is updated to the new node list. A chain of one node stays as it is
 // unless its op is transcendental (8 or more FLOPs per element by its cost rule: exp, erf, gelu, ...).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ir/op_table.h"
 #include "ir/status.h"
@@ -16,6 +17,10 @@ using FusedCpuFunction = void (*)(const void* const* operands, void* const* resu
 struct HostFusedKernel {
   FusedCpuFunction function = nullptr;
   int64_t row_length = 0;  // > 0: the body ends along the last axis; ranges hold whole rows of this many
+  // With column sums: the columns (ranges hold whole rows of this many), and per result the result
+  // it sums (-1 where it is not a column sum; its pointer is then a double[columns] of partial sums).
+  int64_t columns = 0;
+  std::vector<int> summed_result;
 };
 
 // The compiled kernel of fused node `ctx`, compiling it on first use. Kernels are cached by their

@@ -2,6 +2,7 @@
 // the GPU's grid-stride loop around it.
 #include "runtime/codegen/fused_kernel_ir.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -327,7 +328,7 @@ void emitLoop(llvm::IRBuilder<>& b, Value* start, Value* end, Value* step, const
 }
 
 // Emits the loads, the steps and the stores of result element `index`, operand k being read at
-// offsets[k].
+// offsets[k] (column sums aside: see emitColumnSums).
 Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
                    const std::vector<Value*>& operand_pointers, const std::vector<Value*>& result_pointers,
                    const std::vector<Value*>& offsets, Value* index) {
@@ -340,9 +341,12 @@ Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKer
   // Along the last axis, the last step finishes each row afterwards (emitRowTail): its result slot
   // takes its input's value here.
   const size_t last = spec.body.steps.size() - 1;
-  const size_t elementwise = spec.along_last_axis ? last : spec.body.steps.size();
+  const size_t elementwise = spec.along_last_axis ? last
+                             : static_cast<size_t>(std::count_if(spec.body.steps.begin(), spec.body.steps.end(),
+                                                                 [](const FusedStep& s) { return !isColumnSum(s); }));
   CLEAVE_ASSIGN_OR_RETURN(std::vector<Value*> values, emitter.steps(spec, operands, elementwise));
   for (size_t r = 0; r < spec.results.size(); ++r) {
+    if (spec.summed_result[r] >= 0) continue;
     const size_t step = static_cast<size_t>(spec.body.returned[r]);
     Value* value = nullptr;
     if (step < elementwise) {
@@ -356,6 +360,23 @@ Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKer
     b.CreateStore(stored, b.CreateInBoundsGEP(type, result_pointers[r], index));
   }
   return Status::ok();
+}
+
+// Adds the row at `row_start`, columns [from, to), of each summed result (f32, just stored and
+// still in cache) into its column sum's doubles. A loop of its own: in the element loop the
+// doubles would halve the vector width of the steps' f32 arithmetic.
+void emitColumnSums(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std::vector<Value*>& result_pointers,
+                    Value* row_start, Value* from, Value* to, Status& status) {
+  for (size_t r = 0; r < spec.results.size(); ++r) {
+    if (spec.summed_result[r] < 0) continue;
+    Value* summed = result_pointers[static_cast<size_t>(spec.summed_result[r])];
+    emitLoop(b, from, to, b.getInt64(1), "column.sum", [&](Value* column) -> Status {
+      Value* element = b.CreateLoad(b.getFloatTy(), b.CreateInBoundsGEP(b.getFloatTy(), summed, b.CreateAdd(row_start, column)));
+      Value* slot = b.CreateInBoundsGEP(b.getDoubleTy(), result_pointers[r], column);
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), slot), b.CreateFPExt(element, b.getDoubleTy())), slot);
+      return Status::ok();
+    }, status);
+  }
 }
 
 // Each operand's offset for row `row` of the collapsed space (all dims but the last).
@@ -561,7 +582,8 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   //    results with its operands: the op is not in_place).
   std::vector<llvm::Type*> params;
   for (const TensorType& t : spec.operands) params.push_back(storageType(b, t.dtype)->getPointerTo());
-  for (const TensorType& t : spec.results) params.push_back(storageType(b, t.dtype)->getPointerTo());
+  for (size_t r = 0; r < spec.results.size(); ++r)
+    params.push_back((spec.summed_result[r] >= 0 ? b.getDoubleTy() : storageType(b, spec.results[r].dtype))->getPointerTo());
   params.push_back(i64);
   params.push_back(i64);
   auto* body_type = llvm::FunctionType::get(b.getVoidTy(), params, false);
@@ -597,6 +619,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
       return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
                          b.CreateAdd(row_start, column));
     }, inner);
+    emitColumnSums(b, spec, result_pointers, row_start, from, to, inner);
     return inner;
   }, status);
   CLEAVE_TRY(status);
@@ -615,7 +638,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   for (size_t k = 0; k < spec.operands.size(); ++k)
     args.push_back(pointerAt(entry->getArg(0), k, storageType(b, spec.operands[k].dtype)));
   for (size_t r = 0; r < spec.results.size(); ++r)
-    args.push_back(pointerAt(entry->getArg(1), r, storageType(b, spec.results[r].dtype)));
+    args.push_back(pointerAt(entry->getArg(1), r, spec.summed_result[r] >= 0 ? b.getDoubleTy() : storageType(b, spec.results[r].dtype)));
   args.push_back(entry->getArg(2));
   args.push_back(entry->getArg(3));
   b.CreateCall(body, args);
@@ -631,16 +654,19 @@ Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, ll
   llvm::Type* i64 = b.getInt64Ty();
   std::vector<llvm::Type*> params;
   for (const TensorType& t : spec.operands) params.push_back(storageType(b, t.dtype)->getPointerTo());
-  for (const TensorType& t : spec.results) params.push_back(storageType(b, t.dtype)->getPointerTo());
+  for (size_t r = 0; r < spec.results.size(); ++r)
+    if (spec.summed_result[r] < 0) params.push_back(storageType(b, spec.results[r].dtype)->getPointerTo());
   params.push_back(i64);
   auto* type = llvm::FunctionType::get(b.getVoidTy(), params, false);
   auto* kernel = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
-  const size_t tensors = spec.operands.size() + spec.results.size();
+  const size_t tensors = params.size() - 1;
   for (size_t p = 0; p < tensors; ++p) kernel->addParamAttr(static_cast<unsigned>(p), llvm::Attribute::NoAlias);
   b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", kernel));
   std::vector<Value*> operand_pointers, result_pointers;
   for (size_t p = 0; p < spec.operands.size(); ++p) operand_pointers.push_back(kernel->getArg(p));
-  for (size_t p = 0; p < spec.results.size(); ++p) result_pointers.push_back(kernel->getArg(spec.operands.size() + p));
+  size_t next_param = spec.operands.size();
+  for (size_t r = 0; r < spec.results.size(); ++r)
+    result_pointers.push_back(spec.summed_result[r] < 0 ? kernel->getArg(next_param++) : nullptr);
   Value* count = kernel->getArg(tensors);
   auto special = [&](llvm::Intrinsic::ID id) {
     return b.CreateZExt(b.CreateCall(llvm::Intrinsic::getDeclaration(&module, id)), i64);
@@ -683,7 +709,15 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
   CLEAVE_ASSIGN_OR_RETURN(spec.body, parseFusedBody(ctx.getString("body")));
   spec.operands.assign(ctx.operands.begin(), ctx.operands.end());
   CLEAVE_ASSIGN_OR_RETURN(spec.steps, inferFusedStepTypes(spec.body, spec.operands));
-  for (int r : spec.body.returned) spec.results.push_back(spec.steps[r]);
+  for (int r : spec.body.returned) {
+    spec.results.push_back(spec.steps[r]);
+    int summed = -1;
+    if (isColumnSum(spec.body.steps[r])) {
+      const int step = spec.body.steps[r].args[0].index;
+      summed = static_cast<int>(std::find(spec.body.returned.begin(), spec.body.returned.end(), step) - spec.body.returned.begin());
+    }
+    spec.summed_result.push_back(summed);
+  }
   const Shape& shape = spec.results[0].shape;
   spec.numel = spec.results[0].numel();
   // 1. Each operand's row-major strides over the result's rank, 0 along broadcast dims.
@@ -706,7 +740,7 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
   std::vector<int64_t> dims;
   std::vector<std::vector<int64_t>> merged(spec.operands.size());
   for (size_t d = 0; d < rank; ++d) {
-    const bool kept_apart = spec.along_last_axis && d + 1 == rank;
+    const bool kept_apart = (spec.along_last_axis || spec.hasColumnSums()) && d + 1 == rank;
     if (shape[d] == 1 && !kept_apart) continue;
     bool mergeable = !dims.empty() && !kept_apart;
     for (size_t k = 0; k < spec.operands.size() && mergeable; ++k) {
@@ -728,6 +762,10 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
   spec.dims = std::move(dims);
   spec.operand_strides = std::move(merged);
   return spec;
+}
+
+bool FusedKernelSpec::hasColumnSums() const {
+  return std::any_of(summed_result.begin(), summed_result.end(), [](int r) { return r >= 0; });
 }
 
 std::string fusedKernelKey(const OpContext& ctx) {

@@ -33,6 +33,10 @@ struct FusedKernelSpec {
   int64_t numel = 0;  // result elements
   // The last step runs along the last axis (softmax): kernels work in whole rows of dims.back().
   bool along_last_axis = false;
+  // Per result: -1, or for a column sum (isColumnSum) the result it sums. With column sums the
+  // last dim is kept apart too (dims.back() columns).
+  std::vector<int> summed_result;
+  bool hasColumnSums() const;
 };
 
 // The spec of the fused node `ctx` (op fused); errors name the body's fault.
@@ -52,11 +56,14 @@ inline constexpr const char* kLibdevicePow = "__nv_powf";
 
 // Builds the kernel of `spec` into a new module of `context`, as function `name`:
 // - kHostCpu: void name(const void* const* operands, void* const* results, int64_t begin, int64_t end),
-//   computing result elements [begin, end) (row-major; whole rows when along_last_axis),
-//   vectorisable along the last collapsed dim;
+//   computing result elements [begin, end) (row-major; whole rows when along_last_axis or with
+//   column sums), vectorisable along the last collapsed dim; a column sum's result pointer is a
+//   double[columns] that each row of the range is added into, in row order (the caller zeroes it,
+//   and sums the ranges' doubles in a fixed order);
 // - kNvptx: kernel name(operand pointers..., result pointers..., int64_t count), a grid-stride loop
 //   over all `count` result elements (rows when along_last_axis: one warp of kWarpLanes threads
 //   per row, which must all run the kernel: launch it with a multiple of kWarpLanes threads).
+//   Column sums are not parameters: the launcher sums their returned inputs afterwards.
 // Arithmetic is f32 in the order the unfused kernels use (their exp, tanh and erf polynomials); a
 // bf16 step's result is rounded to bf16 as the unfused op would store it. A general pow calls powf
 // (host) or libdevice's __nv_powf (GPU, which ptx_compiler.cpp links in).

@@ -10,6 +10,41 @@
 namespace cleave::runtime::cpu {
 namespace {
 
+// A body with column sums: rows in at most 16 fixed blocks, each block adding its rows into its own
+// doubles per column sum; then the blocks' doubles summed in block order and rounded to f32, so
+// results do not depend on the thread count. (More blocks cost more than they bring: each block's
+// doubles are written and read once more.)
+Status withColumnSums(const KernelCall& call, const codegen::HostFusedKernel& kernel, int64_t work_per_element) {
+  constexpr int64_t kMaxBlocks = 16;
+  const int64_t columns = kernel.columns;
+  const int64_t rows = call.op.results[0].numel() / columns;
+  const int64_t rows_per_block = std::max<int64_t>(1, (rows + kMaxBlocks - 1) / kMaxBlocks);
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  std::vector<size_t> sums;  // the results that are column sums
+  for (size_t r = 0; r < kernel.summed_result.size(); ++r)
+    if (kernel.summed_result[r] >= 0) sums.push_back(r);
+  const int64_t block_doubles = static_cast<int64_t>(sums.size()) * columns;
+  std::vector<double> partial(static_cast<size_t>(blocks * block_doubles), 0.0);
+  parallelFor(blocks, threadCount(call), rows_per_block * columns * work_per_element, [&](int64_t first, int64_t last) {
+    std::vector<void*> outputs(call.outputs.begin(), call.outputs.end());
+    for (int64_t block = first; block < last; ++block) {
+      for (size_t s = 0; s < sums.size(); ++s)
+        outputs[sums[s]] = partial.data() + block * block_doubles + static_cast<int64_t>(s) * columns;
+      const int64_t begin = block * rows_per_block, end = std::min(rows, begin + rows_per_block);
+      kernel.function(call.inputs.data(), outputs.data(), begin * columns, end * columns);
+    }
+  });
+  for (size_t s = 0; s < sums.size(); ++s) {
+    float* result = call.out<float>(static_cast<int>(sums[s]));
+    for (int64_t c = 0; c < columns; ++c) {
+      double total = 0;
+      for (int64_t block = 0; block < blocks; ++block) total += partial[block * block_doubles + s * columns + c];
+      result[c] = static_cast<float>(total);
+    }
+  }
+  return Status::ok();
+}
+
 Status fusedKernel(const KernelCall& call) {
   CLEAVE_ASSIGN_OR_RETURN(codegen::HostFusedKernel kernel, codegen::hostFusedKernel(call.op));
   const std::string& body = call.op.getString("body");
@@ -24,6 +59,7 @@ Status fusedKernel(const KernelCall& call) {
                 [&](int64_t begin, int64_t end) { kernel.function(inputs, outputs, begin * row, end * row); });
     return Status::ok();
   }
+  if (kernel.columns > 0) return withColumnSums(call, kernel, 4 * steps);
   parallelFor(numel, threadCount(call), 4 * steps,
               [&](int64_t begin, int64_t end) { kernel.function(inputs, outputs, begin, end); });
   return Status::ok();

@@ -25,6 +25,7 @@ constexpr int64_t kMaxBlocks = 65535;
 struct LoadedKernel {
   cudaKernel_t kernel = nullptr;
   int64_t row_length = 0;
+  std::vector<int> summed_result;  // per result: -1, or for a column sum the result it sums
 };
 
 // The loaded kernel of a fused node on the current device, loading it on first use.
@@ -43,7 +44,7 @@ Expected<LoadedKernel> loadedKernel(const KernelCall& call) {
                         "fused: loading the kernel's PTX"));
   cudaKernel_t kernel = nullptr;
   CLEAVE_TRY(cudaStatus(cudaLibraryGetKernel(&kernel, library, kKernelName), "fused: finding the kernel in its PTX"));
-  const LoadedKernel loaded{kernel, spec.along_last_axis ? spec.dims.back() : 0};
+  const LoadedKernel loaded{kernel, spec.along_last_axis ? spec.dims.back() : 0, spec.summed_result};
   kernels.emplace(key, loaded);
   return loaded;
 }
@@ -52,10 +53,11 @@ Status fusedKernel(const KernelCall& call, CudaContext& context) {
   CLEAVE_ASSIGN_OR_RETURN(LoadedKernel loaded, loadedKernel(call));
   const int64_t numel = call.op.results[0].numel();
   const int64_t count = loaded.row_length > 0 ? numel / loaded.row_length : numel;
-  if (count == 0) return Status::ok();
-  // Kernel parameters: every operand pointer, every result pointer, then the element count.
+  // Kernel parameters: every operand pointer, every result pointer but the column sums', then the
+  // element count.
   std::vector<const void*> pointers(call.inputs.begin(), call.inputs.end());
-  pointers.insert(pointers.end(), call.outputs.begin(), call.outputs.end());
+  for (size_t r = 0; r < call.outputs.size(); ++r)
+    if (loaded.summed_result[r] < 0) pointers.push_back(call.outputs[r]);
   std::vector<void*> args;
   for (const void*& pointer : pointers) args.push_back(static_cast<void*>(&pointer));
   int64_t elements = count;
@@ -63,9 +65,24 @@ Status fusedKernel(const KernelCall& call, CudaContext& context) {
   // A thread per element, or a warp per row (kThreadsPerBlock is a multiple of a warp).
   const int64_t threads = loaded.row_length > 0 ? count * codegen::kWarpLanes : count;
   const int64_t blocks = std::min(kMaxBlocks, (threads + kThreadsPerBlock - 1) / kThreadsPerBlock);
-  CLEAVE_TRY(cudaStatus(cudaLaunchKernel(reinterpret_cast<const void*>(loaded.kernel), dim3(static_cast<unsigned>(blocks)),
+  if (count > 0)
+    CLEAVE_TRY(cudaStatus(cudaLaunchKernel(reinterpret_cast<const void*>(loaded.kernel), dim3(static_cast<unsigned>(blocks)),
                                          dim3(kThreadsPerBlock), args.data(), 0, context.compute()),
                         "fused: kernel launch"));
+  // Column sums: the reduce_sum kernel over the result each sums, on the same stream.
+  for (size_t r = 0; r < call.outputs.size(); ++r) {
+    if (loaded.summed_result[r] < 0) continue;
+    const TensorType& summed = call.op.results[static_cast<size_t>(loaded.summed_result[r])];
+    std::vector<int64_t> axes(summed.shape.size() - 1);
+    for (size_t d = 0; d < axes.size(); ++d) axes[d] = static_cast<int64_t>(d);
+    const AttrMap attrs{{"axes", axes}, {"keepdims", int64_t{0}}};
+    const std::vector<TensorType> operand{summed}, result{call.op.results[r]};
+    const void* input = call.outputs[static_cast<size_t>(loaded.summed_result[r])];
+    void* output = call.outputs[r];
+    const KernelCall sum{OpContext{opDef(OpId::reduce_sum), operand, result, attrs}, std::span(&input, 1),
+                         std::span(&output, 1), call.threads};
+    CLEAVE_TRY(findCudaKernel(OpId::reduce_sum)(sum, context));
+  }
   return Status::ok();
 }
 

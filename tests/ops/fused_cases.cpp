@@ -1,6 +1,6 @@
 // Harness cases of the fused family (ir/ops/fused_ops.cpp): bodies the fusion pass makes (bias and
-// gelu, activation gradients, several results), every fusable op in one body, broadcasting across
-// several dims, literals, scalars, empty tensors and bf16.
+// gelu, activation gradients, several results, column sums), every fusable op in one body,
+// broadcasting across several dims, literals, scalars, empty tensors and bf16.
 #include <cmath>
 #include <limits>
 
@@ -82,6 +82,20 @@ CaseList fusedCases() {
   b.addWithoutGradient(OpId::fused, "bias, layer norm without bias, wide rows",
                        {b.uniform(f32, {5, 300}, -3, 3), b.uniform(f32, {300}), b.uniform(f32, {300})},
                        body("t0 = add(x0, x1); t1 = layer_norm(t0, x2)[epsilon=0.01]; return t1"), no_gradient);
+  // Column sums (bias gradients): over two leading dims; two sums over 70 rows (14 blocks of 5 on
+  // the CPU); a NaN in one column; no rows (sums of zero).
+  b.addWithoutGradient(OpId::fused, "gelu_grad and its column sum",
+                       {b.uniform(f32, {3, 5, 67}), b.uniform(f32, {3, 5, 67}, -3, 3)},
+                       body("t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0 1], keepdims=0]; return t0, t1"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "two column sums of many rows", {b.uniform(f32, {70, 33}), b.uniform(f32, {33})},
+                       body("t0 = add(x0, x1); t1 = mul(t0, x0); t2 = reduce_sum(t1)[axes=[0], keepdims=0]; "
+                            "t3 = reduce_sum(t0)[axes=[-2], keepdims=0]; return t0, t1, t2, t3"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "column sum with a NaN", {CaseBuilder::values(f32, {3, 2}, {1, 2, nan, 3, 4, 5})},
+                       body("t0 = neg(x0); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "column sum of no rows", {b.uniform(f32, {0, 5}), b.uniform(f32, {5})},
+                       body("t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"), no_gradient);
   // Perf mode's large cases, beside the unfused ops' "large (perf)" cases of the same shapes.
   const TensorData big = b.uniform(f32, {1024, 1024}, -2, 2), row = b.uniform(f32, {1024}, -2, 2);
   for (const char* text : {"t0 = gelu(x0); return t0", "t0 = exp(x0); return t0", "t0 = add(x0, x1); return t0"}) {
@@ -96,6 +110,10 @@ CaseList fusedCases() {
   OpCase& gradient = b.addWithoutGradient(OpId::fused, "large (perf) gelu_grad", {big, big},
                                           body("t0 = gelu_grad(x0, x1); return t0"), no_gradient);
   gradient.perf = true;
+  OpCase& bias_gradient = b.addWithoutGradient(OpId::fused, "large (perf) gelu_grad, column sum", {big, big},
+                                               body("t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"),
+                                               no_gradient);
+  bias_gradient.perf = true;
   return b.take();
 }
 

@@ -104,6 +104,7 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
                 "t0 = mul(x0, 0.125); t1 = add(t0, x1); t2 = softmax(t1); return t1, t2"),
       FusedNode({{DType::kF32, {16, 300}}, {DType::kF32, {16, 300}}, {DType::kF32, {300}}, {DType::kF32, {300}}},
                 "t0 = add(x0, x1); t1 = layer_norm(t0, x2, x3)[epsilon=1e-05]; return t0, t1"),
+      FusedNode({kRows, kRows}, "t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"),
   };
   std::vector<std::string> files;
   for (size_t n = 0; n < nodes.size(); ++n) files.push_back(ptxFile(nodes[n], "fused_" + std::to_string(n)));
@@ -119,6 +120,12 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
   auto elementwise = fusedKernelPtx(nodes[0].context(), "cleave_fused");
   ASSERT_TRUE(elementwise) << elementwise.status().message();
   EXPECT_EQ(elementwise->find("shfl.sync"), std::string::npos);
+  // A column sum is no parameter of the GPU kernel (the launcher sums the returned tensor): two
+  // operands, one result and the count.
+  auto column_sum = fusedKernelPtx(nodes[5].context(), "cleave_fused");
+  ASSERT_TRUE(column_sum) << column_sum.status().message();
+  EXPECT_NE(column_sum->find("cleave_fused_param_3"), std::string::npos) << *column_sum;
+  EXPECT_EQ(column_sum->find("cleave_fused_param_4"), std::string::npos) << *column_sum;
   // A general power calls libdevice's __nv_powf, linked in from CUDA's toolkit (where there is one;
   // without it the error says what is missing).
   FusedNode general({kRows, kRows}, "t0 = pow(x0, x1); t1 = pow(t0, 1.7); return t1");
