@@ -1,7 +1,8 @@
 // Benchmark of the CPU kernels against the machine's GEMM: matmul 512³ through the kernel versus a
 // direct cblas_sgemm call, and the Fashion-MNIST convnet's conv layers (batch 64) forward and both
-// backward kernels, in GFLOP/s and as a fraction of cblas_sgemm's 512³ rate.
-// Usage: kernels_bench [--threads N] [--repeats R]
+// backward kernels, in GFLOP/s and as a fraction of cblas_sgemm's 512³ rate; with --elementwise
+// also the GPT's elementwise kernels, unfused and fused.
+// Usage: kernels_bench [--threads N] [--repeats R] [--elementwise]
 #include <cblas.h>
 
 #include <algorithm>
@@ -100,9 +101,11 @@ class PreparedCall {
 
 int main(int argc, char** argv) {
   int threads = 2, repeats = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::atoi(argv[i + 1]);
+  bool elementwise = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--elementwise") == 0) elementwise = true;
+    else if (i + 1 < argc && std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[++i]);
+    else if (i + 1 < argc && std::strcmp(argv[i], "--repeats") == 0) repeats = std::atoi(argv[++i]);
   }
   threads = std::max(1, threads);
   repeats = std::max(1, repeats);
@@ -154,30 +157,36 @@ int main(int argc, char** argv) {
                     secondsPerCall(PreparedCall(OpId::conv2d_grad_weight, {&dy, &x}, weight_attrs, threads), repeats), flops});
   }
 
-  // 3. The GPT's elementwise work (4 layers, 256 wide, 512 tokens): generic kernels against fused ones.
-  if (std::getenv("KB_ELEMENTWISE")) {
-    const Buffer h = randomBuffer({512, 1024}, rng), hb = randomBuffer({1024}, rng), dh = randomBuffer({512, 1024}, rng);
-    const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng), g = randomBuffer({256}, rng);
-    auto row = [&](const char* name, OpId op, std::vector<const Buffer*> in, AttrMap attrs) {
-      std::printf("%-50s %8.1f us\n", name, 1e6 * secondsPerCall(PreparedCall(op, std::move(in), std::move(attrs), threads), repeats));
+  // 3. --elementwise: the GPT's elementwise work (bench/fusion_speedup.py's: 256 wide, 512 tokens),
+  //    the unfused kernels against the fused ones the fusion pass makes of them, in microseconds.
+  if (elementwise) {
+    const Buffer h = randomBuffer({512, 1024}, rng), dh = randomBuffer({512, 1024}, rng), b = randomBuffer({1024}, rng);
+    const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng);
+    auto micros = [&](OpId op, std::vector<const Buffer*> in, AttrMap attrs) {
+      return 1e6 * secondsPerCall(PreparedCall(op, std::move(in), std::move(attrs), threads), repeats);
     };
-    row("add [512,1024]+[1024]", OpId::add, {&h, &hb}, {});
-    row("gelu [512,1024]", OpId::gelu, {&h}, {});
-    row("fused add+gelu", OpId::fused, {&h, &hb}, {{"body", std::string("t0 = add(x0, x1); t1 = gelu(t0); return t0, t1")}});
-    row("gelu_grad [512,1024]", OpId::gelu_grad, {&dh, &h}, {});
-    row("fused gelu_grad", OpId::fused, {&dh, &h}, {{"body", std::string("t0 = gelu_grad(x0, x1); return t0")}});
-    row("fused gelu_grad + column sum", OpId::fused, {&dh, &h},
-        {{"body", std::string("t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")}});
-    row("fused add + column sum [512,256]", OpId::fused, {&r, &dr},
-        {{"body", std::string("t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")}});
-    row("add [512,256]", OpId::add, {&r, &dr}, {});
-    row("fused add [512,1024]", OpId::fused, {&h, &dh}, {{"body", std::string("t0 = add(x0, x1); t1 = mul(t0, 2); return t1")}});
-    row("reduce_sum [512,1024] axis 0", OpId::reduce_sum, {&h}, {{"axes", std::vector<int64_t>{0}}});
-    row("layer_norm_grad [512,256]", OpId::layer_norm_grad, {&dr, &r, &g}, {});
-    row("layer_norm [512,256]", OpId::layer_norm, {&r, &g, &g}, {});
+    auto fused = [&](std::vector<const Buffer*> in, const char* body) {
+      return micros(OpId::fused, std::move(in), {{"body", std::string(body)}});
+    };
+    const AttrMap columns{{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{0}}};
+    struct Pair {
+      const char* name;
+      double unfused, fused;
+    };
+    const Pair pairs[] = {
+        {"bias + gelu [512,1024]", micros(OpId::add, {&h, &b}, {}) + micros(OpId::gelu, {&h}, {}),
+         fused({&h, &b}, "t0 = add(x0, x1); t1 = gelu(t0); return t0, t1")},
+        {"gelu_grad [512,1024] + its column sum", micros(OpId::gelu_grad, {&dh, &h}, {}) + micros(OpId::reduce_sum, {&h}, columns),
+         fused({&dh, &h}, "t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
+        {"residual add [512,256] + its column sum", micros(OpId::add, {&r, &dr}, {}) + micros(OpId::reduce_sum, {&r}, columns),
+         fused({&r, &dr}, "t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
+    };
+    std::printf("%-44s %12s %12s\n", "GPT elementwise work", "unfused", "fused");
+    for (const Pair& pair : pairs)
+      std::printf("%-44s %9.1f us %9.1f us  %.2fx\n", pair.name, pair.unfused, pair.fused, pair.unfused / pair.fused);
   }
 
-  // 3. The peer: a direct cblas_sgemm 512³ on OpenBLAS's own `threads` threads.
+  // 4. The peer: a direct cblas_sgemm 512³ on OpenBLAS's own `threads` threads.
   std::vector<float> c(static_cast<size_t>(n) * n);
   openblas_set_num_threads(threads);
   const double sgemm_rate = gemm_flops / secondsPerCall([&] {

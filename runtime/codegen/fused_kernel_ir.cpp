@@ -38,6 +38,19 @@ const Attribute& attributeOf(OpId op, const AttrMap& attrs, const std::string& n
   return it != attrs.end() ? it->second : opDef(op).findAttr(name)->default_value;
 }
 
+// Ops computed by polynomials (exp, erf, tanh and what is built on them).
+bool isTranscendentalStep(OpId op) {
+  switch (op) {
+    case OpId::exp:
+    case OpId::erf:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_grad: return true;
+    default: return false;
+  }
+}
+
 // Emits the f32 computation of each step, one element at a time.
 class ElementEmitter {
  public:
@@ -284,18 +297,6 @@ class ElementEmitter {
     }
   }
 
-  static bool isTranscendentalStep(OpId op) {
-    switch (op) {
-      case OpId::exp:
-      case OpId::erf:
-      case OpId::tanh:
-      case OpId::sigmoid:
-      case OpId::gelu:
-      case OpId::gelu_grad: return true;
-      default: return false;
-    }
-  }
-
   llvm::IRBuilder<>& b_;
   llvm::Module& module_;
   FusedTarget target_;
@@ -308,9 +309,10 @@ llvm::Type* storageType(llvm::IRBuilder<>& b, DType dtype) {
   return dtype == DType::kBF16 ? static_cast<llvm::Type*>(b.getInt16Ty()) : b.getFloatTy();
 }
 
-// for (iv = start; iv < end; ++iv) body(iv).
+// for (iv = start; iv < end; ++iv) body(iv). interleave > 0: the vectoriser runs that many vector
+// iterations side by side (llvm.loop.interleave.count).
 void emitLoop(llvm::IRBuilder<>& b, Value* start, Value* end, Value* step, const char* name,
-              const std::function<Status(Value*)>& body, Status& status) {
+              const std::function<Status(Value*)>& body, Status& status, int interleave = 0) {
   llvm::Function* function = b.GetInsertBlock()->getParent();
   llvm::LLVMContext& context = b.getContext();
   llvm::BasicBlock* before = b.GetInsertBlock();
@@ -323,7 +325,16 @@ void emitLoop(llvm::IRBuilder<>& b, Value* start, Value* end, Value* step, const
   if (status.isOk()) status = body(iv);
   Value* next = b.CreateAdd(iv, step, "", /*HasNUW=*/true, /*HasNSW=*/true);
   iv->addIncoming(next, b.GetInsertBlock());
-  b.CreateCondBr(b.CreateICmpSLT(next, end), loop, exit);
+  llvm::BranchInst* latch = b.CreateCondBr(b.CreateICmpSLT(next, end), loop, exit);
+  if (interleave > 0) {
+    llvm::Metadata* count[] = {llvm::MDString::get(context, "llvm.loop.interleave.count"),
+                               llvm::ConstantAsMetadata::get(b.getInt32(interleave))};
+    llvm::TempMDTuple placeholder = llvm::MDNode::getTemporary(context, {});
+    llvm::Metadata* loop_id[] = {placeholder.get(), llvm::MDNode::get(context, count)};
+    llvm::MDNode* id = llvm::MDNode::getDistinct(context, loop_id);
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
   b.SetInsertPoint(exit);
 }
 
@@ -572,8 +583,13 @@ std::pair<llvm::AllocaInst*, llvm::AllocaInst*> rowSlots(llvm::IRBuilder<>& b) {
   return {b.CreateAlloca(b.getFloatTy(), nullptr, "row.max"), b.CreateAlloca(b.getDoubleTy(), nullptr, "row.sum")};
 }
 
+bool hasTranscendentalStep(const FusedKernelSpec& spec) {
+  return std::any_of(spec.body.steps.begin(), spec.body.steps.end(),
+                     [](const FusedStep& step) { return isTranscendentalStep(step.op); });
+}
+
 // The host function: rows of the collapsed space, the last dim as the inner (vectorised) loop.
-Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module) {
+Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module, int interleave) {
   llvm::LLVMContext& context = module.getContext();
   llvm::IRBuilder<> b(context);
   llvm::Type* i64 = b.getInt64Ty();
@@ -618,7 +634,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
     emitLoop(b, from, to, b.getInt64(1), "column", [&](Value* column) -> Status {
       return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
                          b.CreateAdd(row_start, column));
-    }, inner);
+    }, inner, hasTranscendentalStep(spec) ? interleave : 0);
     emitColumnSums(b, spec, result_pointers, row_start, from, to, inner);
     return inner;
   }, status);
@@ -775,9 +791,10 @@ std::string fusedKernelKey(const OpContext& ctx) {
 }
 
 Expected<std::unique_ptr<llvm::Module>> buildFusedKernelModule(const FusedKernelSpec& spec, FusedTarget target,
-                                                               const std::string& name, llvm::LLVMContext& context) {
+                                                               const std::string& name, llvm::LLVMContext& context,
+                                                               int interleave) {
   auto module = std::make_unique<llvm::Module>(name, context);
-  if (target == FusedTarget::kHostCpu) CLEAVE_TRY(buildHostKernel(spec, name, *module));
+  if (target == FusedTarget::kHostCpu) CLEAVE_TRY(buildHostKernel(spec, name, *module, interleave));
   else CLEAVE_TRY(buildNvptxKernel(spec, name, *module));
   std::string problems;
   llvm::raw_string_ostream out(problems);

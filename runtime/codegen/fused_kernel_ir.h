@@ -64,11 +64,15 @@ inline constexpr const char* kLibdevicePow = "__nv_powf";
 //   over all `count` result elements (rows when along_last_axis: one warp of kWarpLanes threads
 //   per row, which must all run the kernel: launch it with a multiple of kWarpLanes threads).
 //   Column sums are not parameters: the launcher sums their returned inputs afterwards.
+// On the host, `interleave` > 0 has the vectoriser run that many vector iterations of an element
+// loop side by side when the body has a transcendental step (exp, erf, tanh, ...): their long
+// chains of dependent multiply-adds leave the FMA units idle otherwise (0: LLVM's choice).
 // Arithmetic is f32 in the order the unfused kernels use (their exp, tanh and erf polynomials); a
 // bf16 step's result is rounded to bf16 as the unfused op would store it. A general pow calls powf
 // (host) or libdevice's __nv_powf (GPU, which ptx_compiler.cpp links in).
 Expected<std::unique_ptr<llvm::Module>> buildFusedKernelModule(const FusedKernelSpec& spec, FusedTarget target,
-                                                               const std::string& name, llvm::LLVMContext& context);
+                                                               const std::string& name, llvm::LLVMContext& context,
+                                                               int interleave = 0);
 
 // Runs LLVM's -O3 pipeline over `module` for `machine` (whose vector width the vectoriser uses).
 void optimizeModule(llvm::Module& module, llvm::TargetMachine& machine);
