@@ -50,6 +50,8 @@ done
 "$cleave" inspect "$tmp/gpt-fused.cplan" >"$tmp/inspect.txt"
 grep -q "^fused nodes of train on rank 0: " "$tmp/inspect.txt" || fail "inspect does not list the fused nodes"
 grep -q "t1 = gelu(t0)" "$tmp/inspect.txt" || fail "inspect does not show the bias-gelu body"
+grep -q "t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)\[axes=\[0 1\], keepdims=0\]" "$tmp/inspect.txt" ||
+  fail "inspect shows no gelu_grad fused with its bias gradient (a column sum)"
 "$cleave" inspect "$tmp/gpt-fused.cplan" --json >"$tmp/fused.json"
 "$cleave" inspect "$tmp/gpt-unfused.cplan" --json >"$tmp/unfused.json"
 $python - "$tmp/fused.json" "$tmp/unfused.json" <<'PY' || fail "inspect --json's fused nodes are wrong"
