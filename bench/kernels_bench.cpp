@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
   //    the unfused kernels against the fused ones the fusion pass makes of them, in microseconds.
   if (elementwise) {
     const Buffer h = randomBuffer({512, 1024}, rng), dh = randomBuffer({512, 1024}, rng), b = randomBuffer({1024}, rng);
-    const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng);
+    const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng), dr2 = randomBuffer({512, 256}, rng);
+    const Buffer scale = randomBuffer({256}, rng);
     auto micros = [&](OpId op, std::vector<const Buffer*> in, AttrMap attrs) {
       return 1e6 * secondsPerCall(PreparedCall(op, std::move(in), std::move(attrs), threads), repeats);
     };
@@ -180,6 +181,12 @@ int main(int argc, char** argv) {
          fused({&dh, &h}, "t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
         {"residual add [512,256] + its column sum", micros(OpId::add, {&r, &dr}, {}) + micros(OpId::reduce_sum, {&r}, columns),
          fused({&r, &dr}, "t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
+        {"layer_norm_grad [512,256]", micros(OpId::layer_norm_grad, {&dr, &r, &scale}, {}),
+         fused({&dr, &r, &scale}, "t0, t1, t2 = layer_norm_grad(x0, x1, x2); return t0, t1, t2")},
+        {"3 gradients summed + layer_norm_grad [512,256]",
+         2 * micros(OpId::add, {&dr, &dr2}, {}) + micros(OpId::layer_norm_grad, {&dr, &r, &scale}, {}),
+         fused({&dr, &dr2, &r, &r, &scale},
+               "t0 = add(x0, x1); t1 = add(t0, x2); t2, t3, t4 = layer_norm_grad(t1, x3, x4); return t2, t3, t4")},
     };
     std::printf("%-44s %12s %12s\n", "GPT elementwise work", "unfused", "fused");
     for (const Pair& pair : pairs)

@@ -144,9 +144,10 @@ struct OpDef {
   // An elementwise op (f32 and bf16, operands broadcasting to its one result) that the fusion pass
   // may merge into a fused node: the fused kernels' code generator implements each such op.
   bool fusable = false;
-  // A normalisation along one axis (softmax, layer_norm) that may end a fused chain when its axis is
-  // the last: the fused kernel finishes each row of the chain's values with it. Its first operand
-  // is the chain's; any others (layer_norm's scale and bias) hold one value per column.
+  // A normalisation along one axis (softmax, layer_norm, layer_norm_grad) that may end a fused chain
+  // when its axis is the last: the fused kernel finishes each row of the chain's values with it.
+  // Its first operand is the chain's; any others hold one value per column (layer_norm's scale and
+  // bias), but for layer_norm_grad's x, a row like the chain's.
   bool fusable_along_last_axis = false;
   // What a reduction factor split over a mesh axis leaves each device.
   PartialReduction partial_reduction = PartialReduction::kSum;

@@ -98,15 +98,18 @@ Status parseAttribute(const OpDef& def, std::string_view text, std::string_view 
   }
 }
 
-Expected<FusedStep> parseStep(std::string_view text, int position) {
+// One statement: a step, or for "tN, tN+1, ... = op(args)" one step per result of the op.
+Expected<std::vector<FusedStep>> parseStep(std::string_view text, int position) {
   const size_t equals = text.find('=');
   const size_t open = text.find('(');
   const size_t close = text.find(')');
   if (equals == std::string_view::npos || open == std::string_view::npos || close == std::string_view::npos ||
       !(equals < open && open < close))
     return stepError(text, "expected 'tN = op(args)'");
-  if (indexAfter(trim(text.substr(0, equals)), 't') != position)
-    return stepError(text, "should define t" + std::to_string(position));
+  const std::vector<std::string_view> defined = split(text.substr(0, equals), ',');
+  for (size_t k = 0; k < defined.size(); ++k)
+    if (indexAfter(defined[k], 't') != position + static_cast<int>(k))
+      return stepError(text, "should define t" + std::to_string(position + static_cast<int>(k)));
   const std::string_view op_name = trim(text.substr(equals + 1, open - equals - 1));
   std::optional<OpId> op = lookupOp(op_name);
   if (!op) return stepError(text, "no op named '" + std::string(op_name) + "'");
@@ -129,7 +132,12 @@ Expected<FusedStep> parseStep(std::string_view text, int position) {
     for (std::string_view attr : split(rest.substr(1, rest.size() - 2), ','))
       CLEAVE_TRY(parseAttribute(opDef(*op), attr, text, step.attrs));
   }
-  return step;
+  std::vector<FusedStep> steps;
+  for (size_t k = 0; k < defined.size(); ++k) {
+    steps.push_back(step);
+    steps.back().result = static_cast<int>(k);
+  }
+  return steps;
 }
 
 std::string attributeText(const Attribute& value) {
@@ -175,8 +183,8 @@ Expected<FusedBody> parseFusedBody(std::string_view text) {
   if (statements.empty() || statements.back().substr(0, 7) != "return ")
     return Status::badInput("fused body: must end with 'return tN, ...'");
   for (size_t i = 0; i + 1 < statements.size(); ++i) {
-    CLEAVE_ASSIGN_OR_RETURN(FusedStep step, parseStep(statements[i], static_cast<int>(i)));
-    body.steps.push_back(std::move(step));
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<FusedStep> steps, parseStep(statements[i], static_cast<int>(body.steps.size())));
+    for (FusedStep& step : steps) body.steps.push_back(std::move(step));
   }
   for (std::string_view name : split(statements.back().substr(7), ',')) {
     const int step = indexAfter(name, 't');
@@ -192,7 +200,10 @@ std::string printFusedBody(const FusedBody& body) {
   std::string text;
   for (size_t i = 0; i < body.steps.size(); ++i) {
     const FusedStep& step = body.steps[i];
-    text += "t" + std::to_string(i) + " = " + std::string(opName(step.op)) + "(";
+    if (step.result > 0) continue;  // printed with the step it continues
+    text += "t" + std::to_string(i);
+    for (size_t k = i + 1; k < body.steps.size() && body.steps[k].result > 0; ++k) text += ", t" + std::to_string(k);
+    text += " = " + std::string(opName(step.op)) + "(";
     for (size_t a = 0; a < step.args.size(); ++a) {
       const FusedArg& arg = step.args[a];
       if (a) text += ", ";
@@ -222,6 +233,8 @@ std::string printFusedBody(const FusedBody& body) {
 TensorType fusedLiteralType(DType dtype) { return TensorType{dtype, {}}; }
 
 bool isColumnSum(const FusedStep& step) { return step.op == OpId::reduce_sum; }
+
+bool isPerColumn(const FusedStep& step) { return isColumnSum(step) || (step.op == OpId::layer_norm_grad && step.result > 0); }
 
 namespace {
 
@@ -256,16 +269,27 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
     return Status::badInput("fused body reads " + std::to_string(body.operandCount()) + " operands, the node has " +
                             std::to_string(operand_types.size()));
   std::vector<TensorType> types;
+  std::vector<TensorType> op_results;  // the results of the last step with result 0
   std::optional<DType> dtype;
   auto stepName = [](size_t i) { return "fused body: step t" + std::to_string(i); };
   for (size_t i = 0; i < body.steps.size(); ++i) {
     const FusedStep& step = body.steps[i];
     const OpDef& def = opDef(step.op);
+    if (step.result > 0) {  // a further result of the step before it
+      const FusedStep& previous = body.steps[i - 1];
+      if (previous.op != step.op || previous.result != step.result - 1 || previous.args != step.args ||
+          previous.attrs != step.attrs || static_cast<size_t>(step.result) >= op_results.size())
+        return Status::badInput(stepName(i) + ": not a result of the step before it");
+      types.push_back(op_results[step.result]);
+      continue;
+    }
+    size_t statement_end = i + 1;  // one past the statement's last step
+    while (statement_end < body.steps.size() && body.steps[statement_end].result > 0) ++statement_end;
     const bool last_axis = def.fusable_along_last_axis;
     const bool column_sum = isColumnSum(step);
     if (!def.fusable && !last_axis && !column_sum)
       return Status::badInput(stepName(i) + ": " + std::string(def.name) + " is not fusable");
-    if (last_axis && i + 1 != body.steps.size())
+    if (last_axis && statement_end != body.steps.size())
       return Status::badInput(stepName(i) + ": " + std::string(def.name) + " must be the body's last step");
     if (!column_sum && i > 0 && isColumnSum(body.steps[i - 1]))
       return Status::badInput(stepName(i) + ": follows a column sum; column sums are the body's last steps");
@@ -282,7 +306,10 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
       if (step.args[a].kind == FusedArg::Kind::kLiteral) arg_types[a] = fusedLiteralType(*arg_dtype);
     auto results = inferResultTypes(def, arg_types, step.attrs);
     if (!results) return results.status().withContext(stepName(i) + ": ");
-    if (results->size() != 1) return Status::badInput(stepName(i) + ": " + std::string(def.name) + " has several results");
+    if (results->size() != statement_end - i)
+      return Status::badInput(stepName(i) + ": " + std::string(def.name) + " has " + std::to_string(results->size()) +
+                              " results, the body names " + std::to_string(statement_end - i));
+    op_results = *results;
     const TensorType& result = (*results)[0];
     if (column_sum) CLEAVE_TRY(checkColumnSum(body, i, arg_types[0], result));
     if (last_axis) {
@@ -295,13 +322,16 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
                                 "; in a fused body only along the last");
       if (result.dtype != DType::kF32 || step.args.empty() || step.args[0].kind == FusedArg::Kind::kLiteral)
         return Status::badInput(stepName(i) + ": " + std::string(def.name) + " in a fused body takes an f32 tensor");
-      // Its further arguments (a layer norm's scale and bias) are per column: operands of the node
-      // shaped as the last dim.
-      for (size_t a = 1; a < step.args.size(); ++a)
-        if (step.args[a].kind != FusedArg::Kind::kOperand || arg_types[a] != TensorType{DType::kF32, {result.shape.back()}})
+      // Its further arguments are operands of the node: layer_norm_grad's x of the result's type,
+      // then per-column ones (a layer norm's scale and bias) shaped as the last dim.
+      for (size_t a = 1; a < step.args.size(); ++a) {
+        const bool whole_row = step.op == OpId::layer_norm_grad && a == 1;
+        const TensorType expected = whole_row ? result : TensorType{DType::kF32, {result.shape.back()}};
+        if (step.args[a].kind != FusedArg::Kind::kOperand || arg_types[a] != expected)
           return Status::badInput(stepName(i) + ": " + std::string(def.name) + "'s argument " + std::to_string(a) +
-                                  " in a fused body must be an operand x of f32[" + std::to_string(result.shape.back()) +
-                                  "] (one value per column)");
+                                  " in a fused body must be an operand x of " + expected.str() +
+                                  (whole_row ? "" : " (one value per column)"));
+      }
     }
     if (result.dtype != DType::kF32 && result.dtype != DType::kBF16)
       return Status::badInput(stepName(i) + ": gives " + result.str() + "; fused steps compute f32 or bf16");
@@ -310,39 +340,40 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
     dtype = result.dtype;
     types.push_back(result);
   }
-  // Every operand and step broadcasts to the returned steps' common shape.
+  // Every operand and step broadcasts to the returned steps' common shape; per-column steps hold
+  // one value per column of it.
   if (body.returned.empty()) return Status::badInput("fused body: returns nothing");
+  auto returned = [&](size_t step) {
+    return std::find(body.returned.begin(), body.returned.end(), static_cast<int>(step)) != body.returned.end();
+  };
   const int last = static_cast<int>(body.steps.size()) - 1;
-  if (opDef(body.steps[last].op).fusable_along_last_axis &&
-      std::find(body.returned.begin(), body.returned.end(), last) == body.returned.end())
+  if (opDef(body.steps[last].op).fusable_along_last_axis && !returned(static_cast<size_t>(last)))
     return Status::badInput("fused body: its last step t" + std::to_string(last) + " (" +
                             std::string(opName(body.steps[last].op)) + ") must be returned");
-  if (isColumnSum(body.steps[body.returned[0]]))
+  if (isPerColumn(body.steps[body.returned[0]]))
     return Status::badInput("fused body: its first returned step t" + std::to_string(body.returned[0]) +
-                            " is a column sum; the steps of the full shape come first");
+                            " holds one value per column; the steps of the full shape come first");
   const Shape& shape = types[body.returned[0]].shape;
   for (int r : body.returned) {
-    if (isColumnSum(body.steps[r])) {
-      const FusedArg& summed = body.steps[r].args[0];
-      if (std::find(body.returned.begin(), body.returned.end(), summed.index) == body.returned.end())
-        return Status::badInput("fused body: column sum t" + std::to_string(r) + " sums t" + std::to_string(summed.index) +
-                                ", which the body does not return; a column sum's input is returned too");
-      continue;
-    }
+    if (isColumnSum(body.steps[r]) && !returned(static_cast<size_t>(body.steps[r].args[0].index)))
+      return Status::badInput("fused body: column sum t" + std::to_string(r) + " sums t" +
+                              std::to_string(body.steps[r].args[0].index) +
+                              ", which the body does not return; a column sum's input is returned too");
+    if (isPerColumn(body.steps[r])) continue;
     if (types[r].shape != shape)
       return Status::badInput("fused body: returns t" + std::to_string(r) + " of shape " + types[r].str() + " and t" +
                               std::to_string(body.returned[0]) + " of " + types[body.returned[0]].str() +
-                              "; returned steps share one shape (column sums aside)");
+                              "; returned steps share one shape (per-column steps aside)");
   }
   for (size_t i = 0; i < body.steps.size(); ++i)
-    if (isColumnSum(body.steps[i]) && std::find(body.returned.begin(), body.returned.end(), static_cast<int>(i)) == body.returned.end())
-      return Status::badInput(stepName(i) + ": a column sum the body does not return");
+    if (isPerColumn(body.steps[i]) && !returned(i))
+      return Status::badInput(stepName(i) + ": holds one value per column and is not returned");
   auto reaches = [&](const Shape& s) {
     std::optional<Shape> joined = broadcastShapes(s, shape);
     return joined && *joined == shape;
   };
   for (size_t i = 0; i < types.size(); ++i)
-    if (!isColumnSum(body.steps[i]) && !reaches(types[i].shape))
+    if (!isPerColumn(body.steps[i]) && !reaches(types[i].shape))
       return Status::badInput(stepName(i) + ": shape " + types[i].str() + " does not broadcast to the result shape");
   for (size_t o = 0; o < operand_types.size(); ++o)
     if (!reaches(operand_types[o].shape))

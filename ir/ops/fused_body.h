@@ -32,11 +32,13 @@ struct FusedArg {
   bool operator==(const FusedArg&) const = default;
 };
 
-// One elementwise op application inside a fused node.
+// One elementwise op application inside a fused node, or one result of an op with several
+// (layer_norm_grad's dx, dscale and dbias are three steps, written "t2, t3, t4 = layer_norm_grad(...)").
 struct FusedStep {
   OpId op;
   std::vector<FusedArg> args;
   AttrMap attrs;
+  int result = 0;  // which result of the op; > 0: continues the step before it (same op, args, attrs)
 };
 
 // The steps of a fused node and which of them it returns, in result order.
@@ -56,15 +58,19 @@ std::string printFusedBody(const FusedBody& body);
 // The type of every step, for operands of `operand_types`: each step's op's shape rule on its
 // arguments' types, a literal being a scalar of the step's first non-literal argument's dtype.
 // Errors name the step. Also checks what the kernels assume: every step's op is fusable, or
-// fusable along the last axis (softmax) as the last step, along the last axis, on f32, or a column
-// sum (isColumnSum); every returned step but the column sums has the shape every operand and step
-// broadcasts to; all share one float dtype.
+// fusable along the last axis (softmax, layer_norm, layer_norm_grad) as the last statement, along
+// the last axis, on f32, or a column sum (isColumnSum); an op's results are all named; every
+// returned step but the per-column ones has the shape every operand and step broadcasts to; all
+// share one float dtype.
 Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types);
 
 // A column sum: a reduce_sum step over every dim but the last of a returned f32 step (a bias
 // gradient). Column sums are the body's last steps, no step reads one, and each is returned after
 // the steps of the full shape; kernels add each row into it as they compute the row.
 bool isColumnSum(const FusedStep& step);
+// A step holding one value per column: a column sum, or layer_norm_grad's dscale or dbias (sums
+// over the rows the kernel adds up the same way). Every such step is returned.
+bool isPerColumn(const FusedStep& step);
 
 // The type of a literal argument of a step whose other arguments have `dtype`: a scalar.
 TensorType fusedLiteralType(DType dtype);

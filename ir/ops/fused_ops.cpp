@@ -41,6 +41,23 @@ Types stepOperandTypes(const TypedBody& typed, std::span<const TensorType> opera
   return types;
 }
 
+// The results of the op of step `s` (result 0 of its statement): the step's and its continuations'.
+Types statementResults(const TypedBody& typed, size_t s) {
+  Types results{typed.step_types[s]};
+  for (size_t k = s + 1; k < typed.body.steps.size() && typed.body.steps[k].result > 0; ++k)
+    results.push_back(typed.step_types[k]);
+  return results;
+}
+
+// The cost of the op of step `s` (result 0 of its statement) as a separate node.
+OpCost stepCost(const TypedBody& typed, std::span<const TensorType> operands, size_t s) {
+  const FusedStep& step = typed.body.steps[s];
+  const OpDef& def = opDef(step.op);
+  const Types operand_types = stepOperandTypes(typed, operands, s);
+  const Types results = statementResults(typed, s);
+  return def.cost(OpContext{def, operand_types, results, step.attrs});
+}
+
 Expected<Types> fusedShape(const OpContext& ctx) {
   CLEAVE_ASSIGN_OR_RETURN(TypedBody typed, typedBody(ctx));
   Types results;
@@ -53,13 +70,8 @@ OpCost fusedCost(const OpContext& ctx) {
   auto typed = typedBody(ctx);
   if (!typed) return {};
   OpCost cost;
-  for (size_t s = 0; s < typed->body.steps.size(); ++s) {
-    const FusedStep& step = typed->body.steps[s];
-    const OpDef& def = opDef(step.op);
-    const Types operands = stepOperandTypes(*typed, ctx.operands, s);
-    const Types result{typed->step_types[s]};
-    cost.flops += def.cost(OpContext{def, operands, result, step.attrs}).flops;
-  }
+  for (size_t s = 0; s < typed->body.steps.size(); ++s)
+    if (typed->body.steps[s].result == 0) cost.flops += stepCost(*typed, ctx.operands, s).flops;
   Types results;
   for (int r : typed->body.returned) results.push_back(typed->step_types[r]);
   cost.bytes = operandAndResultBytes(ctx, results);
@@ -86,6 +98,7 @@ Expected<std::vector<TensorData>> fusedReference(const OpContext& ctx, std::span
   for (size_t s = 0; s < typed.body.steps.size(); ++s) {
     const FusedStep& step = typed.body.steps[s];
     const OpDef& def = opDef(step.op);
+    if (step.result > 0) continue;  // set with result 0 of its statement
     const Types operand_types = stepOperandTypes(typed, ctx.operands, s);
     std::vector<TensorData> literals;
     literals.reserve(step.args.size());
@@ -101,12 +114,12 @@ Expected<std::vector<TensorData>> fusedReference(const OpContext& ctx, std::span
         args.push_back(&literals.back());
       }
     }
-    const Types result{typed.step_types[s]};
+    const Types result = statementResults(typed, s);
     const OpContext step_ctx{def, operand_types, result, step.attrs};
     if (!def.reference) return referenceError(ctx, "step t" + std::to_string(s) + " (" + std::string(def.name) + ") has no reference");
     if (!def.reference_supports || def.reference_supports(step_ctx)) {
       CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> step_results, def.reference(step_ctx, args));
-      values[s] = std::move(step_results[0]);
+      for (size_t k = 0; k < step_results.size(); ++k) values[s + k] = std::move(step_results[k]);
       continue;
     }
     // A bf16 step whose op has no bf16 reference: computed in f32 and rounded to bf16, as the
@@ -132,20 +145,22 @@ Expected<std::vector<TensorData>> fusedReference(const OpContext& ctx, std::span
   return results;
 }
 
-// Pointwise with broadcasting over the full shape; with column sums (one value per column, summed
-// over every other dim) only the last dim may be split: a split leading dim would leave each device
-// a partial sum.
+// Pointwise with broadcasting over the full shape, but a split leading dim would leave each device
+// a partial sum of a per-column step, and a split last dim a part of each row to a row step
+// (softmax, layer_norm, layer_norm_grad): those dims stay whole.
 ShardingRule fusedShardingRule(const OpContext& ctx) {
   auto typed = typedBody(ctx);
   if (!typed) return {};
-  const bool sums_columns = std::any_of(typed->body.steps.begin(), typed->body.steps.end(), isColumnSum);
+  const std::vector<FusedStep>& steps = typed->body.steps;
+  const bool per_column = std::any_of(steps.begin(), steps.end(), isPerColumn);
+  const bool rows = std::any_of(steps.begin(), steps.end(), [](const FusedStep& s) { return opDef(s.op).fusable_along_last_axis; });
   std::vector<TensorType> results;
   for (int r : typed->body.returned) results.push_back(typed->step_types[r]);
   const Shape& shape = results[0].shape;
   ShardingRuleBuilder rule(ctx.operands, results);
   const int last = static_cast<int>(shape.size()) - 1;
   rule.addBroadcastingPointwise(shape, [&](int d) {
-    return sums_columns && d != last ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+    return (d == last ? rows : per_column) ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
   });
   return rule.build();
 }
@@ -156,13 +171,8 @@ double fusedBytesSaved(const OpContext& ctx) {
   auto typed = typedBody(ctx);
   if (!typed) return 0;
   double unfused = 0;
-  for (size_t s = 0; s < typed->body.steps.size(); ++s) {
-    const FusedStep& step = typed->body.steps[s];
-    const OpDef& def = opDef(step.op);
-    const Types operands = stepOperandTypes(*typed, ctx.operands, s);
-    const Types result{typed->step_types[s]};
-    unfused += def.cost(OpContext{def, operands, result, step.attrs}).bytes;
-  }
+  for (size_t s = 0; s < typed->body.steps.size(); ++s)
+    if (typed->body.steps[s].result == 0) unfused += stepCost(*typed, ctx.operands, s).bytes;
   return std::max(0.0, unfused - fusedCost(ctx).bytes);
 }
 

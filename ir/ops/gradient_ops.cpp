@@ -622,6 +622,7 @@ void addGradientOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::layer_norm_grad, "layer_norm_grad", "gradients of layer_norm: dx, dscale, dbias", 3, 3,
                         {optionalInt("axis", -1), optionalFloat("epsilon", 1e-5)}, checkedShapeRule<layerNormGradShape>, checkedCostRule<layerNormGradCost>,
                         checkedShardingRule<layerNormGradSharding>});
+  appendedDef(table, OpId::layer_norm_grad).fusable_along_last_axis = true;
   table.push_back(OpDef{OpId::conv2d_grad_input, "conv2d_grad_input", "gradient of conv2d with respect to its input",
                         2, 2, convAttrs("input_shape"), checkedShapeRule<convGradInputShape>, checkedCostRule<convGradCost>, checkedShardingRule<convGradInputSharding>});
   table.push_back(OpDef{OpId::conv2d_grad_weight, "conv2d_grad_weight",

@@ -46,16 +46,18 @@ class ElementwiseFusion {
         group_of_[i] = target;
         continue;
       }
-      if (ends_chain) continue;  // a softmax or a layer norm alone keeps its own kernel
+      // A softmax or a layer norm alone keeps its own kernel; a layer_norm_grad alone becomes a fused
+      // node (its generated code beats the generic kernel; see isRowGradient).
+      if (ends_chain && !isRowGradient(i)) continue;
       const Value& result = graph_.values[graph_.nodes[i].results[0]];
       group_of_[i] = static_cast<int>(groups_.size());
-      groups_.push_back(FusionGroup{{i}, result.type.shape, result.type.dtype, labelOf(i)});
+      groups_.push_back(FusionGroup{{i}, result.type.shape, result.type.dtype, labelOf(i), ends_chain});
     }
     // 2. Rewrite each group of two or more as a fused node in its last member's place.
     FusionReport report;
     std::vector<bool> dead(graph_.nodes.size(), false);
     for (const FusionGroup& group : groups_) {
-      if (group.members.size() < 2 && !isTranscendental(group.members[0])) continue;
+      if (group.members.size() < 2 && !isTranscendental(group.members[0]) && !isRowGradient(group.members[0])) continue;
       CLEAVE_ASSIGN_OR_RETURN(bool rewritten, rewrite(group, dead));
       if (!rewritten) continue;
       ++report.fused_nodes;
@@ -103,20 +105,24 @@ class ElementwiseFusion {
            graph_.values[v].type.dtype == graph_.values[node.results[0]].type.dtype;
   }
 
+  // A layer_norm_grad (a row step with per-column results dscale and dbias).
+  bool isRowGradient(int32_t i) const { return graph_.nodes[i].op == OpId::layer_norm_grad; }
+
   bool isCandidate(int32_t i) const {
     const Node& node = graph_.nodes[i];
     const OpDef& def = opDef(node.op);
-    if (node.results.size() != 1) return false;
+    if (node.results.size() != (isRowGradient(i) ? 3 : 1)) return false;
     const TensorType& result = graph_.values[node.results[0]].type;
-    if (def.fusable_along_last_axis) {  // softmax or layer norm along the last axis, in f32, ending a chain
+    if (def.fusable_along_last_axis) {  // softmax or layer norm (or its gradient) along the last axis, in f32, ending a chain
       auto axis = node.attrs.find("axis");
       const int64_t a = axis == node.attrs.end() ? std::get<int64_t>(def.findAttr("axis")->default_value)
                                                  : std::get<int64_t>(axis->second);
       if (result.dtype != DType::kF32 || result.rank() == 0 || (a != -1 && a != result.rank() - 1)) return false;
-      // The chain comes in as the first operand; the others (scale, bias) hold a value per column.
+      // The chain comes in as the first operand; the others (scale, bias) hold a value per column,
+      // but layer_norm_grad's x, a row as the chain's.
       const TensorType per_column{DType::kF32, {result.shape.back()}};
       for (size_t k = 1; k < node.operands.size(); ++k)
-        if (graph_.values[node.operands[k]].type != per_column) return false;
+        if (graph_.values[node.operands[k]].type != (isRowGradient(i) && k == 1 ? result : per_column)) return false;
       return graph_.values[node.operands[0]].type == result;
     }
     if (!def.fusable) return false;
@@ -247,13 +253,24 @@ class ElementwiseFusion {
         }
       }
       step_of[member] = static_cast<int>(body.steps.size());
-      body.steps.push_back(std::move(step));
+      for (size_t k = 0; k < node.results.size(); ++k) {  // a step per result (layer_norm_grad's three)
+        body.steps.push_back(step);
+        body.steps.back().result = static_cast<int>(k);
+      }
     }
     std::vector<ValueId> results;
     for (int32_t member : group.members) {
+      const std::vector<ValueId>& member_results = graph_.nodes[member].results;
+      if (member_results.size() > 1) {  // layer_norm_grad: every result, as the body returns per-column steps
+        for (size_t k = 0; k < member_results.size(); ++k) {
+          body.returned.push_back(step_of[member] + static_cast<int>(k));
+          results.push_back(member_results[k]);
+        }
+        continue;
+      }
       if (!usedOutside(group, g, member)) continue;
       body.returned.push_back(step_of[member]);
-      results.push_back(graph_.nodes[member].results[0]);
+      results.push_back(member_results[0]);
     }
     if (results.empty()) return false;  // nothing reads the chain (dead code is dce's): left as it is
     Node& last = graph_.nodes[group.members.back()];

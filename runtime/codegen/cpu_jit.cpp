@@ -52,8 +52,8 @@ class HostJit {
     auto symbol = jit_->lookup(name);
     if (!symbol) return Status::internal("fused kernel: LLVM's JIT lost " + name + ": " + llvmMessage(symbol.takeError()));
     HostFusedKernel kernel{reinterpret_cast<FusedCpuFunction>(static_cast<uintptr_t>(symbol->getAddress())),
-                           spec.along_last_axis ? spec.dims.back() : 0, spec.hasColumnSums() ? spec.dims.back() : 0,
-                           spec.summed_result};
+                           spec.along_last_axis ? spec.dims.back() : 0, spec.hasPerColumnResults() ? spec.dims.back() : 0,
+                           spec.per_column};
     cache_.emplace(key, kernel);
     compiled_.fetch_add(1, std::memory_order_relaxed);
     return kernel;

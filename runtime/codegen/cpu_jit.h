@@ -17,10 +17,11 @@ using FusedCpuFunction = void (*)(const void* const* operands, void* const* resu
 struct HostFusedKernel {
   FusedCpuFunction function = nullptr;
   int64_t row_length = 0;  // > 0: the body ends along the last axis; ranges hold whole rows of this many
-  // With column sums: the columns (ranges hold whole rows of this many), and per result the result
-  // it sums (-1 where it is not a column sum; its pointer is then a double[columns] of partial sums).
+  // With per-column results (column sums, layer_norm_grad's dscale and dbias): the columns (ranges
+  // hold whole rows of this many), and which results they are (their pointers are double[columns]
+  // of partial sums).
   int64_t columns = 0;
-  std::vector<int> summed_result;
+  std::vector<bool> per_column;
 };
 
 // The compiled kernel of fused node `ctx`, compiling it on first use. Kernels are cached by their

@@ -351,19 +351,18 @@ Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKer
   }
   // Along the last axis, the last step finishes each row afterwards (emitRowTail): its result slot
   // takes its input's value here.
-  const size_t last = spec.body.steps.size() - 1;
-  const size_t elementwise = spec.along_last_axis ? last
+  const size_t elementwise = spec.along_last_axis ? spec.row_step
                              : static_cast<size_t>(std::count_if(spec.body.steps.begin(), spec.body.steps.end(),
                                                                  [](const FusedStep& s) { return !isColumnSum(s); }));
   CLEAVE_ASSIGN_OR_RETURN(std::vector<Value*> values, emitter.steps(spec, operands, elementwise));
   for (size_t r = 0; r < spec.results.size(); ++r) {
-    if (spec.summed_result[r] >= 0) continue;
+    if (spec.per_column[r]) continue;
     const size_t step = static_cast<size_t>(spec.body.returned[r]);
     Value* value = nullptr;
     if (step < elementwise) {
       value = values[step];
     } else {
-      const FusedArg& input = spec.body.steps[last].args[0];
+      const FusedArg& input = spec.body.steps[spec.row_step].args[0];
       value = input.kind == FusedArg::Kind::kOperand ? operands[input.index] : values[input.index];
     }
     llvm::Type* type = storageType(b, spec.results[r].dtype);
@@ -459,23 +458,48 @@ RowLanes oneWarpPerRow(llvm::IRBuilder<>& b, llvm::Module& module, Value* lane) 
           butterfly([&b](Value* mine, Value* theirs) { return b.CreateFAdd(mine, theirs); })};
 }
 
-// The sum over row y's columns (this lane's, then every lane's) of term(y[c] in double), in any
-// order (the loop vectorises), through `sum_slot`.
-Value* emitRowSum(llvm::IRBuilder<>& b, Value* y, int64_t columns, const RowLanes& lanes, llvm::AllocaInst* sum_slot,
-                  const char* name, const std::function<Value*(Value*)>& term, Status& status) {
-  llvm::Type* f32 = b.getFloatTy();
+// The sum over a row's columns (this lane's, then every lane's) of term(c), a double, in any order
+// (the loop vectorises), through `sum_slot`.
+Value* emitRowSumOf(llvm::IRBuilder<>& b, int64_t columns, const RowLanes& lanes, llvm::AllocaInst* sum_slot,
+                    const char* name, const std::function<Value*(Value*)>& term, Status& status) {
   llvm::Type* f64 = b.getDoubleTy();
   b.CreateStore(llvm::ConstantFP::get(f64, 0.0), sum_slot);
   emitLoop(b, lanes.first_column, b.getInt64(columns), lanes.column_step, name, [&](Value* c) -> Status {
+    Value* value = term(c);
     llvm::IRBuilderBase::FastMathFlagGuard guard(b);
     llvm::FastMathFlags reassociate;
     reassociate.setAllowReassoc();
     b.setFastMathFlags(reassociate);
-    Value* x = b.CreateFPExt(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, y, c)), f64);
-    b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, sum_slot), term(x)), sum_slot);
+    b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, sum_slot), value), sum_slot);
     return Status::ok();
   }, status);
   return lanes.combine_sum(b.CreateLoad(f64, sum_slot));
+}
+
+// The sum over row y's columns of term(y[c] in double) (emitRowSumOf).
+Value* emitRowSum(llvm::IRBuilder<>& b, Value* y, int64_t columns, const RowLanes& lanes, llvm::AllocaInst* sum_slot,
+                  const char* name, const std::function<Value*(Value*)>& term, Status& status) {
+  llvm::Type* f32 = b.getFloatTy();
+  return emitRowSumOf(b, columns, lanes, sum_slot, name, [&](Value* c) {
+    return term(b.CreateFPExt(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, y, c)), b.getDoubleTy()));
+  }, status);
+}
+
+// The row's mean and 1 / sqrt(variance + epsilon) of row x, in double, as rowMoments of
+// runtime/cpu/cpu_kernel_support.h computes them (layer_norm and layer_norm_grad).
+std::pair<Value*, Value*> emitRowMoments(llvm::IRBuilder<>& b, Value* x, int64_t columns, const RowLanes& lanes,
+                                         llvm::AllocaInst* sum_slot, double epsilon, Status& status) {
+  llvm::Type* f64 = b.getDoubleTy();
+  Value* count = llvm::ConstantFP::get(f64, static_cast<double>(columns));
+  Value* mean = b.CreateFDiv(emitRowSum(b, x, columns, lanes, sum_slot, "mean", [](Value* v) { return v; }, status), count);
+  Value* squares = emitRowSum(b, x, columns, lanes, sum_slot, "squares", [&](Value* v) {
+    Value* centred = b.CreateFSub(v, mean);
+    return b.CreateFMul(centred, centred);
+  }, status);
+  Value* variance = b.CreateFAdd(b.CreateFDiv(squares, count), llvm::ConstantFP::get(f64, epsilon));
+  Value* sqrt = b.CreateCall(llvm::Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), llvm::Intrinsic::sqrt, {f64}),
+                             {variance});
+  return {mean, b.CreateFDiv(llvm::ConstantFP::get(f64, 1.0), sqrt)};
 }
 
 // A layer norm's row y (holding its input), as the layer_norm kernel computes it: the mean and the
@@ -485,19 +509,9 @@ void emitLayerNormTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const 
                        Value* y, const RowLanes& lanes, llvm::AllocaInst* sum_slot, Status& status) {
   const FusedStep& step = spec.body.steps.back();
   llvm::Type* f32 = b.getFloatTy();
-  llvm::Type* f64 = b.getDoubleTy();
   const int64_t columns = spec.dims.back();
-  Value* count = llvm::ConstantFP::get(f64, static_cast<double>(columns));
-  Value* mean = b.CreateFDiv(emitRowSum(b, y, columns, lanes, sum_slot, "mean", [](Value* x) { return x; }, status), count);
-  Value* squares = emitRowSum(b, y, columns, lanes, sum_slot, "squares", [&](Value* x) {
-    Value* centred = b.CreateFSub(x, mean);
-    return b.CreateFMul(centred, centred);
-  }, status);
   const double epsilon = std::get<double>(attributeOf(OpId::layer_norm, step.attrs, "epsilon"));
-  Value* variance = b.CreateFAdd(b.CreateFDiv(squares, count), llvm::ConstantFP::get(f64, epsilon));
-  Value* sqrt = b.CreateCall(llvm::Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), llvm::Intrinsic::sqrt, {f64}),
-                             {variance});
-  Value* rstd = b.CreateFDiv(llvm::ConstantFP::get(f64, 1.0), sqrt);
+  const auto [mean, rstd] = emitRowMoments(b, y, columns, lanes, sum_slot, epsilon, status);
   Value* a = b.CreateFPTrunc(rstd, f32);
   Value* shift = b.CreateFPTrunc(b.CreateFNeg(b.CreateFMul(rstd, mean)), f32);
   // The scale and the bias: operands of f32[columns] (fused_body.cpp checks), read at column c.
@@ -513,6 +527,52 @@ void emitLayerNormTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const 
   }, status);
 }
 
+// layer_norm_grad's row at `row_start`, whose dx row y holds dy, as layerNormGradKernel computes
+// it (runtime/cpu/cpu_kernels_gradient.cpp): with x̂ = (x − mean)·rstd and g = dy·scale in f32,
+//   dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), row sums in double;
+// and dy·x̂ and dy added into the row block's doubles of dscale and dbias (host only).
+void emitLayerNormGradTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std::vector<Value*>& operand_pointers,
+                           const std::vector<Value*>& result_pointers, Value* y, Value* row_start, const RowLanes& lanes,
+                           llvm::AllocaInst* sum_slot, Status& status) {
+  const FusedStep& step = spec.body.steps[spec.row_step];
+  llvm::Type* f32 = b.getFloatTy();
+  llvm::Type* f64 = b.getDoubleTy();
+  const int64_t columns = spec.dims.back();
+  // x has the result's type (fused_body.cpp checks): its row starts where the result's does.
+  Value* x = b.CreateInBoundsGEP(f32, operand_pointers[step.args[1].index], row_start);
+  Value* scale = operand_pointers[step.args[2].index];
+  Value* partial[2] = {nullptr, nullptr};  // dscale's and dbias's doubles
+  for (size_t r = 0; r < spec.results.size(); ++r)
+    if (const size_t s = static_cast<size_t>(spec.body.returned[r]); s > spec.row_step) partial[s - spec.row_step - 1] = result_pointers[r];
+  const double epsilon = std::get<double>(attributeOf(OpId::layer_norm_grad, step.attrs, "epsilon"));
+  const auto [mean, rstd] = emitRowMoments(b, x, columns, lanes, sum_slot, epsilon, status);
+  Value* mean_f = b.CreateFPTrunc(mean, f32);
+  Value* rstd_f = b.CreateFPTrunc(rstd, f32);
+  auto load = [&](Value* row, Value* c) { return b.CreateLoad(f32, b.CreateInBoundsGEP(f32, row, c)); };
+  auto xhat = [&](Value* c) { return b.CreateFMul(b.CreateFSub(load(x, c), mean_f), rstd_f); };
+  auto g = [&](Value* c) { return b.CreateFMul(load(y, c), load(scale, c)); };
+  emitLoop(b, lanes.first_column, b.getInt64(columns), lanes.column_step, "dscale.dbias", [&](Value* c) -> Status {
+    Value* dy = load(y, c);
+    Value* terms[2] = {b.CreateFMul(dy, xhat(c)), dy};
+    for (int k = 0; k < 2; ++k) {
+      Value* slot = b.CreateInBoundsGEP(f64, partial[k], c);
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, slot), b.CreateFPExt(terms[k], f64)), slot);
+    }
+    return Status::ok();
+  }, status);
+  Value* count = llvm::ConstantFP::get(f64, static_cast<double>(columns));
+  Value* g_sum = emitRowSumOf(b, columns, lanes, sum_slot, "g", [&](Value* c) { return b.CreateFPExt(g(c), f64); }, status);
+  Value* g_mean = b.CreateFPTrunc(b.CreateFDiv(g_sum, count), f32);
+  Value* gx_sum = emitRowSumOf(b, columns, lanes, sum_slot, "g.xhat",
+                               [&](Value* c) { return b.CreateFPExt(b.CreateFMul(g(c), xhat(c)), f64); }, status);
+  Value* gx_mean = b.CreateFPTrunc(b.CreateFDiv(gx_sum, count), f32);
+  emitLoop(b, lanes.first_column, b.getInt64(columns), lanes.column_step, "dx", [&](Value* c) -> Status {
+    Value* dx = b.CreateFMul(rstd_f, b.CreateFSub(b.CreateFSub(g(c), g_mean), b.CreateFMul(xhat(c), gx_mean)));
+    b.CreateStore(dx, b.CreateInBoundsGEP(f32, y, c));
+    return Status::ok();
+  }, status);
+}
+
 // The result of the last-axis step, whose row at `row_start` holds its input. A softmax: the row's
 // maximum, e^(x - max) and their sum in double, then the products by 1/sum, as the softmax kernel;
 // a layer norm: emitLayerNormTail.
@@ -520,12 +580,15 @@ void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKerne
                  const std::vector<Value*>& operand_pointers, const std::vector<Value*>& result_pointers,
                  Value* row_start, const RowLanes& lanes, llvm::AllocaInst* max_slot, llvm::AllocaInst* sum_slot,
                  Status& status) {
-  const size_t last = spec.body.steps.size() - 1;
   size_t r = 0;
-  while (static_cast<size_t>(spec.body.returned[r]) != last) ++r;
+  while (static_cast<size_t>(spec.body.returned[r]) != spec.row_step) ++r;
   llvm::Type* f32 = b.getFloatTy();
   Value* y = b.CreateInBoundsGEP(f32, result_pointers[r], row_start);
-  if (spec.body.steps[last].op == OpId::layer_norm) {
+  if (spec.body.steps[spec.row_step].op == OpId::layer_norm_grad) {
+    emitLayerNormGradTail(b, spec, operand_pointers, result_pointers, y, row_start, lanes, sum_slot, status);
+    return;
+  }
+  if (spec.body.steps[spec.row_step].op == OpId::layer_norm) {
     emitLayerNormTail(b, spec, operand_pointers, y, lanes, sum_slot, status);
     return;
   }
@@ -599,7 +662,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   std::vector<llvm::Type*> params;
   for (const TensorType& t : spec.operands) params.push_back(storageType(b, t.dtype)->getPointerTo());
   for (size_t r = 0; r < spec.results.size(); ++r)
-    params.push_back((spec.summed_result[r] >= 0 ? b.getDoubleTy() : storageType(b, spec.results[r].dtype))->getPointerTo());
+    params.push_back((spec.per_column[r] ? b.getDoubleTy() : storageType(b, spec.results[r].dtype))->getPointerTo());
   params.push_back(i64);
   params.push_back(i64);
   auto* body_type = llvm::FunctionType::get(b.getVoidTy(), params, false);
@@ -654,7 +717,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   for (size_t k = 0; k < spec.operands.size(); ++k)
     args.push_back(pointerAt(entry->getArg(0), k, storageType(b, spec.operands[k].dtype)));
   for (size_t r = 0; r < spec.results.size(); ++r)
-    args.push_back(pointerAt(entry->getArg(1), r, spec.summed_result[r] >= 0 ? b.getDoubleTy() : storageType(b, spec.results[r].dtype)));
+    args.push_back(pointerAt(entry->getArg(1), r, spec.per_column[r] ? b.getDoubleTy() : storageType(b, spec.results[r].dtype)));
   args.push_back(entry->getArg(2));
   args.push_back(entry->getArg(3));
   b.CreateCall(body, args);
@@ -665,6 +728,8 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
 // The GPU kernel: one result element per thread and iteration of a grid-stride loop; along the
 // last axis, one row per warp (kWarpLanes threads: coalesced loads, shuffled reductions).
 Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module) {
+  if (spec.along_last_axis && spec.body.steps[spec.row_step].op == OpId::layer_norm_grad)
+    return Status::badInput("fused kernel " + name + ": layer_norm_grad has no GPU code yet");
   llvm::LLVMContext& context = module.getContext();
   llvm::IRBuilder<> b(context);
   llvm::Type* i64 = b.getInt64Ty();
@@ -733,6 +798,7 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
       summed = static_cast<int>(std::find(spec.body.returned.begin(), spec.body.returned.end(), step) - spec.body.returned.begin());
     }
     spec.summed_result.push_back(summed);
+    spec.per_column.push_back(isPerColumn(spec.body.steps[r]));
   }
   const Shape& shape = spec.results[0].shape;
   spec.numel = spec.results[0].numel();
@@ -753,10 +819,12 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
   //    through both contiguously or is broadcast along both.
   // 3. Along the last axis the rows stay rows: the last dim is kept whole and apart.
   spec.along_last_axis = opDef(spec.body.steps.back().op).fusable_along_last_axis;
+  spec.row_step = spec.body.steps.size() - 1;
+  while (spec.row_step > 0 && spec.body.steps[spec.row_step].result > 0) --spec.row_step;
   std::vector<int64_t> dims;
   std::vector<std::vector<int64_t>> merged(spec.operands.size());
   for (size_t d = 0; d < rank; ++d) {
-    const bool kept_apart = (spec.along_last_axis || spec.hasColumnSums()) && d + 1 == rank;
+    const bool kept_apart = (spec.along_last_axis || spec.hasPerColumnResults()) && d + 1 == rank;
     if (shape[d] == 1 && !kept_apart) continue;
     bool mergeable = !dims.empty() && !kept_apart;
     for (size_t k = 0; k < spec.operands.size() && mergeable; ++k) {
@@ -780,8 +848,8 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
   return spec;
 }
 
-bool FusedKernelSpec::hasColumnSums() const {
-  return std::any_of(summed_result.begin(), summed_result.end(), [](int r) { return r >= 0; });
+bool FusedKernelSpec::hasPerColumnResults() const {
+  return std::any_of(per_column.begin(), per_column.end(), [](bool p) { return p; });
 }
 
 std::string fusedKernelKey(const OpContext& ctx) {

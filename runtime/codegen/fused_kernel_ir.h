@@ -33,10 +33,15 @@ struct FusedKernelSpec {
   int64_t numel = 0;  // result elements
   // The last step runs along the last axis (softmax): kernels work in whole rows of dims.back().
   bool along_last_axis = false;
-  // Per result: -1, or for a column sum (isColumnSum) the result it sums. With column sums the
-  // last dim is kept apart too (dims.back() columns).
+  // The first step of the last statement: the row step's when along_last_axis (layer_norm_grad's
+  // three results are three steps).
+  size_t row_step = 0;
+  // Per result: whether it holds one value per column (isPerColumn: a column sum, or
+  // layer_norm_grad's dscale or dbias), and for a column sum the result it sums (else -1). With
+  // per-column results the last dim is kept apart too (dims.back() columns).
+  std::vector<bool> per_column;
   std::vector<int> summed_result;
-  bool hasColumnSums() const;
+  bool hasPerColumnResults() const;
 };
 
 // The spec of the fused node `ctx` (op fused); errors name the body's fault.
@@ -57,13 +62,14 @@ inline constexpr const char* kLibdevicePow = "__nv_powf";
 // Builds the kernel of `spec` into a new module of `context`, as function `name`:
 // - kHostCpu: void name(const void* const* operands, void* const* results, int64_t begin, int64_t end),
 //   computing result elements [begin, end) (row-major; whole rows when along_last_axis or with
-//   column sums), vectorisable along the last collapsed dim; a column sum's result pointer is a
-//   double[columns] that each row of the range is added into, in row order (the caller zeroes it,
-//   and sums the ranges' doubles in a fixed order);
+//   per-column results), vectorisable along the last collapsed dim; a per-column result's pointer
+//   is a double[columns] that each row of the range is added into, in row order (the caller zeroes
+//   it, and sums the ranges' doubles in a fixed order);
 // - kNvptx: kernel name(operand pointers..., result pointers..., int64_t count), a grid-stride loop
 //   over all `count` result elements (rows when along_last_axis: one warp of kWarpLanes threads
 //   per row, which must all run the kernel: launch it with a multiple of kWarpLanes threads).
-//   Column sums are not parameters: the launcher sums their returned inputs afterwards.
+//   Column sums are not parameters: the launcher sums their returned inputs afterwards. A
+//   layer_norm_grad step has no GPU code yet (an error: the launcher runs that step's own kernel).
 // On the host, `interleave` > 0 has the vectoriser run that many vector iterations of an element
 // loop side by side when the body has a transcendental step (exp, erf, tanh, ...): their long
 // chains of dependent multiply-adds leave the FMA units idle otherwise (0: LLVM's choice).

@@ -10,19 +10,20 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-// A body with column sums: rows in at most 16 fixed blocks, each block adding its rows into its own
-// doubles per column sum; then the blocks' doubles summed in block order and rounded to f32, so
-// results do not depend on the thread count. (More blocks cost more than they bring: each block's
-// doubles are written and read once more.)
-Status withColumnSums(const KernelCall& call, const codegen::HostFusedKernel& kernel, int64_t work_per_element) {
+// A body with per-column results (column sums, layer_norm_grad's dscale and dbias): rows in at
+// most 16 fixed blocks, each block adding its rows into its own doubles per such result; then the
+// blocks' doubles summed in block order and rounded to f32, so results do not depend on the
+// thread count. (More blocks cost more than they bring: each block's doubles are written and read
+// once more.)
+Status withPerColumnResults(const KernelCall& call, const codegen::HostFusedKernel& kernel, int64_t work_per_element) {
   constexpr int64_t kMaxBlocks = 16;
   const int64_t columns = kernel.columns;
   const int64_t rows = call.op.results[0].numel() / columns;
   const int64_t rows_per_block = std::max<int64_t>(1, (rows + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  std::vector<size_t> sums;  // the results that are column sums
-  for (size_t r = 0; r < kernel.summed_result.size(); ++r)
-    if (kernel.summed_result[r] >= 0) sums.push_back(r);
+  std::vector<size_t> sums;  // the per-column results
+  for (size_t r = 0; r < kernel.per_column.size(); ++r)
+    if (kernel.per_column[r]) sums.push_back(r);
   const int64_t block_doubles = static_cast<int64_t>(sums.size()) * columns;
   std::vector<double> partial(static_cast<size_t>(blocks * block_doubles), 0.0);
   parallelFor(blocks, threadCount(call), rows_per_block * columns * work_per_element, [&](int64_t first, int64_t last) {
@@ -53,13 +54,13 @@ Status fusedKernel(const KernelCall& call) {
   const void* const* inputs = call.inputs.data();
   void* const* outputs = call.outputs.data();
   const int64_t numel = call.op.results[0].numel();
+  if (kernel.columns > 0) return withPerColumnResults(call, kernel, 4 * steps);
   if (kernel.row_length > 0) {  // whole rows: the body ends along the last axis
     const int64_t row = kernel.row_length;
     parallelFor(numel / row, threadCount(call), 4 * steps * row,
                 [&](int64_t begin, int64_t end) { kernel.function(inputs, outputs, begin * row, end * row); });
     return Status::ok();
   }
-  if (kernel.columns > 0) return withColumnSums(call, kernel, 4 * steps);
   parallelFor(numel, threadCount(call), 4 * steps,
               [&](int64_t begin, int64_t end) { kernel.function(inputs, outputs, begin, end); });
   return Status::ok();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/fused_body.h"
 #include "runtime/codegen/fused_kernel_ir.h"
 #include "runtime/codegen/ptx_compiler.h"
 #include "runtime/cuda/cuda_context.h"
@@ -49,7 +50,78 @@ Expected<LoadedKernel> loadedKernel(const KernelCall& call) {
   return loaded;
 }
 
+Status fusedKernel(const KernelCall& call, CudaContext& context);
+
+// A body ending in layer_norm_grad, which has no GPU code yet: the steps before it as a fused node
+// of their own (returning what the node returns of them, and layer_norm_grad's dy, into a
+// stream-ordered temporary where the node does not return it), then the layer_norm_grad kernel.
+// Correct, not faster than unfused.
+Status rowGradientStepwise(const KernelCall& call, CudaContext& context, const FusedBody& body) {
+  size_t row_step = body.steps.size() - 1;
+  while (row_step > 0 && body.steps[row_step].result > 0) --row_step;
+  const FusedStep& gradient = body.steps[row_step];
+  auto resultOf = [&](int step) {
+    return static_cast<size_t>(std::find(body.returned.begin(), body.returned.end(), step) - body.returned.begin());
+  };
+  const TensorType& row_type = call.op.results[resultOf(static_cast<int>(row_step))];
+  const void* dy = nullptr;
+  void* temporary = nullptr;
+  if (gradient.args[0].kind == FusedArg::Kind::kOperand) {
+    dy = call.inputs[gradient.args[0].index];
+  } else {
+    FusedBody chain{std::vector<FusedStep>(body.steps.begin(), body.steps.begin() + static_cast<int64_t>(row_step)), {}};
+    std::vector<TensorType> chain_results;
+    std::vector<void*> chain_outputs;
+    for (size_t r = 0; r < body.returned.size(); ++r)
+      if (static_cast<size_t>(body.returned[r]) < row_step) {
+        chain.returned.push_back(body.returned[r]);
+        chain_results.push_back(call.op.results[r]);
+        chain_outputs.push_back(call.outputs[r]);
+      }
+    const int dy_step = gradient.args[0].index;
+    if (const size_t r = resultOf(dy_step); r < body.returned.size()) {
+      dy = call.outputs[r];
+    } else {
+      CLEAVE_TRY(cudaStatus(cudaMallocAsync(&temporary, static_cast<size_t>(row_type.bytes()) + 1, context.compute()),
+                            "fused: a temporary for layer_norm_grad's dy"));
+      dy = temporary;
+      chain.returned.push_back(dy_step);
+      chain_results.push_back(row_type);
+      chain_outputs.push_back(temporary);
+    }
+    const std::vector<TensorType> chain_operands(call.op.operands.begin(), call.op.operands.begin() + chain.operandCount());
+    const AttrMap attrs{{"body", printFusedBody(chain)}};
+    const KernelCall chain_call{OpContext{opDef(OpId::fused), chain_operands, chain_results, attrs},
+                                call.inputs.subspan(0, chain_operands.size()), chain_outputs, call.threads};
+    if (Status status = fusedKernel(chain_call, context); !status) {
+      if (temporary) (void)cudaFreeAsync(temporary, context.compute());
+      return status;
+    }
+  }
+  const std::vector<TensorType> operands{row_type, call.op.operands[gradient.args[1].index],
+                                         call.op.operands[gradient.args[2].index]};
+  std::vector<TensorType> results;
+  std::vector<void*> outputs;
+  for (size_t k = 0; k < 3; ++k) {
+    const size_t r = resultOf(static_cast<int>(row_step + k));
+    results.push_back(call.op.results[r]);
+    outputs.push_back(call.outputs[r]);
+  }
+  const void* inputs[] = {dy, call.inputs[gradient.args[1].index], call.inputs[gradient.args[2].index]};
+  const KernelCall gradient_call{OpContext{opDef(OpId::layer_norm_grad), operands, results, gradient.attrs}, inputs,
+                                 outputs, call.threads};
+  Status status = findCudaKernel(OpId::layer_norm_grad)(gradient_call, context);
+  // Freed in stream order: after the kernels above have run.
+  if (temporary) (void)cudaFreeAsync(temporary, context.compute());
+  return status;
+}
+
 Status fusedKernel(const KernelCall& call, CudaContext& context) {
+  if (call.op.getString("body").find("layer_norm_grad(") != std::string::npos) {  // the last statement (fused_body.h)
+    auto body = parseFusedBody(call.op.getString("body"));
+    if (!body) return body.status().withContext("fused: ");
+    return rowGradientStepwise(call, context, *body);
+  }
   CLEAVE_ASSIGN_OR_RETURN(LoadedKernel loaded, loadedKernel(call));
   const int64_t numel = call.op.results[0].numel();
   const int64_t count = loaded.row_length > 0 ? numel / loaded.row_length : numel;

@@ -52,6 +52,8 @@ grep -q "^fused nodes of train on rank 0: " "$tmp/inspect.txt" || fail "inspect 
 grep -q "t1 = gelu(t0)" "$tmp/inspect.txt" || fail "inspect does not show the bias-gelu body"
 grep -q "t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)\[axes=\[0 1\], keepdims=0\]" "$tmp/inspect.txt" ||
   fail "inspect shows no gelu_grad fused with its bias gradient (a column sum)"
+grep -q "t0 = add(x0, x1); t1 = add(t0, x2); t2, t3, t4 = layer_norm_grad(t1, x3, x4)" "$tmp/inspect.txt" ||
+  fail "inspect shows no layer_norm_grad fused with the sum of its gradients"
 "$cleave" inspect "$tmp/gpt-fused.cplan" --json >"$tmp/fused.json"
 "$cleave" inspect "$tmp/gpt-unfused.cplan" --json >"$tmp/unfused.json"
 $python - "$tmp/fused.json" "$tmp/unfused.json" <<'PY' || fail "inspect --json's fused nodes are wrong"
@@ -59,7 +61,7 @@ import json, sys
 fused, unfused = (json.load(open(p))["ranks"][0] for p in sys.argv[1:3])
 nodes = fused["fused_nodes"]
 assert nodes and not unfused["fused_nodes"], (len(nodes), len(unfused["fused_nodes"]))
-assert all(n["bytes"] > 0 and n["bytes_saved"] >= 0 and n["body"].startswith("t0 = ") for n in nodes)
+assert all(n["bytes"] > 0 and n["bytes_saved"] >= 0 and n["body"].startswith(("t0 = ", "t0, ")) for n in nodes)
 saved = sum(n["bytes_saved"] for n in nodes)
 assert saved > 0 and fused["kernel_bytes"] < unfused["kernel_bytes"], (saved, fused["kernel_bytes"], unfused["kernel_bytes"])
 print(f"  gpt: {len(nodes)} fused nodes save {saved / 1e6:.2f} MB of {unfused['kernel_bytes'] / 1e6:.2f} MB per step")

@@ -1,5 +1,5 @@
 // Harness cases of the fused family (ir/ops/fused_ops.cpp): bodies the fusion pass makes (bias and
-// gelu, activation gradients, several results, column sums), every fusable op in one body,
+// gelu, activation gradients, several results, column sums, layer_norm_grad), every fusable op in one body,
 // broadcasting across several dims, literals, scalars, empty tensors and bf16.
 #include <cmath>
 #include <limits>
@@ -96,6 +96,25 @@ CaseList fusedCases() {
                        body("t0 = neg(x0); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"), no_gradient);
   b.addWithoutGradient(OpId::fused, "column sum of no rows", {b.uniform(f32, {0, 5}), b.uniform(f32, {5})},
                        body("t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"), no_gradient);
+  // layer_norm_grad ending a body (dx, and dscale and dbias summed over the rows): alone; after the
+  // sum of three gradients (a transformer's pre-norm backward) over 70 rows, the sum returned too;
+  // rows over two leading dims, rows of one element.
+  b.addWithoutGradient(OpId::fused, "layer_norm_grad alone",
+                       {b.uniform(f32, {6, 37}), b.uniform(f32, {6, 37}, -2, 2), b.uniform(f32, {37}, 0.5, 1.5)},
+                       body("t0, t1, t2 = layer_norm_grad(x0, x1, x2); return t0, t1, t2"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "gradients summed, layer_norm_grad, many rows",
+                       {b.uniform(f32, {70, 33}), b.uniform(f32, {70, 33}), b.uniform(f32, {70, 33}),
+                        b.uniform(f32, {70, 33}, -3, 3), b.uniform(f32, {33})},
+                       body("t0 = add(x0, x1); t1 = add(t0, x2); t2, t3, t4 = layer_norm_grad(t1, x3, x4)[epsilon=0.01]; "
+                            "return t1, t2, t3, t4"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "layer_norm_grad over two leading dims",
+                       {b.uniform(f32, {2, 5, 40}), b.uniform(f32, {2, 5, 40}), b.uniform(f32, {40})},
+                       body("t0 = mul(x0, 0.5); t1, t2, t3 = layer_norm_grad(t0, x1, x2)[axis=2]; return t1, t2, t3"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "layer_norm_grad of one-element rows",
+                       {b.uniform(f32, {4, 1}), b.uniform(f32, {4, 1}), b.uniform(f32, {1})},
+                       body("t0, t1, t2 = layer_norm_grad(x0, x1, x2); return t0, t1, t2"), no_gradient);
   // Perf mode's large cases, beside the unfused ops' "large (perf)" cases of the same shapes.
   const TensorData big = b.uniform(f32, {1024, 1024}, -2, 2), row = b.uniform(f32, {1024}, -2, 2);
   for (const char* text : {"t0 = gelu(x0); return t0", "t0 = exp(x0); return t0", "t0 = add(x0, x1); return t0"}) {

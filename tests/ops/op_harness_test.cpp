@@ -101,7 +101,7 @@ TEST(FusedKernels, EveryFusableCaseMatchesItsUnfusedKernel) {
     if (!opDef(op).fusable && !opDef(op).fusable_along_last_axis) continue;
     for (const OpCase& c : list) {
       auto types = resultTypes(c);
-      if (!types || types->size() != 1 || (*types)[0].dtype != DType::kF32) continue;
+      if (!types || (*types)[0].dtype != DType::kF32) continue;
       bool all_f32 = true;
       for (const TensorData& t : c.operands) all_f32 = all_f32 && t.type.dtype == DType::kF32;
       if (!all_f32) continue;
@@ -126,16 +126,23 @@ TEST(FusedKernels, EveryFusableCaseMatchesItsUnfusedKernel) {
           }
         }
         if (literals && !literal_used) continue;
-        // A broadcast that widens the result past every operand's rank keeps its own kernel.
-        body.steps.push_back(step);
-        body.returned = {0};
+        // A step per result (layer_norm_grad's three), all returned.
+        for (size_t k = 0; k < types->size(); ++k) {
+          body.steps.push_back(step);
+          body.steps.back().result = static_cast<int>(k);
+          body.returned.push_back(static_cast<int>(k));
+        }
         fused.attrs = {{"body", printFusedBody(body)}};
+        // A broadcast that widens the result past every operand's rank keeps its own kernel; a row
+        // op along another axis than the last is not fusable.
         auto fused_types = resultTypes(fused);
-        if (!fused_types || (*fused_types)[0] != (*types)[0]) continue;
+        if (!fused_types || *fused_types != *types) continue;
         auto result = runCpuKernel(fused, 2);
         ASSERT_TRUE(result) << printFusedBody(body) << ": " << result.status().message();
-        const std::string diff = compareTensors((*result)[0], (*unfused)[0], Tolerance{1e-6, 1e-7});
-        EXPECT_TRUE(diff.empty()) << printFusedBody(body) << ": " << diff;
+        for (size_t k = 0; k < types->size(); ++k) {
+          const std::string diff = compareTensors((*result)[k], (*unfused)[k], Tolerance{1e-6, 1e-7});
+          EXPECT_TRUE(diff.empty()) << printFusedBody(body) << ", result " << k << ": " << diff;
+        }
         ++compared;
       }
     }

@@ -126,6 +126,14 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
   ASSERT_TRUE(column_sum) << column_sum.status().message();
   EXPECT_NE(column_sum->find("cleave_fused_param_3"), std::string::npos) << *column_sum;
   EXPECT_EQ(column_sum->find("cleave_fused_param_4"), std::string::npos) << *column_sum;
+  // layer_norm_grad has no GPU code yet: an error that says so (the CUDA launcher runs the steps
+  // before it as a fused kernel of their own, then layer_norm_grad's kernel).
+  FusedNode norm_gradient({kRows, kRows, {DType::kF32, {kRows.shape.back()}}},
+                          "t0 = neg(x0); t1, t2, t3 = layer_norm_grad(t0, x1, x2); return t1, t2, t3");
+  auto no_ptx = fusedKernelPtx(norm_gradient.context(), "cleave_fused");
+  ASSERT_FALSE(no_ptx);
+  EXPECT_NE(no_ptx.status().message().find("layer_norm_grad has no GPU code yet"), std::string::npos)
+      << no_ptx.status().message();
   // A general power calls libdevice's __nv_powf, linked in from CUDA's toolkit (where there is one;
   // without it the error says what is missing).
   FusedNode general({kRows, kRows}, "t0 = pow(x0, x1); t1 = pow(t0, 1.7); return t1");
