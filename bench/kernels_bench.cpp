@@ -163,6 +163,8 @@ int main(int argc, char** argv) {
     const Buffer h = randomBuffer({512, 1024}, rng), dh = randomBuffer({512, 1024}, rng), b = randomBuffer({1024}, rng);
     const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng), dr2 = randomBuffer({512, 256}, rng);
     const Buffer scale = randomBuffer({256}, rng);
+    const Buffer scores = randomBuffer({8, 4, 64, 64}, rng), mask = randomBuffer({1, 1, 64, 64}, rng);
+    const Buffer eighth{TensorType{DType::kF32, {}}, {0.125f}};
     auto micros = [&](OpId op, std::vector<const Buffer*> in, AttrMap attrs) {
       return 1e6 * secondsPerCall(PreparedCall(op, std::move(in), std::move(attrs), threads), repeats);
     };
@@ -181,6 +183,10 @@ int main(int argc, char** argv) {
          fused({&dh, &h}, "t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
         {"residual add [512,256] + its column sum", micros(OpId::add, {&r, &dr}, {}) + micros(OpId::reduce_sum, {&r}, columns),
          fused({&r, &dr}, "t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
+        {"attention scale, mask, softmax [8,4,64,64]",
+         micros(OpId::mul, {&scores, &eighth}, {}) + micros(OpId::add, {&scores, &mask}, {}) +
+             micros(OpId::softmax, {&scores}, {}),
+         fused({&scores, &mask}, "t0 = mul(x0, 0.125); t1 = add(t0, x1); t2 = softmax(t1); return t2")},
         {"layer_norm_grad [512,256]", micros(OpId::layer_norm_grad, {&dr, &r, &scale}, {}),
          fused({&dr, &r, &scale}, "t0, t1, t2 = layer_norm_grad(x0, x1, x2); return t0, t1, t2")},
         {"3 gradients summed + layer_norm_grad [512,256]",

@@ -309,10 +309,16 @@ llvm::Type* storageType(llvm::IRBuilder<>& b, DType dtype) {
   return dtype == DType::kBF16 ? static_cast<llvm::Type*>(b.getInt16Ty()) : b.getFloatTy();
 }
 
-// for (iv = start; iv < end; ++iv) body(iv). interleave > 0: the vectoriser runs that many vector
-// iterations side by side (llvm.loop.interleave.count).
+// What the optimiser is told of a loop (its !llvm.loop metadata).
+struct LoopHints {
+  int interleave = 0;      // > 0: the vectoriser runs that many vector iterations side by side
+  bool no_unroll = false;  // no unrolling: a short loop of known length (a 64-wide softmax row) is
+                           // vectorised, not unrolled first into scalar code the vectoriser misses
+};
+
+// for (iv = start; iv < end; ++iv) body(iv).
 void emitLoop(llvm::IRBuilder<>& b, Value* start, Value* end, Value* step, const char* name,
-              const std::function<Status(Value*)>& body, Status& status, int interleave = 0) {
+              const std::function<Status(Value*)>& body, Status& status, LoopHints hints = {}) {
   llvm::Function* function = b.GetInsertBlock()->getParent();
   llvm::LLVMContext& context = b.getContext();
   llvm::BasicBlock* before = b.GetInsertBlock();
@@ -326,11 +332,16 @@ void emitLoop(llvm::IRBuilder<>& b, Value* start, Value* end, Value* step, const
   Value* next = b.CreateAdd(iv, step, "", /*HasNUW=*/true, /*HasNSW=*/true);
   iv->addIncoming(next, b.GetInsertBlock());
   llvm::BranchInst* latch = b.CreateCondBr(b.CreateICmpSLT(next, end), loop, exit);
-  if (interleave > 0) {
+  std::vector<llvm::Metadata*> loop_id{nullptr};  // operand 0: the node itself
+  if (hints.interleave > 0) {
     llvm::Metadata* count[] = {llvm::MDString::get(context, "llvm.loop.interleave.count"),
-                               llvm::ConstantAsMetadata::get(b.getInt32(interleave))};
+                               llvm::ConstantAsMetadata::get(b.getInt32(hints.interleave))};
+    loop_id.push_back(llvm::MDNode::get(context, count));
+  }
+  if (hints.no_unroll) loop_id.push_back(llvm::MDNode::get(context, {llvm::MDString::get(context, "llvm.loop.unroll.disable")}));
+  if (loop_id.size() > 1) {
     llvm::TempMDTuple placeholder = llvm::MDNode::getTemporary(context, {});
-    llvm::Metadata* loop_id[] = {placeholder.get(), llvm::MDNode::get(context, count)};
+    loop_id[0] = placeholder.get();
     llvm::MDNode* id = llvm::MDNode::getDistinct(context, loop_id);
     id->replaceOperandWith(0, id);
     latch->setMetadata(llvm::LLVMContext::MD_loop, id);
@@ -421,11 +432,15 @@ struct RowLanes {
   Value* column_step;
   std::function<Value*(Value*)> combine_max;  // every lane's maximum (f32), in every lane
   std::function<Value*(Value*)> combine_sum;  // every lane's sum (f64), in every lane
+  LoopHints column_loops = {};                 // of each loop over the row's columns
 };
 
-RowLanes oneThreadPerRow(llvm::IRBuilder<>& b) {
+// Rows of up to 128 columns keep their loops whole for the vectoriser: unrolled first, a 64-wide
+// softmax row became scalar code, 3x slower (kernels_bench --elementwise); longer rows vectorise
+// either way and gain from unrolling after.
+RowLanes oneThreadPerRow(llvm::IRBuilder<>& b, int64_t columns) {
   auto same = [](Value* v) { return v; };
-  return {b.getInt64(0), b.getInt64(1), same, same};
+  return {b.getInt64(0), b.getInt64(1), same, same, LoopHints{.no_unroll = columns <= 128}};
 }
 
 // `value` of lane (this lane xor lane_mask) of the warp (shfl.sync.bfly; f64 as two 32-bit halves).
@@ -472,7 +487,7 @@ Value* emitRowSumOf(llvm::IRBuilder<>& b, int64_t columns, const RowLanes& lanes
     b.setFastMathFlags(reassociate);
     b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, sum_slot), value), sum_slot);
     return Status::ok();
-  }, status);
+  }, status, lanes.column_loops);
   return lanes.combine_sum(b.CreateLoad(f64, sum_slot));
 }
 
@@ -524,7 +539,7 @@ void emitLayerNormTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const 
     if (bias) v = b.CreateFAdd(v, b.CreateLoad(f32, b.CreateInBoundsGEP(f32, operand_pointers[bias->index], c)));
     b.CreateStore(v, at);
     return Status::ok();
-  }, status);
+  }, status, lanes.column_loops);
 }
 
 // layer_norm_grad's row at `row_start`, whose dx row y holds dy, as layerNormGradKernel computes
@@ -559,7 +574,7 @@ void emitLayerNormGradTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, co
       b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, slot), b.CreateFPExt(terms[k], f64)), slot);
     }
     return Status::ok();
-  }, status);
+  }, status, lanes.column_loops);
   Value* count = llvm::ConstantFP::get(f64, static_cast<double>(columns));
   Value* g_sum = emitRowSumOf(b, columns, lanes, sum_slot, "g", [&](Value* c) { return b.CreateFPExt(g(c), f64); }, status);
   Value* g_mean = b.CreateFPTrunc(b.CreateFDiv(g_sum, count), f32);
@@ -570,7 +585,7 @@ void emitLayerNormGradTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, co
     Value* dx = b.CreateFMul(rstd_f, b.CreateFSub(b.CreateFSub(g(c), g_mean), b.CreateFMul(xhat(c), gx_mean)));
     b.CreateStore(dx, b.CreateInBoundsGEP(f32, y, c));
     return Status::ok();
-  }, status);
+  }, status, lanes.column_loops);
 }
 
 // The result of the last-axis step, whose row at `row_start` holds its input. A softmax: the row's
@@ -608,20 +623,20 @@ void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKerne
     Value* m = b.CreateLoad(f32, max_slot);
     b.CreateStore(b.CreateSelect(b.CreateFCmpOGT(v, m), v, m), max_slot);
     return Status::ok();
-  }, status);
+  }, status, lanes.column_loops);
   Value* max = lanes.combine_max(b.CreateLoad(f32, max_slot));
   emitLoop(b, first, columns, step, "exp", [&](Value* c) -> Status {
     Value* at = b.CreateInBoundsGEP(f32, y, c);
     b.CreateStore(emitter.expOf(b.CreateFSub(b.CreateLoad(f32, at), max)), at);
     return Status::ok();
-  }, status);
+  }, status, lanes.column_loops);
   Value* sum = emitRowSum(b, y, spec.dims.back(), lanes, sum_slot, "sum", [](Value* e) { return e; }, status);
   Value* scale = b.CreateFPTrunc(b.CreateFDiv(llvm::ConstantFP::get(b.getDoubleTy(), 1.0), sum), f32);
   emitLoop(b, first, columns, step, "scale", [&](Value* c) -> Status {
     Value* at = b.CreateInBoundsGEP(f32, y, c);
     b.CreateStore(b.CreateFMul(b.CreateLoad(f32, at), scale), at);
     return Status::ok();
-  }, status);
+  }, status, lanes.column_loops);
 }
 
 // One whole row of the collapsed space (along-last-axis bodies): its elements, then the row tail.
@@ -635,7 +650,7 @@ Status emitRow(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelS
   emitLoop(b, lanes.first_column, columns, lanes.column_step, "column", [&](Value* column) -> Status {
     return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
                        b.CreateAdd(row_start, column));
-  }, status);
+  }, status, lanes.column_loops);
   CLEAVE_TRY(status);
   emitRowTail(b, emitter, spec, operand_pointers, result_pointers, row_start, lanes, max_slot, sum_slot, status);
   return status;
@@ -684,7 +699,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
   Value* end_row = b.CreateUDiv(b.CreateAdd(end, b.getInt64(spec.dims.back() - 1)), columns);
   if (spec.along_last_axis) {  // [begin, end) holds whole rows (hostFusedKernel's row_length)
     const std::pair<llvm::AllocaInst*, llvm::AllocaInst*> slots = rowSlots(b);
-    const RowLanes lanes = oneThreadPerRow(b);
+    const RowLanes lanes = oneThreadPerRow(b, spec.dims.back());
     emitLoop(b, first_row, end_row, b.getInt64(1), "row", [&](Value* row) -> Status {
       return emitRow(b, emitter, spec, operand_pointers, result_pointers, row, lanes, slots.first, slots.second);
     }, status);
@@ -697,7 +712,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
     emitLoop(b, from, to, b.getInt64(1), "column", [&](Value* column) -> Status {
       return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
                          b.CreateAdd(row_start, column));
-    }, inner, hasTranscendentalStep(spec) ? interleave : 0);
+    }, inner, {hasTranscendentalStep(spec) ? interleave : 0});
     emitColumnSums(b, spec, result_pointers, row_start, from, to, inner);
     return inner;
   }, status);
