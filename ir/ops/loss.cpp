@@ -1,4 +1,5 @@
-// Loss ops: softmax_cross_entropy and mse, each a scalar f32 mean as PyTorch computes it.
+// Loss ops: softmax_cross_entropy and mse, each a scalar f32 mean as PyTorch computes it, and
+// softmax_cross_entropy_and_grad, the loss and its gradient in one pass (made by the fusion pass).
 #include <algorithm>
 #include <cmath>
 
@@ -20,6 +21,16 @@ Expected<std::vector<TensorType>> softmaxCrossEntropyShape(const OpContext& ctx)
   return std::vector<TensorType>{{DType::kF32, {}}};
 }
 
+// softmax_cross_entropy_and_grad: logits, labels, dloss -> (loss, dlogits), each as
+// softmax_cross_entropy and softmax_cross_entropy_grad type them.
+Expected<std::vector<TensorType>> softmaxCrossEntropyAndGradShape(const OpContext& ctx) {
+  const std::vector<TensorType> loss_operands{ctx.operands[0], ctx.operands[1]};
+  const std::vector<TensorType> grad_operands{ctx.operands[2], ctx.operands[0], ctx.operands[1]};
+  CLEAVE_ASSIGN_OR_RETURN(auto loss, inferResultTypes(opDef(OpId::softmax_cross_entropy), loss_operands, ctx.attrs));
+  CLEAVE_ASSIGN_OR_RETURN(auto grad, inferResultTypes(opDef(OpId::softmax_cross_entropy_grad), grad_operands, ctx.attrs));
+  return std::vector<TensorType>{loss[0], grad[0]};
+}
+
 // mse: prediction and target of one float dtype and one shape.
 Expected<std::vector<TensorType>> mseShape(const OpContext& ctx) {
   CLEAVE_TRY(requireFloat(ctx, 0));
@@ -33,6 +44,20 @@ OpCost softmaxCrossEntropyCost(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
   if (results.empty()) return {};
   double flops = 5 * static_cast<double>(ctx.operands[0].numel()) + 2 * static_cast<double>(ctx.operands[1].numel());
+  return {flops, operandAndResultBytes(ctx, results)};
+}
+
+// softmax_cross_entropy_and_grad: the loss's FLOPs and its gradient's; the logits read once.
+OpCost softmaxCrossEntropyAndGradCost(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  const std::vector<TensorType> grad_operands{ctx.operands[2], ctx.operands[0], ctx.operands[1]};
+  const OpDef& grad = opDef(OpId::softmax_cross_entropy_grad);
+  const double flops = softmaxCrossEntropyCost(OpContext{opDef(OpId::softmax_cross_entropy),
+                                                         std::vector<TensorType>{ctx.operands[0], ctx.operands[1]},
+                                                         std::vector<TensorType>{results[0]}, ctx.attrs})
+                           .flops +
+                       grad.cost(OpContext{grad, grad_operands, std::vector<TensorType>{results[1]}, ctx.attrs}).flops;
   return {flops, operandAndResultBytes(ctx, results)};
 }
 
@@ -62,6 +87,16 @@ ShardingRule mseShardingRule(const OpContext& ctx) {
   if (results.empty()) return {};
   ShardingRuleBuilder rule(ctx.operands, results);
   rule.addPointwise(ctx.operands[0].shape, [](int) { return FactorKind::kReduction; });
+  return rule.build();
+}
+
+// softmax_cross_entropy_and_grad: a mean over the rows and whole rows of classes, so no dim of the
+// logits splits (it is made after partitioning, on each device's own rows).
+ShardingRule softmaxCrossEntropyAndGradShardingRule(const OpContext& ctx) {
+  std::vector<TensorType> results = inferredResults(ctx);
+  if (results.empty()) return {};
+  ShardingRuleBuilder rule(ctx.operands, results);
+  rule.addPointwise(ctx.operands[0].shape, [](int) { return FactorKind::kNeedReplication; });
   return rule.build();
 }
 
@@ -95,6 +130,26 @@ Expected<std::vector<TensorData>> mseReference(const OpContext& ctx, std::span<c
   double sum = 0;
   for (size_t i = 0; i < p.size(); ++i) sum += (p[i] - t[i]) * (p[i] - t[i]);
   return std::vector<TensorData>{referenceTensor(ctx.results[0], {sum / static_cast<double>(p.size())})};
+}
+
+// The references of softmax_cross_entropy and softmax_cross_entropy_grad, one after the other.
+Expected<std::vector<TensorData>> softmaxCrossEntropyAndGradReference(const OpContext& ctx,
+                                                                      std::span<const TensorData* const> operands) {
+  const std::vector<TensorType> loss_operands{ctx.operands[0], ctx.operands[1]};
+  const std::vector<TensorType> grad_operands{ctx.operands[2], ctx.operands[0], ctx.operands[1]};
+  const std::vector<TensorType> loss_result{ctx.results[0]}, grad_result{ctx.results[1]};
+  const OpDef& loss_def = opDef(OpId::softmax_cross_entropy);
+  const OpDef& grad_def = opDef(OpId::softmax_cross_entropy_grad);
+  const std::vector<const TensorData*> loss_args{operands[0], operands[1]};
+  const std::vector<const TensorData*> grad_args{operands[2], operands[0], operands[1]};
+  const OpContext loss_ctx{loss_def, loss_operands, loss_result, ctx.attrs};
+  const OpContext grad_ctx{grad_def, grad_operands, grad_result, ctx.attrs};
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> loss, loss_def.reference(loss_ctx, loss_args));
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> grad, grad_def.reference(grad_ctx, grad_args));
+  std::vector<TensorData> results;
+  results.push_back(std::move(loss[0]));
+  results.push_back(std::move(grad[0]));
+  return results;
 }
 
 // ---- Gradient rules (see ir/ops/gradient_support.h) ----
@@ -143,6 +198,17 @@ void addLossOps(std::vector<OpDef>& table) {
   // Both are means over the batch: a batch split leaves each device a partial mean.
   appendedDef(table, OpId::softmax_cross_entropy).partial_reduction = PartialReduction::kMean;
   appendedDef(table, OpId::mse).partial_reduction = PartialReduction::kMean;
+  table.push_back(OpDef{.id = OpId::softmax_cross_entropy_and_grad,
+                        .name = "softmax_cross_entropy_and_grad",
+                        .summary = "softmax_cross_entropy(logits, labels) and softmax_cross_entropy_grad(dloss, logits, "
+                                   "labels) in one pass: (loss, dlogits) (made by the fusion pass)",
+                        .min_operands = 3,
+                        .max_operands = 3,
+                        .attrs = {optionalInt("ignore_index", -100)},
+                        .shape = checkedShapeRule<softmaxCrossEntropyAndGradShape>,
+                        .cost = softmaxCrossEntropyAndGradCost,
+                        .sharding = softmaxCrossEntropyAndGradShardingRule,
+                        .reference = softmaxCrossEntropyAndGradReference});
   appendedDef(table, OpId::softmax_cross_entropy).reference = softmaxCrossEntropyReference;
   appendedDef(table, OpId::mse).reference = mseReference;
   appendedDef(table, OpId::softmax_cross_entropy).reference_supports = referenceDTypes;

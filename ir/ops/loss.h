@@ -6,7 +6,8 @@
 // The family's ops as X(id, "text name"), in OpId order; ir/op_table.h builds OpId from every family's list.
 #define CLEAVE_LOSS_OPS(X) \
   X(softmax_cross_entropy, "softmax_cross_entropy") \
-  X(mse, "mse")
+  X(mse, "mse") \
+  X(softmax_cross_entropy_and_grad, "softmax_cross_entropy_and_grad")
 
 namespace cleave {
 struct OpDef;

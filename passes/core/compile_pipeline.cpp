@@ -16,6 +16,7 @@
 #include "passes/training/gradient_buckets.h"
 #include "passes/fusion/conv_epilogue.h"
 #include "passes/fusion/elementwise_fusion.h"
+#include "passes/fusion/loss_fusion.h"
 #include "passes/layout/channels_last.h"
 #include "passes/algorithm/winograd.h"
 #include "passes/core/pass_manager.h"
@@ -157,6 +158,7 @@ Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vect
   if (inference.winograd) CLEAVE_TRY(allowWinogradConvolutions(*graph).status());
   if (fuse) {
     CLEAVE_TRY(fuseConvEpilogues(*graph, &steps).status());
+    CLEAVE_TRY(fuseLossWithGradient(*graph, &steps).status());
     CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
   }
   ProgramGraph program(std::move(name), graph);
@@ -586,6 +588,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     CLEAVE_ASSIGN_OR_RETURN(training, buildTrainingGraphs(graph, options.training));
     logits_name = training.eval.values[training.eval.outputs[0]].name;
     if (options.fusion) {
+      CLEAVE_TRY(fuseLossWithGradient(training.train).status());
       CLEAVE_TRY(fuseElementwise(training.train).status());
       CLEAVE_TRY(fuseConvEpilogues(training.eval).status());
       CLEAVE_TRY(fuseElementwise(training.eval).status());

@@ -1,19 +1,25 @@
-// The fusion pass: chains of elementwise ops become fused nodes (see passes/fusion/elementwise_fusion.h).
+// The fusion pass: a softmax cross-entropy and its gradient become one node
+// (passes/fusion/loss_fusion.h), then chains of elementwise ops become fused nodes
+// (passes/fusion/elementwise_fusion.h).
 #include "passes/core/pass_manager.h"
 #include "passes/fusion/elementwise_fusion.h"
+#include "passes/fusion/loss_fusion.h"
 
 namespace cleave {
 namespace {
 
-Status fuse(Graph& graph, const PassOptions&) { return fuseElementwise(graph).status(); }
+Status fuse(Graph& graph, const PassOptions&) {
+  CLEAVE_TRY(fuseLossWithGradient(graph).status());
+  return fuseElementwise(graph).status();
+}
 
 }  // namespace
 
 PassInfo makeFusionPass() {
   return PassInfo{
       .name = "fusion",
-      .summary = "merge chains of fusable elementwise ops (one float dtype and shape) into fused nodes, scalar "
-                 "constants becoming literals of their bodies",
+      .summary = "merge a softmax cross-entropy and its gradient into one node, then chains of fusable elementwise "
+                 "ops (one float dtype and shape) into fused nodes, scalar constants becoming literals of their bodies",
       .options = {},
       .run = fuse,
   };

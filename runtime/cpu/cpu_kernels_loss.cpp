@@ -1,5 +1,7 @@
 // CPU kernels of the losses: softmax_cross_entropy (log-sum-exp, ignore_index) and mse, each an f32
-// scalar mean as PyTorch computes it, summed in double in a thread-count-independent order.
+// scalar mean as PyTorch computes it, summed in double in a thread-count-independent order, and
+// softmax_cross_entropy_and_grad (the loss and its gradient in one pass).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -47,6 +49,49 @@ Status softmaxCrossEntropyKernel(const KernelCall& call) {
   });
 }
 
+// softmax_cross_entropy and its gradient in one pass over the logits: per row e^(x − max) once,
+// kept in dlogits, summed in double; the loss as softmaxCrossEntropyKernel sums it (the same
+// blocks, the same row terms) and the gradient as softmaxCrossEntropyGradKernel writes it.
+Status softmaxCrossEntropyAndGradKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
+      const int64_t classes = call.op.operands[0].shape.back();
+      const int64_t rows = call.op.operands[1].numel();
+      const int64_t ignore_index = call.op.getInt("ignore_index");
+      const T* logits = call.in<T>(0);
+      const I* labels = call.in<I>(1);
+      const double dloss = static_cast<double>(*call.in<float>(2));
+      T* dlogits = call.out<T>(1);
+      CLEAVE_ASSIGN_OR_RETURN(const int64_t counted, countLabels(call, labels, rows, classes, ignore_index));
+      const T scale = static_cast<T>(counted > 0 ? dloss / static_cast<double>(counted) : 0.0);
+      const double sum = blockedSum(rows, threadCount(call), kRowsPerBlock, classes * 16, [&](int64_t begin, int64_t end) {
+        double partial = 0;
+        withWidestVectors([&] {
+          for (int64_t r = begin; r < end; ++r) {
+            const T* row = logits + r * classes;
+            T* out = dlogits + r * classes;
+            if (labels[r] == ignore_index) {
+              std::fill_n(out, classes, T{0});
+              continue;
+            }
+            const T max = maxOf(row, classes);
+            for (int64_t c = 0; c < classes; ++c) out[c] = vexp(row[c] - max);
+            const double exp_sum = sumOf(classes, [out](int64_t c) { return out[c]; });
+            const int64_t label = labels[r];
+            partial += std::log(exp_sum) + static_cast<double>(max) - static_cast<double>(row[label]);
+            const T inverse_sum = static_cast<T>(1.0 / exp_sum);
+            for (int64_t c = 0; c < classes; ++c) out[c] = (out[c] * inverse_sum - (c == label ? T(1) : T(0))) * scale;
+          }
+        });
+        return partial;
+      });
+      *call.out<float>(0) = static_cast<float>(counted > 0 ? sum / static_cast<double>(counted)
+                                                           : std::numeric_limits<double>::quiet_NaN());
+      return Status::ok();
+    });
+  });
+}
+
 Status mseKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     const int64_t n = call.op.operands[0].numel();
@@ -72,6 +117,7 @@ Status mseKernel(const KernelCall& call) {
 void registerLossKernels(CpuKernelTable& table) {
   table[static_cast<int>(OpId::softmax_cross_entropy)] = softmaxCrossEntropyKernel;
   table[static_cast<int>(OpId::mse)] = mseKernel;
+  table[static_cast<int>(OpId::softmax_cross_entropy_and_grad)] = softmaxCrossEntropyAndGradKernel;
 }
 
 }  // namespace cleave::runtime::cpu

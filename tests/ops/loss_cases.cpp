@@ -1,5 +1,5 @@
 // Harness cases of the loss family (ir/ops/loss.cpp): softmax_cross_entropy (ignore_index, i32
-// labels, wide rows, large logits) and mse.
+// labels, wide rows, large logits), softmax_cross_entropy_and_grad and mse.
 #include "tests/ops/op_cases.h"
 
 namespace cleave::op_harness {
@@ -24,6 +24,21 @@ CaseList lossCases() {
     b.addWithoutGradient(OpId::softmax_cross_entropy, dt + " every label ignored (NaN)",
                          {b.uniform(dtype, {3, 4}), CaseBuilder::values(DType::kI64, {3}, {-100, -100, -100})}, {},
                          "the loss is NaN");
+    // The loss and its gradient in one pass, as the fusion pass makes it: ignored labels, i32
+    // labels, wide rows, more rows than one block of the loss's sum, every label ignored.
+    const TensorData dloss = b.uniform(DType::kF32, {}, 0.5, 2);
+    const std::string made_after_autodiff = "made by the fusion pass, after autodiff";
+    b.addWithoutGradient(OpId::softmax_cross_entropy_and_grad, dt + " ignored labels",
+                         {b.uniform(dtype, {4, 6, 11}, -4, 4), labels, dloss}, {}, made_after_autodiff);
+    b.addWithoutGradient(OpId::softmax_cross_entropy_and_grad, dt + " wide rows, i32 labels",
+                         {b.uniform(dtype, {3, 1000}, -4, 4), b.integers(DType::kI32, {3}, 0, 999), dloss}, {},
+                         made_after_autodiff);
+    b.addWithoutGradient(OpId::softmax_cross_entropy_and_grad, dt + " 150 rows, ignore_index 2",
+                         {b.uniform(dtype, {150, 7}, -3, 3), b.integers(DType::kI64, {150}, 0, 6), dloss},
+                         {{"ignore_index", int64_t{2}}}, made_after_autodiff);
+    b.addWithoutGradient(OpId::softmax_cross_entropy_and_grad, dt + " every label ignored (NaN loss, zero gradient)",
+                         {b.uniform(dtype, {3, 4}), CaseBuilder::values(DType::kI64, {3}, {-100, -100, -100}), dloss}, {},
+                         made_after_autodiff);
     for (const Shape& shape : {Shape{5}, Shape{7, 3}, Shape{3, 1001}, Shape{}})
       b.add(OpId::mse, dt + " " + shapeStr(shape), {b.uniform(dtype, shape), b.uniform(dtype, shape)});
   }
