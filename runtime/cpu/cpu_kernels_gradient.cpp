@@ -355,12 +355,7 @@ Status softmaxCrossEntropyGradKernel(const KernelCall& call) {
             std::fill_n(out, classes, T{0});
             continue;
           }
-          // e^(x - max) once per element, kept in the result, summed, then scaled in place.
-          const T max = maxOf(row, classes);
-          for (int64_t c = 0; c < classes; ++c) out[c] = vexp(row[c] - max);
-          const T inverse_sum = static_cast<T>(1.0 / sumOf(classes, [out](int64_t c) { return out[c]; }));
-          const int64_t label = labels[r];
-          for (int64_t c = 0; c < classes; ++c) out[c] = (out[c] * inverse_sum - (c == label ? T(1) : T(0))) * scale;
+          crossEntropyGradientRow(row, out, classes, static_cast<int64_t>(labels[r]), scale);  // its loss unused
         }
         });
       });

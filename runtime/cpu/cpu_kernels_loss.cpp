@@ -49,9 +49,9 @@ Status softmaxCrossEntropyKernel(const KernelCall& call) {
   });
 }
 
-// softmax_cross_entropy and its gradient in one pass over the logits: per row e^(x − max) once,
-// kept in dlogits, summed in double; the loss as softmaxCrossEntropyKernel sums it (the same
-// blocks, the same row terms) and the gradient as softmaxCrossEntropyGradKernel writes it.
+// softmax_cross_entropy and its gradient in one pass over the logits: per row e^(x − max) once
+// (crossEntropyGradientRow, as softmaxCrossEntropyGradKernel); the loss summed as
+// softmaxCrossEntropyKernel sums it (the same blocks, the same row terms).
 Status softmaxCrossEntropyAndGradKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     return visitIndex(call, call.op.operands[1].dtype, [&]<class I>(I) -> Status {
@@ -74,13 +74,7 @@ Status softmaxCrossEntropyAndGradKernel(const KernelCall& call) {
               std::fill_n(out, classes, T{0});
               continue;
             }
-            const T max = maxOf(row, classes);
-            for (int64_t c = 0; c < classes; ++c) out[c] = vexp(row[c] - max);
-            const double exp_sum = sumOf(classes, [out](int64_t c) { return out[c]; });
-            const int64_t label = labels[r];
-            partial += std::log(exp_sum) + static_cast<double>(max) - static_cast<double>(row[label]);
-            const T inverse_sum = static_cast<T>(1.0 / exp_sum);
-            for (int64_t c = 0; c < classes; ++c) out[c] = (out[c] * inverse_sum - (c == label ? T(1) : T(0))) * scale;
+            partial += crossEntropyGradientRow(row, out, classes, static_cast<int64_t>(labels[r]), scale);
           }
         });
         return partial;
