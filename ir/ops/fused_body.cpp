@@ -238,24 +238,14 @@ bool isPerColumn(const FusedStep& step) { return isColumnSum(step) || (step.op =
 
 namespace {
 
-// Step `i`, a reduce_sum, sums f32 step `summed_type` over every dim but the last (keepdims 0), and
-// that step is a step of the body of the full shape, not an operand or another column sum.
+// Step `i`, a reduce_sum, is a column sum of a step of the body of the full shape, not of an
+// operand or another column sum.
 Status checkColumnSum(const FusedBody& body, size_t i, const TensorType& summed_type, const TensorType& result) {
   const FusedStep& step = body.steps[i];
   const std::string where = "fused body: step t" + std::to_string(i) + ": reduce_sum ";
   if (step.args.size() != 1 || step.args[0].kind != FusedArg::Kind::kStep || isColumnSum(body.steps[step.args[0].index]))
     return Status::badInput(where + "sums a step of the body (a column sum)");
-  const int64_t rank = summed_type.rank();
-  std::vector<int64_t> axes;
-  if (auto it = step.attrs.find("axes"); it != step.attrs.end() && attrKind(it->second) == AttrKind::kInts)
-    axes = std::get<std::vector<int64_t>>(it->second);
-  for (int64_t& a : axes) a = a < 0 ? a + rank : a;
-  std::sort(axes.begin(), axes.end());
-  std::vector<int64_t> leading(static_cast<size_t>(std::max<int64_t>(0, rank - 1)));
-  for (size_t d = 0; d < leading.size(); ++d) leading[d] = static_cast<int64_t>(d);
-  auto keepdims = step.attrs.find("keepdims");
-  const bool kept = keepdims != step.attrs.end() && std::get<int64_t>(keepdims->second) != 0;
-  if (rank < 2 || axes != leading || kept || summed_type.dtype != DType::kF32 || result.shape != Shape{summed_type.shape.back()})
+  if (!sumsColumns(step.attrs, summed_type, result))
     return Status::badInput(where + "in a fused body sums an f32 step of rank 2 or more over every dim but the last "
                             "(axes [0, ..., rank-2], keepdims 0), giving one value per column; got axes of " +
                             summed_type.str() + " to " + result.str());
@@ -263,6 +253,20 @@ Status checkColumnSum(const FusedBody& body, size_t i, const TensorType& summed_
 }
 
 }  // namespace
+
+bool sumsColumns(const AttrMap& attrs, const TensorType& summed, const TensorType& result) {
+  const int64_t rank = summed.rank();
+  std::vector<int64_t> axes;
+  if (auto it = attrs.find("axes"); it != attrs.end() && attrKind(it->second) == AttrKind::kInts)
+    axes = std::get<std::vector<int64_t>>(it->second);
+  for (int64_t& a : axes) a = a < 0 ? a + rank : a;
+  std::sort(axes.begin(), axes.end());
+  std::vector<int64_t> leading(static_cast<size_t>(std::max<int64_t>(0, rank - 1)));
+  for (size_t d = 0; d < leading.size(); ++d) leading[d] = static_cast<int64_t>(d);
+  // (A missing keepdims is reduce_sum's default, 1; the result's shape tells either way.)
+  return rank >= 2 && axes == leading && summed.dtype == DType::kF32 && result.dtype == DType::kF32 &&
+         result.shape == Shape{summed.shape.back()};
+}
 
 Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types) {
   if (body.operandCount() != static_cast<int>(operand_types.size()))
@@ -276,6 +280,7 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
     const FusedStep& step = body.steps[i];
     const OpDef& def = opDef(step.op);
     if (step.result > 0) {  // a further result of the step before it
+      if (i == 0) return Status::badInput(stepName(i) + ": not a result of the step before it");
       const FusedStep& previous = body.steps[i - 1];
       if (previous.op != step.op || previous.result != step.result - 1 || previous.args != step.args ||
           previous.attrs != step.attrs || static_cast<size_t>(step.result) >= op_results.size())

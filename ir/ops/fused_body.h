@@ -68,6 +68,9 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
 // gradient). Column sums are the body's last steps, no step reads one, and each is returned after
 // the steps of the full shape; kernels add each row into it as they compute the row.
 bool isColumnSum(const FusedStep& step);
+// Whether a reduce_sum with `attrs` of `summed` to `result` sums f32 over every dim but the last
+// (axes [0, ..., rank-2], keepdims 0, rank 2 or more): what a column sum computes.
+bool sumsColumns(const AttrMap& attrs, const TensorType& summed, const TensorType& result);
 // A step holding one value per column: a column sum, or layer_norm_grad's dscale or dbias (sums
 // over the rows the kernel adds up the same way). Every such step is returned.
 bool isPerColumn(const FusedStep& step);

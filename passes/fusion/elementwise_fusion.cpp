@@ -196,13 +196,10 @@ class ElementwiseFusion {
     const int g = groupOfOperand(i, 0);
     if (g < 0 || groups_[g].closed || groups_[g].dtype != DType::kF32 || labelOf(i) != groups_[g].label) return -1;
     const FusionGroup& group = groups_[g];
-    const ValueId summed = node.operands[0];
-    if (graph_.values[summed].type.shape != group.shape || group.shape.size() < 2) return -1;
-    FusedStep step{OpId::reduce_sum, {{FusedArg::Kind::kStep, 0, 0.0}}, node.attrs};
-    FusedBody probe{{FusedStep{OpId::neg, {{FusedArg::Kind::kOperand, 0, 0.0}}, {}}, step}, {0, 1}};
-    auto types = inferFusedStepTypes(probe, std::vector<TensorType>{graph_.values[summed].type});
-    if (!types || (*types)[1] != graph_.values[node.results[0]].type) return -1;  // not over every dim but the last
-    const ValueId result = node.results[0];
+    const ValueId summed = node.operands[0], result = node.results[0];
+    if (graph_.values[summed].type.shape != group.shape ||
+        !sumsColumns(node.attrs, graph_.values[summed].type, graph_.values[result].type))
+      return -1;
     if (!is_root_[result] && users_[result].empty()) return -1;
     bool read_outside = is_root_[summed];
     for (int32_t user : users_[summed]) read_outside = read_outside || (user != i && group_of_[user] != g);
