@@ -221,17 +221,21 @@ Expected<int64_t> countLabels(const KernelCall& call, const I* labels, int64_t c
 
 // One row of softmax_cross_entropy's gradient (and of the fused loss and gradient): e^(x − max)
 // once per element, kept in `out`, summed in double; then out = (e / sum − onehot(label))·scale.
-// Returns the row's cross-entropy, log(sum) + max − row[label], in double. (Call it inside
-// withWidestVectors: its loops vectorise.)
+// Returns the row's max and the sum, from which the fused kernel takes the row's loss. (Call it
+// inside withWidestVectors: its loops vectorise.)
 template <class T>
-CLEAVE_INLINE double crossEntropyGradientRow(const T* row, T* out, int64_t classes, int64_t label, T scale) {
+struct ExpSum {
+  T max;
+  double sum;
+};
+template <class T>
+CLEAVE_INLINE ExpSum<T> crossEntropyGradientRow(const T* row, T* out, int64_t classes, int64_t label, T scale) {
   const T max = maxOf(row, classes);
   for (int64_t c = 0; c < classes; ++c) out[c] = vexp(row[c] - max);
   const double sum = sumOf(classes, [out](int64_t c) { return out[c]; });
   const T inverse_sum = static_cast<T>(1.0 / sum);
-  const double loss = std::log(sum) + static_cast<double>(max) - static_cast<double>(row[label]);
   for (int64_t c = 0; c < classes; ++c) out[c] = (out[c] * inverse_sum - (c == label ? T(1) : T(0))) * scale;
-  return loss;
+  return {max, sum};
 }
 
 // ---- Index geometry ----

@@ -355,7 +355,7 @@ Status softmaxCrossEntropyGradKernel(const KernelCall& call) {
             std::fill_n(out, classes, T{0});
             continue;
           }
-          crossEntropyGradientRow(row, out, classes, static_cast<int64_t>(labels[r]), scale);  // its loss unused
+          crossEntropyGradientRow(row, out, classes, static_cast<int64_t>(labels[r]), scale);
         }
         });
       });

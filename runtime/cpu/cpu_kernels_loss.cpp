@@ -16,12 +16,18 @@ namespace {
 // Rows (label positions) per block of the deterministic sum.
 constexpr int64_t kRowsPerBlock = 64;
 
+// A row's cross-entropy from its max and the sum of e^(x − max): log(sum) + max − row[label].
+template <class T>
+double crossEntropyOf(double sum, T max, T logit) {
+  return std::log(sum) + static_cast<double>(max) - static_cast<double>(logit);
+}
+
 // log Σ exp(row) − row[label]; the exps in T, their sum and the rest in double.
 template <class T>
 double rowCrossEntropy(const T* row, int64_t classes, int64_t label) {
   const T max = maxOf(row, classes);
   const double sum = sumOf(classes, [row, max](int64_t c) { return vexp(row[c] - max); });
-  return std::log(sum) + static_cast<double>(max) - static_cast<double>(row[label]);
+  return crossEntropyOf(sum, max, row[label]);
 }
 
 Status softmaxCrossEntropyKernel(const KernelCall& call) {
@@ -74,7 +80,9 @@ Status softmaxCrossEntropyAndGradKernel(const KernelCall& call) {
               std::fill_n(out, classes, T{0});
               continue;
             }
-            partial += crossEntropyGradientRow(row, out, classes, static_cast<int64_t>(labels[r]), scale);
+            const int64_t label = labels[r];
+            const ExpSum<T> exps = crossEntropyGradientRow(row, out, classes, label, scale);
+            partial += crossEntropyOf(exps.sum, exps.max, row[label]);
           }
         });
         return partial;
