@@ -87,9 +87,9 @@ def print_breakdown(model, threads, plans, work):
     by_op = {fusion: time_by_op(plans[fusion], threads, work) for fusion in ("off", "on")}
     for fusion, label in (("off", "unfused"), ("on", "fused")):
         ops = by_op[fusion]
-        products = sum(ms for op, ms in ops.items() if op in ("matmul", "gemm"))
+        products = sum(ms for op, ms in ops.items() if op in ("matmul", "gemm", "fused_matmul"))
         rest = sum(ops.values()) - products
-        biggest = sorted(((ms, op) for op, ms in ops.items() if op not in ("matmul", "gemm")), reverse=True)[:6]
+        biggest = sorted(((ms, op) for op, ms in ops.items() if op not in ("matmul", "gemm", "fused_matmul")), reverse=True)[:6]
         print(f"  {model} {threads} thread(s) {label:8} products {products:6.2f} ms, rest {rest:6.2f} ms: " +
               ", ".join(f"{op} {ms:.2f}" for ms, op in biggest))
     return by_op

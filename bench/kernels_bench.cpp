@@ -158,13 +158,17 @@ int main(int argc, char** argv) {
   }
 
   // 3. --elementwise: the GPT's elementwise work (bench/fusion_speedup.py's: 256 wide, 512 tokens),
-  //    the unfused kernels against the fused ones the fusion pass makes of them, in microseconds.
+  //    the unfused kernels against the fused ones the fusion pass makes of them (fused and fused_matmul
+//    nodes), in microseconds.
   if (elementwise) {
     const Buffer h = randomBuffer({512, 1024}, rng), dh = randomBuffer({512, 1024}, rng), b = randomBuffer({1024}, rng);
     const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng), dr2 = randomBuffer({512, 256}, rng);
     const Buffer scale = randomBuffer({256}, rng);
     const Buffer scores = randomBuffer({8, 4, 64, 64}, rng), mask = randomBuffer({1, 1, 64, 64}, rng);
     const Buffer eighth{TensorType{DType::kF32, {}}, {0.125f}};
+    const Buffer heads = randomBuffer({8, 64, 4, 64}, rng), heads2 = randomBuffer({8, 64, 4, 64}, rng);
+    const AttrMap swap_heads{{"perm", std::vector<int64_t>{0, 2, 1, 3}}};
+    const std::vector<int64_t> swap = {0, 2, 1, 3};
     auto micros = [&](OpId op, std::vector<const Buffer*> in, AttrMap attrs) {
       return 1e6 * secondsPerCall(PreparedCall(op, std::move(in), std::move(attrs), threads), repeats);
     };
@@ -193,6 +197,14 @@ int main(int argc, char** argv) {
          2 * micros(OpId::add, {&dr, &dr2}, {}) + micros(OpId::layer_norm_grad, {&dr, &r, &scale}, {}),
          fused({&dr, &dr2, &r, &r, &scale},
                "t0 = add(x0, x1); t1 = add(t0, x2); t2, t3, t4 = layer_norm_grad(t1, x3, x4); return t2, t3, t4")},
+        {"attention q k^T + 2 head transposes",
+         2 * micros(OpId::transpose, {&heads}, swap_heads) +
+             micros(OpId::matmul, {&scores, &scores}, {{"transpose_b", int64_t{1}}}),
+         micros(OpId::fused_matmul, {&heads, &heads2},
+                {{"perm_a", swap}, {"perm_b", swap}, {"transpose_b", int64_t{1}}})},
+        {"attention probs v + 2 head transposes",
+         2 * micros(OpId::transpose, {&heads}, swap_heads) + micros(OpId::matmul, {&scores, &scores}, {}),
+         micros(OpId::fused_matmul, {&scores, &heads}, {{"perm_b", swap}, {"perm_result", swap}})},
     };
     std::printf("%-44s %12s %12s\n", "GPT elementwise work", "unfused", "fused");
     for (const Pair& pair : pairs)

@@ -1,4 +1,6 @@
-// Linear algebra ops: matmul (batched, broadcasting) and gemm (2-D with scaling and an added c).
+// Linear algebra ops: matmul (batched, broadcasting), gemm (2-D with scaling and an added c) and
+// fused_matmul (a matmul reading its operands and writing its result through permutations).
+#include <numeric>
 #include <utility>
 
 #include "ir/ops/gradient_support.h"
@@ -95,6 +97,69 @@ ShardingRule matrixProductRule(const OpContext& ctx) {
   return rule.build();
 }
 
+// ---- fused_matmul: transposes folded into a matmul ----
+
+// Attribute `attr`'s permutation of `rank` dims, the identity when it is empty.
+Expected<std::vector<int64_t>> foldedPerm(const OpContext& ctx, std::string_view attr, int64_t rank,
+                                          const std::string& rank_of) {
+  if (ctx.getInts(attr).empty()) {
+    std::vector<int64_t> identity(static_cast<size_t>(rank));
+    std::iota(identity.begin(), identity.end(), int64_t{0});
+    return identity;
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<int64_t> perm, resolveAxes(ctx, attr, rank, rank_of));
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return attrError(ctx, attr, "is " + intsStr(ctx.getInts(attr)) + ", not a permutation of " + rank_of + "'s " +
+                                    std::to_string(rank) + " dims");
+  return perm;
+}
+
+TensorType permuted(const TensorType& type, const std::vector<int64_t>& perm) {
+  TensorType out{type.dtype, Shape(perm.size())};
+  for (size_t i = 0; i < perm.size(); ++i) out.shape[i] = type.shape[static_cast<size_t>(perm[i])];
+  return out;
+}
+
+// The plain matmul inside a fused_matmul, as an op context over `layout`'s operand types.
+OpContext innerMatmul(const OpContext& ctx, const FusedMatmulLayout& layout, std::span<const TensorType> results) {
+  return OpContext{ctx.def, layout.operands, results, ctx.attrs};
+}
+
+Expected<std::vector<TensorType>> fusedMatmulShape(const OpContext& ctx) {
+  CLEAVE_ASSIGN_OR_RETURN(FusedMatmulLayout layout, fusedMatmulLayout(ctx));
+  return std::vector<TensorType>{permuted(layout.product, layout.perm_result)};
+}
+
+// A matmul's FLOPs; the bytes of its operands and result once each (the transposes move none).
+OpCost fusedMatmulCost(const OpContext& ctx) {
+  auto layout = fusedMatmulLayout(ctx);
+  if (!layout) return {};
+  OpCost cost = matrixProductCost(innerMatmul(ctx, *layout, {}));
+  cost.bytes = operandAndResultBytes(ctx, std::span<const TensorType>(&layout->product, 1));
+  return cost;
+}
+
+// The plain matmul's factors, each tensor's dims taken back through its permutation.
+ShardingRule fusedMatmulRule(const OpContext& ctx) {
+  auto layout = fusedMatmulLayout(ctx);
+  if (!layout) return {};
+  ShardingRuleBuilder builder(layout->operands, std::span<const TensorType>(&layout->product, 1));
+  builder.addContraction(ctx.getInt("transpose_a") == 1, ctx.getInt("transpose_b") == 1);
+  ShardingRule rule = builder.build();
+  auto unpermute = [](const std::vector<int>& dims, const std::vector<int64_t>& perm) {
+    std::vector<int> out(dims.size(), ShardingRule::kNoFactor);
+    for (size_t i = 0; i < perm.size(); ++i) out[static_cast<size_t>(perm[i])] = dims[i];
+    return out;
+  };
+  rule.operand_dims[0] = unpermute(rule.operand_dims[0], layout->perm_a);
+  rule.operand_dims[1] = unpermute(rule.operand_dims[1], layout->perm_b);
+  // Result dim j is the product's dim perm_result[j].
+  std::vector<int> result(layout->perm_result.size());
+  for (size_t j = 0; j < result.size(); ++j) result[j] = rule.result_dims[0][static_cast<size_t>(layout->perm_result[j])];
+  rule.result_dims[0] = std::move(result);
+  return rule;
+}
+
 // ---- Reference computations (double precision, naive loops) ----
 
 // op(x)[i][j] of the matrix at `offset` of a row-major tensor whose last two dims are rows × cols.
@@ -123,6 +188,28 @@ Expected<std::vector<TensorData>> matmulReference(const OpContext& ctx, std::spa
     y[e] = sum;
   }
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
+// transpose(x, perm) of a tensor.
+TensorData permutedTensor(const TensorData& x, const std::vector<int64_t>& perm) {
+  const std::vector<int64_t> in_strides = rowMajorStrides(x.type.shape);
+  std::vector<int64_t> strides(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) strides[d] = in_strides[static_cast<size_t>(perm[d])];
+  const TensorType type = permuted(x.type, perm);
+  return selectElements(x, type, stridedIndices(type.shape, strides));
+}
+
+// transpose(matmul(transpose(a, perm_a), transpose(b, perm_b)), perm_result), as it says.
+Expected<std::vector<TensorData>> fusedMatmulReference(const OpContext& ctx,
+                                                       std::span<const TensorData* const> operands) {
+  auto layout = fusedMatmulLayout(ctx);
+  if (!layout) return referenceError(ctx, layout.status().message());
+  const TensorData a = permutedTensor(*operands[0], layout->perm_a), b = permutedTensor(*operands[1], layout->perm_b);
+  const TensorData* inner_operands[] = {&a, &b};
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> product,
+                          matmulReference(innerMatmul(ctx, *layout, std::span<const TensorType>(&layout->product, 1)),
+                                          inner_operands));
+  return std::vector<TensorData>{permutedTensor(product[0], layout->perm_result)};
 }
 
 Expected<std::vector<TensorData>> gemmReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
@@ -209,6 +296,19 @@ Status gemmGradient(GradientContext& g) {
 
 }  // namespace
 
+Expected<FusedMatmulLayout> fusedMatmulLayout(const OpContext& ctx) {
+  FusedMatmulLayout layout;
+  CLEAVE_ASSIGN_OR_RETURN(layout.perm_a, foldedPerm(ctx, "perm_a", ctx.operands[0].rank(), "operand 0"));
+  CLEAVE_ASSIGN_OR_RETURN(layout.perm_b, foldedPerm(ctx, "perm_b", ctx.operands[1].rank(), "operand 1"));
+  layout.operands = {permuted(ctx.operands[0], layout.perm_a), permuted(ctx.operands[1], layout.perm_b)};
+  auto product = matmulShape(innerMatmul(ctx, layout, {}));
+  if (!product)
+    return Status::error(product.status().kind(), product.status().message() + " (the operands as perm_a and perm_b permute them)");
+  layout.product = (*product)[0];
+  CLEAVE_ASSIGN_OR_RETURN(layout.perm_result, foldedPerm(ctx, "perm_result", layout.product.rank(), "the product"));
+  return layout;
+}
+
 void addLinearAlgebraOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{.id = OpId::matmul,
                         .name = "matmul",
@@ -231,7 +331,20 @@ void addLinearAlgebraOps(std::vector<OpDef>& table) {
                         .cost = matrixProductCost,
                         .sharding = matrixProductRule,
                         .weight_operand = 1});
+  table.push_back(OpDef{.id = OpId::fused_matmul,
+                        .name = "fused_matmul",
+                        .summary = "matmul of transpose(a, perm_a) and transpose(b, perm_b), its result written "
+                                   "transposed by perm_result: the fusion pass's fold of attention's head transposes",
+                        .min_operands = 2,
+                        .max_operands = 2,
+                        .attrs = {optionalInt("transpose_a", 0), optionalInt("transpose_b", 0), optionalInts("perm_a", {}),
+                                  optionalInts("perm_b", {}), optionalInts("perm_result", {})},
+                        .shape = checkedShapeRule<fusedMatmulShape>,
+                        .cost = fusedMatmulCost,
+                        .sharding = fusedMatmulRule});
   appendedDef(table, OpId::matmul).reference = matmulReference;
+  appendedDef(table, OpId::fused_matmul).reference = fusedMatmulReference;
+  appendedDef(table, OpId::fused_matmul).reference_supports = referenceDTypes;
   appendedDef(table, OpId::gemm).reference = gemmReference;
   appendedDef(table, OpId::matmul).reference_supports = referenceDTypes;
   appendedDef(table, OpId::gemm).reference_supports = referenceDTypes;

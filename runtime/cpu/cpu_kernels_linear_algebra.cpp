@@ -1,6 +1,6 @@
-// CPU kernels of matmul (batched, broadcasting batch dims, transposes) and gemm: f32 products that are
-// one 2-D GEMM or an unbroadcast batch of them through oneDNN (onednn_matmul.h), the rest through
-// OpenBLAS.
+// CPU kernels of matmul (batched, broadcasting batch dims, transposes), gemm and fused_matmul: f32
+// products that are one 2-D GEMM or an unbroadcast batch of them through oneDNN (onednn_matmul.h),
+// the rest through OpenBLAS.
 #include <cstring>
 #include <optional>
 #include <string>
@@ -11,6 +11,7 @@
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/onednn_matmul.h"
+#include "runtime/device/fused_matmul_steps.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -132,9 +133,21 @@ Status gemmKernel(const KernelCall& call) {
   return visitNumeric(call, call.op.operands[0].dtype, [&]<class T>(T) { return gemmTyped<T>(call); });
 }
 
+// fused_matmul: through oneDNN, which reads the operands and writes the result in place through
+// their permutations' strides; else the transposes into temporaries around the matmul kernel.
+Status fusedMatmulKernel(const KernelCall& call) {
+  if (std::optional<Status> done = runOneDnnMatmul(call)) return *done;
+  std::vector<std::vector<std::byte>> temporaries;
+  return runFusedMatmulStepwise(
+      call,
+      [&](int64_t bytes) -> Expected<void*> { return temporaries.emplace_back(static_cast<size_t>(bytes)).data(); },
+      [](OpId op, const KernelCall& step) { return findCpuKernel(op)(step); });
+}
+
 }  // namespace
 
 void registerLinearAlgebraKernels(CpuKernelTable& table) {
+  table[static_cast<int>(OpId::fused_matmul)] = fusedMatmulKernel;
   table[static_cast<int>(OpId::matmul)] = matmulKernel;
   table[static_cast<int>(OpId::gemm)] = gemmKernel;
 }

@@ -5,9 +5,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "ir/op_table.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/onednn_support.h"
 
@@ -25,6 +28,9 @@ struct Product {
   bool transpose_a = false, transpose_b = false;
   bool has_bias = false;
   bool constant_weights = false;  // b is constant: packed once per generation
+  // A fused_matmul's: the source, weights and destination as [batch..., rows, columns] with the
+  // strides of the buffers they are read from and written to (empty for matmul and gemm).
+  memory::dims src_dims, src_strides, weights_dims, weights_strides, dst_dims, dst_strides;
 };
 
 // The batch of a matmul whose a, b and result have the same batch dims (none broadcast), or 0.
@@ -38,11 +44,59 @@ int64_t unbroadcastBatch(const Shape& a, const Shape& b, const Shape& out) {
   return batch;
 }
 
+// Dims and strides of transpose(x, perm) read in place from x's row-major buffer, its last two dims
+// swapped when `transposed`.
+std::pair<memory::dims, memory::dims> permutedView(const Shape& shape, const std::vector<int64_t>& perm, bool transposed) {
+  memory::dims dims(perm.size()), strides(perm.size());
+  std::vector<int64_t> row_major(shape.size());
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1, stride = 1; d >= 0; stride *= shape[d--]) row_major[d] = stride;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    dims[i] = shape[static_cast<size_t>(perm[i])];
+    strides[i] = row_major[static_cast<size_t>(perm[i])];
+  }
+  if (transposed && dims.size() >= 2) {
+    std::swap(dims[dims.size() - 1], dims[dims.size() - 2]);
+    std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  }
+  return {dims, strides};
+}
+
+// A fused_matmul whose operands and product have the same batch dims (none broadcast): each tensor
+// read or written in place through its permutation's strides (oneDNN's matmul takes any strides).
+std::optional<Product> fusedProductOf(const KernelCall& call) {
+  auto layout = ops::fusedMatmulLayout(call.op);
+  if (!layout) return std::nullopt;
+  const Shape& a = layout->operands[0].shape;
+  const Shape& b = layout->operands[1].shape;
+  const Shape& product = layout->product.shape;
+  if (a.size() > 12 || unbroadcastBatch(a, b, product) == 0) return std::nullopt;
+  Product p;
+  p.transpose_a = call.op.getInt("transpose_a") != 0;
+  p.transpose_b = call.op.getInt("transpose_b") != 0;
+  p.m = product[product.size() - 2];
+  p.n = product.back();
+  p.k = p.transpose_a ? a[a.size() - 2] : a.back();
+  if (layout->product.numel() == 0 || p.k == 0) return std::nullopt;
+  std::tie(p.src_dims, p.src_strides) = permutedView(call.op.operands[0].shape, layout->perm_a, p.transpose_a);
+  std::tie(p.weights_dims, p.weights_strides) = permutedView(call.op.operands[1].shape, layout->perm_b, p.transpose_b);
+  // The product's dim perm_result[j] is the result's dim j.
+  const std::vector<int64_t>& perm = layout->perm_result;
+  const Shape& result = call.op.results[0].shape;
+  p.dst_dims.assign(perm.size(), 0);
+  p.dst_strides.assign(perm.size(), 0);
+  for (int64_t j = static_cast<int64_t>(result.size()) - 1, stride = 1; j >= 0; stride *= result[j--]) {
+    p.dst_dims[static_cast<size_t>(perm[j])] = result[j];
+    p.dst_strides[static_cast<size_t>(perm[j])] = stride;
+  }
+  return p;
+}
+
 // The product a call asks for, or nullopt when oneDNN does not take it here: one 2-D GEMM after
 // folding a's batch dims into m (matmul with a 2-D b), a batch of GEMMs over batch dims that a and b
 // share without broadcasting, gemm with alpha 1 and at most a bias row.
 std::optional<Product> productOf(const KernelCall& call) {
   if (call.op.operands[0].dtype != DType::kF32) return std::nullopt;
+  if (call.op.def.id == OpId::fused_matmul) return fusedProductOf(call);
   const Shape& a = call.op.operands[0].shape;
   const Shape& b = call.op.operands[1].shape;
   const Shape& out = call.op.results[0].shape;
@@ -99,9 +153,13 @@ void prepare(const Product& p, PreparedMatmul& out) {
   auto tag = [&](bool transposed) {
     return batched ? (transposed ? Tag::acb : Tag::abc) : (transposed ? Tag::ba : Tag::ab);
   };
-  const memory::desc source(dims(p.m, p.k), f32, tag(p.transpose_a));
-  const memory::desc destination(dims(p.m, p.n), f32, tag(false));
-  const memory::desc plain_weights(dims(p.k, p.n), f32, tag(p.transpose_b));
+  const bool strided = !p.src_dims.empty();
+  const memory::desc source = strided ? memory::desc(p.src_dims, f32, p.src_strides)
+                                      : memory::desc(dims(p.m, p.k), f32, tag(p.transpose_a));
+  const memory::desc destination = strided ? memory::desc(p.dst_dims, f32, p.dst_strides)
+                                           : memory::desc(dims(p.m, p.n), f32, tag(false));
+  const memory::desc plain_weights = strided ? memory::desc(p.weights_dims, f32, p.weights_strides)
+                                             : memory::desc(dims(p.k, p.n), f32, tag(p.transpose_b));
   // Constant weights in the layout the kernel reads best, reordered once; others read in place.
   const memory::desc weights = p.constant_weights ? memory::desc(dims(p.k, p.n), f32, Tag::any) : plain_weights;
   const memory::desc bias({1, p.n}, f32, Tag::ab);
@@ -141,10 +199,15 @@ std::optional<Status> runOneDnnMatmul(const KernelCall& call) {
   OpenMpThreads omp_threads(threads);
 
   // One entry per shape, transposes and thread count; with constant weights, per weights tensor.
-  const std::vector<int64_t> key = {
+  std::vector<int64_t> key = {
       p.constant_weights ? static_cast<int64_t>(reinterpret_cast<intptr_t>(call.inputs[1])) : 0,
       static_cast<int64_t>(call.op.def.id), p.batch, p.m, p.k, p.n, p.transpose_a, p.transpose_b, p.has_bias,
       threads};
+  for (const memory::dims* layout : {&p.src_dims, &p.src_strides, &p.weights_dims, &p.weights_strides, &p.dst_dims,
+                                     &p.dst_strides}) {
+    key.push_back(static_cast<int64_t>(layout->size()));
+    key.insert(key.end(), layout->begin(), layout->end());
+  }
   thread_local std::map<std::vector<int64_t>, std::unique_ptr<PreparedMatmul>> prepared;
   std::unique_ptr<PreparedMatmul>& entry = prepared[key];
   if (!entry) {

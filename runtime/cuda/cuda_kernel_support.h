@@ -32,6 +32,10 @@ void registerFusedKernels(CudaKernelTable& table);  // PTX from LLVM (runtime/cu
 // used yet).
 Status runChannelsLastThroughNchw(const KernelCall& call, CudaContext& context, CudaKernel nchw_kernel);
 
+// fused_matmul: its permuted operands transposed into stream-ordered temporaries, the matmul kernel,
+// the product transposed into the result (correct, not fast: strided cuBLAS batches are not used yet).
+Status fusedMatmulKernel(const KernelCall& call, CudaContext& context);
+
 // "<op>: <dtype> not supported on cuda yet" (kBadInput).
 Status unsupportedOnCuda(const KernelCall& call, DType dtype);
 // kRuntime naming the op when the last kernel launch failed, else ok (clears the error).

@@ -191,6 +191,7 @@ Status gemmKernel(const KernelCall& call, CudaContext& context) {
 void registerLinearAlgebraKernels(CudaKernelTable& table) {
   table[static_cast<int>(OpId::matmul)] = matmulKernel;
   table[static_cast<int>(OpId::gemm)] = gemmKernel;
+  table[static_cast<int>(OpId::fused_matmul)] = fusedMatmulKernel;
 }
 
 }  // namespace cleave::runtime::cuda

@@ -1,5 +1,6 @@
 // Harness cases of the linear algebra family (ir/ops/linear_algebra.cpp): matmul with batch
-// broadcasting and transposes, gemm with scaling and broadcast c, in floats and integers.
+// broadcasting and transposes, gemm with scaling and broadcast c, in floats and integers; fused_matmul
+// with attention's head transposes folded in.
 #include "tests/ops/op_cases.h"
 
 namespace cleave::op_harness {
@@ -48,6 +49,35 @@ CaseList linearAlgebraCases() {
   b.add(OpId::gemm, "defaults", {b.uniform(DType::kF32, {6, 9}), b.uniform(DType::kF32, {9, 4})});
   b.add(OpId::gemm, "beta 0", {b.uniform(DType::kF32, {6, 9}), b.uniform(DType::kF32, {9, 4}), b.uniform(DType::kF32, {6, 4})},
         {{"beta", 0.0}});
+
+  // fused_matmul: attention's products with the head transposes ([batch, seq, heads, dim] <->
+  // [batch, heads, seq, dim]) folded in, as the fusion pass makes them; f32 runs through oneDNN in
+  // place, the rest (and a weight broadcast over the batch) through transposed copies.
+  const Shape heads = {2, 5, 3, 4}, scores = {2, 3, 5, 5};
+  const std::vector<int64_t> swap_heads = {0, 2, 1, 3};
+  struct Folded {
+    std::string label;
+    Shape a, b;
+    AttrMap attrs;
+  };
+  const std::vector<Folded> folded = {
+      {"q k^T scores", heads, heads, {{"perm_a", swap_heads}, {"perm_b", swap_heads}, {"transpose_b", int64_t{1}}}},
+      {"probs v, merged heads", scores, heads, {{"perm_b", swap_heads}, {"perm_result", swap_heads}}},
+      {"dv = probs^T dcontext", scores, heads,
+       {{"transpose_a", int64_t{1}}, {"perm_b", swap_heads}, {"perm_result", swap_heads}}},
+      {"dprobs = dcontext v^T", heads, heads, {{"perm_a", swap_heads}, {"perm_b", swap_heads}, {"transpose_b", int64_t{1}}}},
+      {"a permuted in its last dims", {2, 3, 4, 5}, {2, 3, 5, 4}, {{"perm_a", std::vector<int64_t>{0, 1, 3, 2}}, {"transpose_a", int64_t{1}}}},
+      {"weight broadcast over the batch", heads, {4, 6}, {{"perm_a", swap_heads}, {"perm_result", std::vector<int64_t>{1, 0, 2, 3}}}},
+      {"no permutation", {3, 4, 5}, {3, 5, 2}, {}},
+  };
+  for (const Folded& f : folded)
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kI64}) {
+      const bool integer = dtype == DType::kI64;
+      auto operand = [&](const Shape& shape) { return integer ? b.integers(dtype, shape, -9, 9) : b.uniform(dtype, shape); };
+      OpCase& c = b.addWithoutGradient(OpId::fused_matmul, std::string(dtypeName(dtype)) + " " + f.label,
+                                       {operand(f.a), operand(f.b)}, f.attrs, "fused_matmul has no gradient rule");
+      if (dtype == DType::kF32) c.tolerance = Tolerance{1e-5, 1e-5};
+    }
   return b.take();
 }
 
