@@ -1,5 +1,6 @@
 // Linear algebra ops: matmul (batched, broadcasting), gemm (2-D with scaling and an added c) and
-// fused_matmul (a matmul reading its operands and writing its result through permutations).
+// fused_matmul (a matmul reading its operands and writing its result through permutations, with an
+// optional bias added to each row).
 #include <numeric>
 #include <utility>
 
@@ -97,7 +98,7 @@ ShardingRule matrixProductRule(const OpContext& ctx) {
   return rule.build();
 }
 
-// ---- fused_matmul: transposes folded into a matmul ----
+// ---- fused_matmul: transposes and a bias folded into a matmul ----
 
 // Attribute `attr`'s permutation of `rank` dims, the identity when it is empty.
 Expected<std::vector<int64_t>> foldedPerm(const OpContext& ctx, std::string_view attr, int64_t rank,
@@ -135,6 +136,7 @@ OpCost fusedMatmulCost(const OpContext& ctx) {
   auto layout = fusedMatmulLayout(ctx);
   if (!layout) return {};
   OpCost cost = matrixProductCost(innerMatmul(ctx, *layout, {}));
+  if (ctx.operands.size() == 3) cost.flops += static_cast<double>(layout->product.numel());  // the bias adds
   cost.bytes = operandAndResultBytes(ctx, std::span<const TensorType>(&layout->product, 1));
   return cost;
 }
@@ -151,6 +153,7 @@ ShardingRule fusedMatmulRule(const OpContext& ctx) {
     for (size_t i = 0; i < perm.size(); ++i) out[static_cast<size_t>(perm[i])] = dims[i];
     return out;
   };
+  if (ctx.operands.size() == 3) rule.operand_dims.push_back({rule.result_dims[0].back()});  // the bias: n
   rule.operand_dims[0] = unpermute(rule.operand_dims[0], layout->perm_a);
   rule.operand_dims[1] = unpermute(rule.operand_dims[1], layout->perm_b);
   // Result dim j is the product's dim perm_result[j].
@@ -199,7 +202,7 @@ TensorData permutedTensor(const TensorData& x, const std::vector<int64_t>& perm)
   return selectElements(x, type, stridedIndices(type.shape, strides));
 }
 
-// transpose(matmul(transpose(a, perm_a), transpose(b, perm_b)), perm_result), as it says.
+// transpose(matmul(transpose(a, perm_a), transpose(b, perm_b)) + bias, perm_result), as it says.
 Expected<std::vector<TensorData>> fusedMatmulReference(const OpContext& ctx,
                                                        std::span<const TensorData* const> operands) {
   auto layout = fusedMatmulLayout(ctx);
@@ -209,6 +212,12 @@ Expected<std::vector<TensorData>> fusedMatmulReference(const OpContext& ctx,
   CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> product,
                           matmulReference(innerMatmul(ctx, *layout, std::span<const TensorType>(&layout->product, 1)),
                                           inner_operands));
+  if (operands.size() == 3) {
+    std::vector<double> values = referenceValues(product[0]);
+    const std::vector<double> bias = referenceValues(*operands[2]);
+    for (size_t i = 0; i < values.size(); ++i) values[i] += bias[i % bias.size()];
+    product[0] = referenceTensor(layout->product, values);
+  }
   return std::vector<TensorData>{permutedTensor(product[0], layout->perm_result)};
 }
 
@@ -306,6 +315,12 @@ Expected<FusedMatmulLayout> fusedMatmulLayout(const OpContext& ctx) {
     return Status::error(product.status().kind(), product.status().message() + " (the operands as perm_a and perm_b permute them)");
   layout.product = (*product)[0];
   CLEAVE_ASSIGN_OR_RETURN(layout.perm_result, foldedPerm(ctx, "perm_result", layout.product.rank(), "the product"));
+  if (ctx.operands.size() == 3) {  // the bias: one value per column of the product
+    CLEAVE_TRY(requireSameDType(ctx, 2, 0));
+    if (ctx.operands[2].shape != Shape{layout.product.shape.back()})
+      return operandShapeError(ctx, 2, "which must be [n] = [" + std::to_string(layout.product.shape.back()) +
+                                           "], one value per column of the product");
+  }
   return layout;
 }
 
@@ -333,10 +348,11 @@ void addLinearAlgebraOps(std::vector<OpDef>& table) {
                         .weight_operand = 1});
   table.push_back(OpDef{.id = OpId::fused_matmul,
                         .name = "fused_matmul",
-                        .summary = "matmul of transpose(a, perm_a) and transpose(b, perm_b), its result written "
-                                   "transposed by perm_result: the fusion pass's fold of attention's head transposes",
+                        .summary = "matmul of transpose(a, perm_a) and transpose(b, perm_b), plus an optional bias "
+                                   "row, written transposed by perm_result: the fusion pass's fold of attention's "
+                                   "head transposes and of bias adds",
                         .min_operands = 2,
-                        .max_operands = 2,
+                        .max_operands = 3,
                         .attrs = {optionalInt("transpose_a", 0), optionalInt("transpose_b", 0), optionalInts("perm_a", {}),
                                   optionalInts("perm_b", {}), optionalInts("perm_result", {})},
                         .shape = checkedShapeRule<fusedMatmulShape>,

@@ -17,7 +17,7 @@
 #include "passes/fusion/conv_epilogue.h"
 #include "passes/fusion/elementwise_fusion.h"
 #include "passes/fusion/loss_fusion.h"
-#include "passes/fusion/matmul_transposes.h"
+#include "passes/fusion/matmul_fusion.h"
 #include "passes/layout/channels_last.h"
 #include "passes/algorithm/winograd.h"
 #include "passes/core/pass_manager.h"
@@ -159,7 +159,7 @@ Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vect
   if (inference.winograd) CLEAVE_TRY(allowWinogradConvolutions(*graph).status());
   if (fuse) {
     CLEAVE_TRY(fuseConvEpilogues(*graph, &steps).status());
-    CLEAVE_TRY(foldTransposesIntoMatmuls(*graph, &steps).status());
+    CLEAVE_TRY(fuseIntoMatmuls(*graph, &steps).status());
     CLEAVE_TRY(fuseLossWithGradient(*graph, &steps).status());
     CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
   }
@@ -590,11 +590,11 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     CLEAVE_ASSIGN_OR_RETURN(training, buildTrainingGraphs(graph, options.training));
     logits_name = training.eval.values[training.eval.outputs[0]].name;
     if (options.fusion) {
-      CLEAVE_TRY(foldTransposesIntoMatmuls(training.train).status());
+      CLEAVE_TRY(fuseIntoMatmuls(training.train).status());
       CLEAVE_TRY(fuseLossWithGradient(training.train).status());
       CLEAVE_TRY(fuseElementwise(training.train).status());
       CLEAVE_TRY(fuseConvEpilogues(training.eval).status());
-      CLEAVE_TRY(foldTransposesIntoMatmuls(training.eval).status());
+      CLEAVE_TRY(fuseIntoMatmuls(training.eval).status());
       CLEAVE_TRY(fuseElementwise(training.eval).status());
     }
     lowering.programs = {{"train", &training.train}, {"eval", &training.eval}};
@@ -604,7 +604,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     if (options.winograd) CLEAVE_TRY(allowWinogradConvolutions(inference).status());
     if (options.fusion) {
       CLEAVE_TRY(fuseConvEpilogues(inference).status());
-      CLEAVE_TRY(foldTransposesIntoMatmuls(inference).status());
+      CLEAVE_TRY(fuseIntoMatmuls(inference).status());
       CLEAVE_TRY(fuseElementwise(inference).status());
     }
     lowering.programs = {{"infer", &inference}};

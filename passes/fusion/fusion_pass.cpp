@@ -1,17 +1,17 @@
 // The fusion pass: transposes fold into the matrix products that read or write them
-// (passes/fusion/matmul_transposes.h), a softmax cross-entropy and its gradient become one node
+// (passes/fusion/matmul_fusion.h), a softmax cross-entropy and its gradient become one node
 // (passes/fusion/loss_fusion.h), then chains of elementwise ops become fused nodes
 // (passes/fusion/elementwise_fusion.h).
 #include "passes/core/pass_manager.h"
 #include "passes/fusion/elementwise_fusion.h"
 #include "passes/fusion/loss_fusion.h"
-#include "passes/fusion/matmul_transposes.h"
+#include "passes/fusion/matmul_fusion.h"
 
 namespace cleave {
 namespace {
 
 Status fuse(Graph& graph, const PassOptions&) {
-  CLEAVE_TRY(foldTransposesIntoMatmuls(graph).status());
+  CLEAVE_TRY(fuseIntoMatmuls(graph).status());
   CLEAVE_TRY(fuseLossWithGradient(graph).status());
   return fuseElementwise(graph).status();
 }
@@ -21,7 +21,7 @@ Status fuse(Graph& graph, const PassOptions&) {
 PassInfo makeFusionPass() {
   return PassInfo{
       .name = "fusion",
-      .summary = "fold transposes into the matmuls that read or write them (fused_matmul), merge a softmax "
+      .summary = "fold bias adds and transposes into the matmuls around them (fused_matmul), merge a softmax "
                  "cross-entropy and its gradient into one node, then chains of fusable elementwise ops (one float "
                  "dtype and shape) into fused nodes, scalar constants becoming literals of their bodies",
       .options = {},

@@ -63,6 +63,16 @@ std::pair<memory::dims, memory::dims> permutedView(const Shape& shape, const std
 
 // A fused_matmul whose operands and product have the same batch dims (none broadcast): each tensor
 // read or written in place through its permutation's strides (oneDNN's matmul takes any strides).
+// Whether a fused_matmul reads or writes any tensor through a permutation other than the identity.
+bool permutesAnything(const KernelCall& call) {
+  for (const char* attr : {"perm_a", "perm_b", "perm_result"}) {
+    const std::vector<int64_t>& perm = call.op.getInts(attr);
+    for (size_t i = 0; i < perm.size(); ++i)
+      if (perm[i] != static_cast<int64_t>(i)) return true;
+  }
+  return false;
+}
+
 std::optional<Product> fusedProductOf(const KernelCall& call) {
   auto layout = ops::fusedMatmulLayout(call.op);
   if (!layout) return std::nullopt;
@@ -73,6 +83,7 @@ std::optional<Product> fusedProductOf(const KernelCall& call) {
   Product p;
   p.transpose_a = call.op.getInt("transpose_a") != 0;
   p.transpose_b = call.op.getInt("transpose_b") != 0;
+  p.has_bias = call.op.operands.size() == 3;
   p.m = product[product.size() - 2];
   p.n = product.back();
   p.k = p.transpose_a ? a[a.size() - 2] : a.back();
@@ -96,14 +107,17 @@ std::optional<Product> fusedProductOf(const KernelCall& call) {
 // share without broadcasting, gemm with alpha 1 and at most a bias row.
 std::optional<Product> productOf(const KernelCall& call) {
   if (call.op.operands[0].dtype != DType::kF32) return std::nullopt;
-  if (call.op.def.id == OpId::fused_matmul) return fusedProductOf(call);
+  // A fused_matmul that permutes nothing (a bias folded in alone) is a matmul with a bias row.
+  const bool fused = call.op.def.id == OpId::fused_matmul;
+  if (fused && permutesAnything(call)) return fusedProductOf(call);
   const Shape& a = call.op.operands[0].shape;
   const Shape& b = call.op.operands[1].shape;
   const Shape& out = call.op.results[0].shape;
   Product p;
   p.transpose_a = call.op.getInt("transpose_a") != 0;
   p.transpose_b = call.op.getInt("transpose_b") != 0;
-  if (call.op.def.id == OpId::matmul && b.size() > 2) {
+  p.has_bias = fused && call.op.operands.size() == 3;
+  if ((call.op.def.id == OpId::matmul || fused) && b.size() > 2) {
     p.batch = unbroadcastBatch(a, b, out);
     if (p.batch == 0) return std::nullopt;
     p.m = out[out.size() - 2];
@@ -162,7 +176,12 @@ void prepare(const Product& p, PreparedMatmul& out) {
                                              : memory::desc(dims(p.k, p.n), f32, tag(p.transpose_b));
   // Constant weights in the layout the kernel reads best, reordered once; others read in place.
   const memory::desc weights = p.constant_weights ? memory::desc(dims(p.k, p.n), f32, Tag::any) : plain_weights;
-  const memory::desc bias({1, p.n}, f32, Tag::ab);
+  // The bias row, broadcast over every dim of the destination but the last.
+  memory::dims bias_dims(strided ? p.dst_dims.size() : batched ? 3 : 2, 1);
+  bias_dims.back() = p.n;
+  memory::dims bias_strides(bias_dims.size(), p.n);
+  bias_strides.back() = 1;
+  const memory::desc bias(bias_dims, f32, bias_strides);
   dnnl::primitive_attr attributes;
   attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::matmul::primitive_desc pd(

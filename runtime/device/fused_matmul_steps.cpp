@@ -37,10 +37,11 @@ Status runFusedMatmulStepwise(const KernelCall& fused, const std::function<Expec
     CLEAVE_TRY(transposeInto(fused.op.operands[i], fused.inputs[i], layout.operands[i], copy, *perms[i], fused.threads, run));
     operands[i] = copy;
   }
-  // 2. The plain matmul, into the result when it is not permuted.
+  // 2. The plain matmul, into the result when nothing follows it; 3. + the bias row.
   const bool permutes_result = !isIdentity(layout.perm_result);
+  const bool adds_bias = fused.op.operands.size() == 3;
   void* product = fused.outputs[0];
-  if (permutes_result) {
+  if (permutes_result || adds_bias) {
     CLEAVE_ASSIGN_OR_RETURN(product, temporary(layout.product.bytes()));
   }
   AttrMap matmul_attrs;
@@ -49,7 +50,21 @@ Status runFusedMatmulStepwise(const KernelCall& fused, const std::function<Expec
   const KernelCall matmul{OpContext{opDef(OpId::matmul), layout.operands, {&layout.product, 1}, matmul_attrs}, operands,
                           products, fused.threads};
   CLEAVE_TRY(run(OpId::matmul, matmul));
-  // 3. The product transposed into the result.
+  if (adds_bias) {
+    void* biased = fused.outputs[0];
+    if (permutes_result) {
+      CLEAVE_ASSIGN_OR_RETURN(biased, temporary(layout.product.bytes()));
+    }
+    const TensorType add_operands[] = {layout.product, fused.op.operands[2]};
+    const void* add_inputs[] = {product, fused.inputs[2]};
+    void* add_outputs[] = {biased};
+    const AttrMap no_attrs;
+    const KernelCall add{OpContext{opDef(OpId::add), add_operands, {&layout.product, 1}, no_attrs}, add_inputs,
+                         add_outputs, fused.threads};
+    CLEAVE_TRY(run(OpId::add, add));
+    product = biased;
+  }
+  // 4. The product transposed into the result.
   if (!permutes_result) return Status::ok();
   return transposeInto(layout.product, product, fused.op.results[0], fused.outputs[0], layout.perm_result, fused.threads,
                        run);

@@ -1,6 +1,6 @@
 // Harness cases of the linear algebra family (ir/ops/linear_algebra.cpp): matmul with batch
 // broadcasting and transposes, gemm with scaling and broadcast c, in floats and integers; fused_matmul
-// with attention's head transposes folded in.
+// with attention's head transposes and bias rows folded in.
 #include "tests/ops/op_cases.h"
 
 namespace cleave::op_harness {
@@ -59,6 +59,7 @@ CaseList linearAlgebraCases() {
     std::string label;
     Shape a, b;
     AttrMap attrs;
+    int64_t bias = 0;  // columns of a bias row, 0: none
   };
   const std::vector<Folded> folded = {
       {"q k^T scores", heads, heads, {{"perm_a", swap_heads}, {"perm_b", swap_heads}, {"transpose_b", int64_t{1}}}},
@@ -69,13 +70,18 @@ CaseList linearAlgebraCases() {
       {"a permuted in its last dims", {2, 3, 4, 5}, {2, 3, 5, 4}, {{"perm_a", std::vector<int64_t>{0, 1, 3, 2}}, {"transpose_a", int64_t{1}}}},
       {"weight broadcast over the batch", heads, {4, 6}, {{"perm_a", swap_heads}, {"perm_result", std::vector<int64_t>{1, 0, 2, 3}}}},
       {"no permutation", {3, 4, 5}, {3, 5, 2}, {}},
+      {"linear layer + bias (batch folded into rows)", {2, 5, 6}, {4, 6}, {{"transpose_b", int64_t{1}}}, 4},
+      {"batched + bias", {3, 4, 5}, {3, 5, 2}, {}, 2},
+      {"merged heads + bias", scores, heads, {{"perm_b", swap_heads}, {"perm_result", swap_heads}}, 4},
   };
   for (const Folded& f : folded)
     for (DType dtype : {DType::kF32, DType::kF64, DType::kI64}) {
       const bool integer = dtype == DType::kI64;
       auto operand = [&](const Shape& shape) { return integer ? b.integers(dtype, shape, -9, 9) : b.uniform(dtype, shape); };
+      std::vector<TensorData> operands = {operand(f.a), operand(f.b)};
+      if (f.bias > 0) operands.push_back(operand({f.bias}));
       OpCase& c = b.addWithoutGradient(OpId::fused_matmul, std::string(dtypeName(dtype)) + " " + f.label,
-                                       {operand(f.a), operand(f.b)}, f.attrs, "fused_matmul has no gradient rule");
+                                       std::move(operands), f.attrs, "fused_matmul has no gradient rule");
       if (dtype == DType::kF32) c.tolerance = Tolerance{1e-5, 1e-5};
     }
   return b.take();

@@ -1,5 +1,6 @@
-// Transposes folded into matrix products (fused_matmul's perm_a, perm_b and perm_result).
-#include "passes/fusion/matmul_transposes.h"
+// Bias adds and transposes folded into matrix products (fused_matmul's bias operand and its perm_a,
+// perm_b and perm_result).
+#include "passes/fusion/matmul_fusion.h"
 
 #include <algorithm>
 #include <numeric>
@@ -35,6 +36,8 @@ std::vector<int64_t> permOf(const Node& product, const std::string& attr, int64_
   return identity;
 }
 
+bool keepsLastDim(const std::vector<int64_t>& perm) { return perm.back() == static_cast<int64_t>(perm.size()) - 1; }
+
 // transpose(transpose(x, inner), outer) as one permutation of x: its dim i is x's dim inner[outer[i]].
 std::vector<int64_t> composed(const std::vector<int64_t>& inner, const std::vector<int64_t>& outer) {
   std::vector<int64_t> perm(outer.size());
@@ -48,7 +51,7 @@ Status checkResult(const Graph& graph, const Node& product) {
   for (ValueId v : product.operands) operands.push_back(graph.values[v].type);
   auto results = inferResultTypes(opDef(product.op), operands, product.attrs);
   if (!results || (*results)[0] != graph.values[product.results[0]].type)
-    return Status::internal("matmul transpose folding: " + graph.values[product.results[0]].name +
+    return Status::internal("matmul fusion: " + graph.values[product.results[0]].name +
                             " would change type: " + (results ? (*results)[0].str() : results.status().message()));
   return Status::ok();
 }
@@ -56,6 +59,46 @@ Status checkResult(const Graph& graph, const Node& product) {
 class Folder {
  public:
   Folder(Graph& graph, std::vector<int64_t>* node_group) : graph_(graph), node_group_(node_group) {}
+
+  // add(product, bias) where only the add reads the product and no fusable op reads the sum: the
+  // product adds the bias itself.
+  Expected<int> foldBiases() {
+    start();
+    int folded = 0;
+    for (int32_t i = 0; i < static_cast<int32_t>(graph_.nodes.size()); ++i) {
+      const Node& add = graph_.nodes[i];
+      if (add.op != OpId::add || add.operands.size() != 2 || is_root_[add.results[0]]) continue;
+      bool fusable_reader = false;
+      for (int32_t u : users_[add.results[0]])
+        fusable_reader = fusable_reader || opDef(graph_.nodes[u].op).fusable || opDef(graph_.nodes[u].op).fusable_along_last_axis;
+      if (fusable_reader) continue;
+      for (size_t k = 0; k < 2; ++k) {
+        const ValueId sum = add.operands[k], bias = add.operands[1 - k];
+        const int32_t p = graph_.values[sum].producer;
+        if (p < 0 || dead_[p] || !isProduct(graph_.nodes[p].op) || graph_.nodes[p].operands.size() != 2 ||
+            is_root_[sum] || users_[sum].size() != 1 || !sameGroup(p, i))
+          continue;
+        const TensorType& product_type = graph_.values[sum].type;
+        const TensorType& bias_type = graph_.values[bias].type;
+        if (graph_.values[add.results[0]].type != product_type || bias_type.dtype != product_type.dtype ||
+            product_type.rank() < 2 || bias_type.shape != Shape{product_type.shape.back()} ||
+            !keepsLastDim(permOf(graph_.nodes[p], "perm_result", product_type.rank())))
+          continue;
+        Node product = std::move(graph_.nodes[p]);
+        product.op = OpId::fused_matmul;
+        product.operands.push_back(bias);
+        product.results = graph_.nodes[i].results;
+        graph_.nodes[i] = std::move(product);
+        CLEAVE_TRY(checkResult(graph_, graph_.nodes[i]));
+        graph_.nodes[p].results.clear();
+        dead_[p] = true;
+        ++folded;
+        break;
+      }
+    }
+    finish();
+    return folded;
+  }
 
   // Transposes read only by products: the products read the transpose's input.
   Expected<int> foldIntoReaders() {
@@ -138,14 +181,15 @@ class Folder {
 
 }  // namespace
 
-Expected<int> foldTransposesIntoMatmuls(Graph& graph, std::vector<int64_t>* node_group) {
+Expected<int> fuseIntoMatmuls(Graph& graph, std::vector<int64_t>* node_group) {
   if (node_group && !node_group->empty() && node_group->size() != graph.nodes.size())
-    return Status::internal("matmul transpose folding: " + std::to_string(node_group->size()) + " node groups for " +
+    return Status::internal("matmul fusion: " + std::to_string(node_group->size()) + " node groups for " +
                             std::to_string(graph.nodes.size()) + " nodes");
   Folder folder(graph, node_group);
+  CLEAVE_ASSIGN_OR_RETURN(int biases, folder.foldBiases());
   CLEAVE_ASSIGN_OR_RETURN(int into_readers, folder.foldIntoReaders());
   CLEAVE_ASSIGN_OR_RETURN(int into_writers, folder.foldIntoWriters());
-  return into_readers + into_writers;
+  return biases + into_readers + into_writers;
 }
 
 }  // namespace cleave
