@@ -16,6 +16,7 @@
 #include "passes/training/gradient_buckets.h"
 #include "passes/fusion/conv_epilogue.h"
 #include "passes/fusion/elementwise_fusion.h"
+#include "passes/fusion/gelu_cdf.h"
 #include "passes/fusion/loss_fusion.h"
 #include "passes/fusion/matmul_fusion.h"
 #include "passes/layout/channels_last.h"
@@ -161,6 +162,7 @@ Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vect
     CLEAVE_TRY(fuseConvEpilogues(*graph, &steps).status());
     CLEAVE_TRY(fuseIntoMatmuls(*graph, &steps).status());
     CLEAVE_TRY(fuseLossWithGradient(*graph, &steps).status());
+    CLEAVE_TRY(shareGeluCdfWithGradient(*graph, &steps).status());
     CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
   }
   ProgramGraph program(std::move(name), graph);
@@ -592,6 +594,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     if (options.fusion) {
       CLEAVE_TRY(fuseIntoMatmuls(training.train).status());
       CLEAVE_TRY(fuseLossWithGradient(training.train).status());
+      CLEAVE_TRY(shareGeluCdfWithGradient(training.train).status());
       CLEAVE_TRY(fuseElementwise(training.train).status());
       CLEAVE_TRY(fuseConvEpilogues(training.eval).status());
       CLEAVE_TRY(fuseIntoMatmuls(training.eval).status());

@@ -49,9 +49,10 @@ done
 # 2. inspect lists the fused nodes (text and JSON) and what they save; unfused plans have none.
 "$cleave" inspect "$tmp/gpt-fused.cplan" >"$tmp/inspect.txt"
 grep -q "^fused nodes of train on rank 0: " "$tmp/inspect.txt" || fail "inspect does not list the fused nodes"
-grep -q "t1 = gelu(t0)" "$tmp/inspect.txt" || fail "inspect does not show the bias-gelu body"
-grep -q "t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)\[axes=\[0 1\], keepdims=0\]" "$tmp/inspect.txt" ||
-  fail "inspect shows no gelu_grad fused with its bias gradient (a column sum)"
+grep -q "t0 = add(x0, x1); t1 = mul(t0, 0.7071067690849304); t2 = erf(t1); .*; return t0, t5, t6" "$tmp/inspect.txt" ||
+  fail "inspect does not show the bias-gelu body returning Phi(x) for the gradient"
+grep -q "t2 = exp(t1); .*; t7 = reduce_sum(t6)\[axes=\[0 1\], keepdims=0\]" "$tmp/inspect.txt" ||
+  fail "inspect shows no gelu gradient from Phi(x) fused with its bias gradient (a column sum)"
 grep -q "t0 = add(x0, x1); t1 = add(t0, x2); t2, t3, t4 = layer_norm_grad(t1, x3, x4)" "$tmp/inspect.txt" ||
   fail "inspect shows no layer_norm_grad fused with the sum of its gradients"
 "$cleave" inspect "$tmp/gpt-fused.cplan" --json >"$tmp/fused.json"
@@ -65,6 +66,19 @@ assert all(n["bytes"] > 0 and n["bytes_saved"] >= 0 and n["body"].startswith(("t
 saved = sum(n["bytes_saved"] for n in nodes)
 assert saved > 0 and fused["kernel_bytes"] < unfused["kernel_bytes"], (saved, fused["kernel_bytes"], unfused["kernel_bytes"])
 print(f"  gpt: {len(nodes)} fused nodes save {saved / 1e6:.2f} MB of {unfused['kernel_bytes'] / 1e6:.2f} MB per step")
+PY
+
+# The head transposes fold into attention's products (fused_matmul): the fused plan runs none, and
+# each of the 2 layers runs 9: q, k and v with their bias adds folded in, and attention's 2 forward
+# and 4 backward products.
+"$cleave" run "$tmp/gpt-fused.cplan" --data synthetic --steps 1 --progress never --trace "$tmp/trace.json" >/dev/null ||
+  fail "the fused plan does not run with --trace"
+$python - "$tmp/trace.json" <<'PY' || fail "the fused GPT still transposes attention's heads"
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+ops = [e["name"].split(" ")[0] for e in events if e.get("ph") == "X"]
+assert "transpose" not in ops and ops.count("fused_matmul") == 2 * 9, (ops.count("transpose"), ops.count("fused_matmul"))
 PY
 
 # 3. Errors: a bad --fusion is a usage error (exit 2); a bad body names the file and line (exit 1).

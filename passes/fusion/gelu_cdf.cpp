@@ -1,0 +1,118 @@
+// GELU's Φ(x) kept from the forward pass for its gradient.
+#include "passes/fusion/gelu_cdf.h"
+
+#include <numbers>
+#include <string>
+
+#include "ir/gradient.h"
+#include "ir/op_table.h"
+
+namespace cleave {
+namespace {
+
+bool isExactF32(const Graph& graph, const Node& node) {
+  auto it = node.attrs.find("approximate");
+  const bool exact = it == node.attrs.end() || std::get<std::string>(it->second) == "none";
+  return exact && graph.values[node.results[0]].type.dtype == DType::kF32;
+}
+
+// Appends nodes to the graph and remembers them, to be moved in front of the node they replace.
+class Steps {
+ public:
+  Steps(Graph& graph, SourceLoc loc) : graph_(graph), loc_(std::move(loc)) {}
+
+  Expected<ValueId> op(OpId op, std::vector<ValueId> operands, const std::string& name) {
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results, graph_.addNode(op, std::move(operands), {}, loc_, {name}));
+    appended_.push_back(static_cast<int32_t>(graph_.nodes.size()) - 1);
+    return results[0];
+  }
+  Expected<ValueId> constant(double value, const std::string& name) {
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                            graph_.addNode(OpId::constant, {}, {{"value", scalarTensor(value, DType::kF32)}}, loc_, {name}));
+    appended_.push_back(static_cast<int32_t>(graph_.nodes.size()) - 1);
+    return results[0];
+  }
+  const std::vector<int32_t>& appended() const { return appended_; }
+
+ private:
+  Graph& graph_;
+  SourceLoc loc_;
+  std::vector<int32_t> appended_;
+};
+
+}  // namespace
+
+Expected<int> shareGeluCdfWithGradient(Graph& graph, std::vector<int64_t>* node_group) {
+  const bool grouped = node_group && !node_group->empty();
+  if (grouped && node_group->size() != graph.nodes.size())
+    return Status::internal("gelu cdf sharing: " + std::to_string(node_group->size()) + " node groups for " +
+                            std::to_string(graph.nodes.size()) + " nodes");
+  const std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  const int32_t original = static_cast<int32_t>(graph.nodes.size());
+  std::vector<std::vector<int32_t>> before(static_cast<size_t>(original));  // appended nodes to put in front of node i
+  int rewritten = 0;
+  for (int32_t d = 0; d < original; ++d) {
+    if (graph.nodes[d].op != OpId::gelu_grad || !isExactF32(graph, graph.nodes[d])) continue;
+    const ValueId x = graph.nodes[d].operands[1];
+    int32_t g = -1;
+    for (int32_t u : users[x])
+      if (u < d && graph.nodes[u].op == OpId::gelu && before[u].empty() && isExactF32(graph, graph.nodes[u])) g = u;
+    if (g < 0) continue;
+    const std::string name = graph.values[graph.nodes[g].results[0]].name;
+    // Forward: c = 1 + erf(x·√½); gelu = (x·0.5)·c (the gelu node, rewritten); Φ = c·0.5.
+    Steps forward(graph, graph.nodes[g].loc);
+    CLEAVE_ASSIGN_OR_RETURN(ValueId sqrt_half, forward.constant(std::numbers::sqrt2 / 2, name + ".sqrt_half"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId scaled, forward.op(OpId::mul, {x, sqrt_half}, name + ".scaled"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId erf, forward.op(OpId::erf, {scaled}, name + ".erf"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId one, forward.constant(1.0, name + ".one"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId twice_cdf, forward.op(OpId::add, {one, erf}, name + ".twice_cdf"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId half, forward.constant(0.5, name + ".half"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId half_x, forward.op(OpId::mul, {x, half}, name + ".half_x"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId cdf, forward.op(OpId::mul, {half, twice_cdf}, name + ".cdf"));
+    // Backward: φ = exp((-0.5·x)·x)·(1/√(2π)); dx = dy·(Φ + x·φ) (the gelu_grad node, rewritten).
+    const ValueId dy = graph.nodes[d].operands[0];
+    Steps backward(graph, graph.nodes[d].loc);
+    CLEAVE_ASSIGN_OR_RETURN(ValueId minus_half, backward.constant(-0.5, name + ".minus_half"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId half_square, backward.op(OpId::mul, {minus_half, x}, name + ".minus_half_x"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId exponent, backward.op(OpId::mul, {half_square, x}, name + ".exponent"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId gauss, backward.op(OpId::exp, {exponent}, name + ".gauss"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId norm,
+                            backward.constant(std::numbers::inv_sqrtpi / std::numbers::sqrt2, name + ".inv_sqrt_2pi"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId pdf, backward.op(OpId::mul, {gauss, norm}, name + ".pdf"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId x_pdf, backward.op(OpId::mul, {x, pdf}, name + ".x_pdf"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId slope, backward.op(OpId::add, {cdf, x_pdf}, name + ".slope"));
+    Node& gelu = graph.nodes[g];
+    gelu.op = OpId::mul;
+    gelu.operands = {half_x, twice_cdf};
+    gelu.attrs.clear();
+    Node& gradient = graph.nodes[d];
+    gradient.op = OpId::mul;
+    gradient.operands = {dy, slope};
+    gradient.attrs.clear();
+    before[g] = forward.appended();
+    before[d] = backward.appended();
+    ++rewritten;
+  }
+  if (rewritten == 0) return 0;
+  // Each original node with the nodes appended for it in front, in that order.
+  std::vector<Node> nodes;
+  std::vector<int64_t> groups;
+  for (int32_t i = 0; i < original; ++i) {
+    for (int32_t a : before[i]) {
+      nodes.push_back(std::move(graph.nodes[a]));
+      if (grouped) groups.push_back((*node_group)[i]);
+    }
+    nodes.push_back(std::move(graph.nodes[i]));
+    if (grouped) groups.push_back((*node_group)[i]);
+  }
+  graph.nodes = std::move(nodes);
+  for (int32_t i = 0; i < static_cast<int32_t>(graph.nodes.size()); ++i)
+    for (size_t r = 0; r < graph.nodes[i].results.size(); ++r) {
+      graph.values[graph.nodes[i].results[r]].producer = i;
+      graph.values[graph.nodes[i].results[r]].result_index = static_cast<int32_t>(r);
+    }
+  if (grouped) *node_group = std::move(groups);
+  return rewritten;
+}
+
+}  // namespace cleave
