@@ -193,13 +193,16 @@ Expected<std::vector<TensorData>> matmulReference(const OpContext& ctx, std::spa
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
 }
 
-// transpose(x, perm) of a tensor.
-TensorData permutedTensor(const TensorData& x, const std::vector<int64_t>& perm) {
-  const std::vector<int64_t> in_strides = rowMajorStrides(x.type.shape);
-  std::vector<int64_t> strides(perm.size());
-  for (size_t d = 0; d < perm.size(); ++d) strides[d] = in_strides[static_cast<size_t>(perm[d])];
+// transpose(x, perm) of a tensor, by the transpose op's reference.
+Expected<TensorData> permutedTensor(const TensorData& x, const std::vector<int64_t>& perm) {
   const TensorType type = permuted(x.type, perm);
-  return selectElements(x, type, stridedIndices(type.shape, strides));
+  const AttrMap attrs{{"perm", perm}};
+  const OpDef& transpose = opDef(OpId::transpose);
+  const TensorData* const operands[] = {&x};
+  CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> results,
+                          transpose.reference(OpContext{transpose, {&x.type, 1}, {&type, 1}, attrs},
+                                              std::span<const TensorData* const>(operands)));
+  return std::move(results[0]);
 }
 
 // transpose(matmul(transpose(a, perm_a), transpose(b, perm_b)) + bias, perm_result), as it says.
@@ -207,7 +210,8 @@ Expected<std::vector<TensorData>> fusedMatmulReference(const OpContext& ctx,
                                                        std::span<const TensorData* const> operands) {
   auto layout = fusedMatmulLayout(ctx);
   if (!layout) return referenceError(ctx, layout.status().message());
-  const TensorData a = permutedTensor(*operands[0], layout->perm_a), b = permutedTensor(*operands[1], layout->perm_b);
+  CLEAVE_ASSIGN_OR_RETURN(TensorData a, permutedTensor(*operands[0], layout->perm_a));
+  CLEAVE_ASSIGN_OR_RETURN(TensorData b, permutedTensor(*operands[1], layout->perm_b));
   const TensorData* inner_operands[] = {&a, &b};
   CLEAVE_ASSIGN_OR_RETURN(std::vector<TensorData> product,
                           matmulReference(innerMatmul(ctx, *layout, std::span<const TensorType>(&layout->product, 1)),
@@ -218,7 +222,8 @@ Expected<std::vector<TensorData>> fusedMatmulReference(const OpContext& ctx,
     for (size_t i = 0; i < values.size(); ++i) values[i] += bias[i % bias.size()];
     product[0] = referenceTensor(layout->product, values);
   }
-  return std::vector<TensorData>{permutedTensor(product[0], layout->perm_result)};
+  CLEAVE_ASSIGN_OR_RETURN(TensorData result, permutedTensor(product[0], layout->perm_result));
+  return std::vector<TensorData>{std::move(result)};
 }
 
 Expected<std::vector<TensorData>> gemmReference(const OpContext& ctx, std::span<const TensorData* const> operands) {

@@ -134,7 +134,8 @@ Status gemmKernel(const KernelCall& call) {
 }
 
 // fused_matmul: through oneDNN, which reads the operands and writes the result in place through
-// their permutations' strides; else the transposes into temporaries around the matmul kernel.
+// their permutations' strides and adds the bias in its epilogue; else the transposes and the add
+// into temporaries around the matmul kernel.
 Status fusedMatmulKernel(const KernelCall& call) {
   if (std::optional<Status> done = runOneDnnMatmul(call)) return *done;
   std::vector<std::vector<std::byte>> temporaries;

@@ -61,8 +61,6 @@ std::pair<memory::dims, memory::dims> permutedView(const Shape& shape, const std
   return {dims, strides};
 }
 
-// A fused_matmul whose operands and product have the same batch dims (none broadcast): each tensor
-// read or written in place through its permutation's strides (oneDNN's matmul takes any strides).
 // Whether a fused_matmul reads or writes any tensor through a permutation other than the identity.
 bool permutesAnything(const KernelCall& call) {
   for (const char* attr : {"perm_a", "perm_b", "perm_result"}) {
@@ -73,6 +71,8 @@ bool permutesAnything(const KernelCall& call) {
   return false;
 }
 
+// A fused_matmul whose operands and product have the same batch dims (none broadcast): each tensor
+// read or written in place through its permutation's strides (oneDNN's matmul takes any strides).
 std::optional<Product> fusedProductOf(const KernelCall& call) {
   auto layout = ops::fusedMatmulLayout(call.op);
   if (!layout) return std::nullopt;
@@ -104,7 +104,8 @@ std::optional<Product> fusedProductOf(const KernelCall& call) {
 
 // The product a call asks for, or nullopt when oneDNN does not take it here: one 2-D GEMM after
 // folding a's batch dims into m (matmul with a 2-D b), a batch of GEMMs over batch dims that a and b
-// share without broadcasting, gemm with alpha 1 and at most a bias row.
+// share without broadcasting, gemm with alpha 1 and at most a bias row, fused_matmul as those with
+// its bias row or, when it permutes, strided (fusedProductOf).
 std::optional<Product> productOf(const KernelCall& call) {
   if (call.op.operands[0].dtype != DType::kF32) return std::nullopt;
   // A fused_matmul that permutes nothing (a bias folded in alone) is a matmul with a bias row.

@@ -10,10 +10,12 @@
 
 namespace cleave::runtime::cpu {
 
-// Runs an f32 matmul or gemm call through oneDNN when it is one 2-D product (b is a matrix, a's batch
-// dims, untransposed, fold into m; for gemm alpha is 1 and c is absent or a bias row added with
-// beta 1) or a batch of products over batch dims a, b and the result share without broadcasting;
-// nullopt otherwise (the caller runs OpenBLAS). The primitive is made once per shape and thread.
+// Runs an f32 matmul, gemm or fused_matmul call through oneDNN when it is one 2-D product (b is a
+// matrix, a's batch dims, untransposed, fold into m; for gemm alpha is 1 and c is absent or a bias
+// row added with beta 1; fused_matmul's bias row) or a batch of products over batch dims a, b and
+// the result share without broadcasting (a fused_matmul's operands and result read and written in
+// place through their permutations' strides); nullopt otherwise (the caller runs OpenBLAS, or
+// fused_matmul's steps). The primitive is made once per shape and thread.
 // When b is constant (KernelCall::constant_operands) it is packed once per weights tensor and
 // thread, and packed again when the call's constants_generation changes.
 std::optional<Status> runOneDnnMatmul(const KernelCall& call);

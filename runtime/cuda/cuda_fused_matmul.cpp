@@ -1,5 +1,5 @@
-// fused_matmul on the GPU: the transposes it folds run as kernels into temporaries around the matmul
-// kernel (see runtime/cuda/cuda_kernel_support.h).
+// fused_matmul on the GPU: the transposes and the bias add it folds run as kernels into temporaries
+// around the matmul kernel (see runtime/cuda/cuda_kernel_support.h).
 #include <string>
 #include <vector>
 
@@ -10,7 +10,7 @@
 namespace cleave::runtime::cuda {
 
 Status fusedMatmulKernel(const KernelCall& call, CudaContext& context) {
-  const std::string what = "fused_matmul: a transposed copy";
+  const std::string what = "fused_matmul: a temporary";
   std::vector<void*> temporaries;
   const Status status = runFusedMatmulStepwise(
       call,

@@ -33,7 +33,8 @@ void registerFusedKernels(CudaKernelTable& table);  // PTX from LLVM (runtime/cu
 Status runChannelsLastThroughNchw(const KernelCall& call, CudaContext& context, CudaKernel nchw_kernel);
 
 // fused_matmul: its permuted operands transposed into stream-ordered temporaries, the matmul kernel,
-// the product transposed into the result (correct, not fast: strided cuBLAS batches are not used yet).
+// the bias added, the product transposed into the result (correct, not fast: strided cuBLAS batches
+// and cuBLASLt's bias epilogue are not used yet).
 Status fusedMatmulKernel(const KernelCall& call, CudaContext& context);
 
 // "<op>: <dtype> not supported on cuda yet" (kBadInput).
