@@ -2,7 +2,9 @@
 """Training steps with fused kernels against the same plans unfused (`cleave compile --fusion on|off`),
 in the same run: the GPT of bench/peers/train_throughput.py (4 layers, 256 wide, seq 64, batch 8) and
 the fashion convnet (examples/fashion_cnn.cir, batch 64), at 1 and 2 threads. Runs alternate
-(unfused, fused, ...) and each figure is the median of --reps runs; the load average is printed beside.
+(unfused, fused, ...) and each figure is the median of --reps runs; the speed-up is the ratio of the
+medians, and "paired" the median of each round's fused/unfused ratio (the two runs of a round, back to
+back, share the host's load of the moment); the load average is printed beside.
 Also: the losses of both plans step by step (fusion must not change them beyond 1e-5 relative) and the
 bytes the kernels move per step by the cost model (`cleave inspect --json`: kernel_bytes, fused_nodes).
 Needs only the build (no PyTorch). Usage: bench/fusion_speedup.py [--reps 5] [--threads 1,2]
@@ -106,7 +108,7 @@ def main():
     work = tempfile.mkdtemp(prefix="fusion-", dir=OUT)
     results = {"loadavg_before": loadavg(), "rows": []}
     print(f"fused against unfused training steps, median of {args.reps} alternating runs; load average {loadavg()}")
-    print(f"{'model':6} {'threads':>7} {'unfused/s':>10} {'fused/s':>10} {'speed-up':>9} {'loss diff':>10} "
+    print(f"{'model':6} {'threads':>7} {'unfused/s':>10} {'fused/s':>10} {'speed-up':>9} {'paired':>7} {'loss diff':>10} "
           f"{'MB/step unfused':>16} {'fused':>8} {'fused nodes':>12}")
     for model in args.models.split(","):
         plans = compile_plans(model, work)
@@ -121,14 +123,16 @@ def main():
                     rates[fusion].append(rate)
             diff = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses["on"], losses["off"]))
             off, on = median(rates["off"]), median(rates["on"])
+            paired = median([b / a for a, b in zip(rates["off"], rates["on"])])
             row = {"model": model, "threads": threads, "unfused_samples_per_s": off, "fused_samples_per_s": on,
-                   "speedup": on / off, "max_relative_loss_difference": diff, "kernel_bytes_unfused": bytes_off,
+                   "speedup": on / off, "paired_speedup": paired, "max_relative_loss_difference": diff,
+                   "kernel_bytes_unfused": bytes_off,
                    "kernel_bytes_fused": bytes_on, "fused_nodes": nodes, "fused_bytes_saved": saved,
                    "runs": rates, "loadavg": loadavg()}
             if args.breakdown:
                 row["ms_per_step_by_op"] = print_breakdown(model, threads, plans, work)
             results["rows"].append(row)
-            print(f"{model:6} {threads:>7} {fmt(off):>10} {fmt(on):>10} {on / off:>8.2f}x {diff:>10.1e} "
+            print(f"{model:6} {threads:>7} {fmt(off):>10} {fmt(on):>10} {on / off:>8.2f}x {paired:>6.2f}x {diff:>10.1e} "
                   f"{bytes_off / 1e6:>16.1f} {bytes_on / 1e6:>8.1f} {nodes:>12}   (load {loadavg()})")
     print("wrote", save("fusion_speedup.json", results))
 
