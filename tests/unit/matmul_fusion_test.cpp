@@ -1,0 +1,92 @@
+// Unit tests of the folds into matrix products (passes/fusion/matmul_fusion.h) and of GELU's Φ(x)
+// kept for its gradient (passes/fusion/gelu_cdf.h) on graphs whose nodes carry pipeline steps:
+// nothing folds across a step, and new nodes take the step of the node they replace.
+#include <gtest/gtest.h>
+
+#include "ir/text_format.h"
+#include "ir/verifier.h"
+#include "passes/fusion/gelu_cdf.h"
+#include "passes/fusion/matmul_fusion.h"
+
+namespace cleave {
+namespace {
+
+Graph parse(std::string_view text) {
+  auto graph = parseGraph(text, "t.cir");
+  EXPECT_TRUE(graph) << graph.status().message();
+  return graph ? std::move(*graph) : Graph{};
+}
+
+int countOps(const Graph& graph, OpId op) {
+  int n = 0;
+  for (const Node& node : graph.nodes) n += node.op == op;
+  return n;
+}
+
+const char* kHeads = R"(graph @g {
+  input %q.heads : f32[2,5,3,4]
+  input %k.heads : f32[2,5,3,4]
+  %q = transpose(%q.heads) {perm = [0, 2, 1, 3]}
+  %k = transpose(%k.heads) {perm = [0, 2, 1, 3]}
+  %scores = matmul(%q, %k) {transpose_b = 1}
+  output %scores
+})";
+
+TEST(MatmulFusion, TransposesFoldOnlyWithinOnePipelineStep) {
+  Graph same = parse(kHeads);
+  std::vector<int64_t> steps = {0, 0, 0};
+  auto folded = fuseIntoMatmuls(same, &steps);
+  ASSERT_TRUE(folded) << folded.status().message();
+  EXPECT_EQ(*folded, 2);
+  EXPECT_EQ(countOps(same, OpId::transpose), 0);
+  EXPECT_EQ(steps, std::vector<int64_t>{0});
+  EXPECT_TRUE(verifyGraph(same)) << verifyGraph(same).message();
+
+  // k's transpose in another step (a microbatch's backward, say) stays, and so does the product's
+  // reading of it; q's folds.
+  Graph split = parse(kHeads);
+  steps = {0, 1, 0};
+  folded = fuseIntoMatmuls(split, &steps);
+  ASSERT_TRUE(folded) << folded.status().message();
+  EXPECT_EQ(*folded, 1);
+  EXPECT_EQ(countOps(split, OpId::transpose), 1);
+  EXPECT_EQ(countOps(split, OpId::fused_matmul), 1);
+  EXPECT_EQ(steps.size(), split.nodes.size());
+  EXPECT_TRUE(verifyGraph(split)) << verifyGraph(split).message();
+}
+
+TEST(GeluCdf, NewNodesTakeTheStepOfTheNodeTheyReplace) {
+  Graph graph = parse(R"(graph @g {
+  input %x : f32[4,8]
+  input %dy : f32[4,8]
+  %g = gelu(%x)
+  %dx = gelu_grad(%dy, %x)
+  output %g, %dx
+})");
+  std::vector<int64_t> steps = {0, 1};  // the gelu forward, its gradient backward
+  auto rewritten = shareGeluCdfWithGradient(graph, &steps);
+  ASSERT_TRUE(rewritten) << rewritten.status().message();
+  EXPECT_EQ(*rewritten, 1);
+  ASSERT_EQ(steps.size(), graph.nodes.size());
+  EXPECT_TRUE(verifyGraph(graph)) << verifyGraph(graph).message();
+  EXPECT_EQ(countOps(graph, OpId::gelu) + countOps(graph, OpId::gelu_grad), 0);
+  // The forward's steps (its erf among them) are in step 0, the gradient's (its exp) in step 1,
+  // and each node's operands are defined before it.
+  std::vector<bool> defined(graph.values.size(), false);
+  for (ValueId v : graph.inputs) defined[v] = true;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    for (ValueId v : node.operands) EXPECT_TRUE(defined[v]) << "node " << i << " reads a value defined later";
+    for (ValueId v : node.results) {
+      defined[v] = true;
+      EXPECT_EQ(graph.values[v].producer, static_cast<int32_t>(i));
+    }
+    if (node.op == OpId::erf) EXPECT_EQ(steps[i], 0);
+    if (node.op == OpId::exp) EXPECT_EQ(steps[i], 1);
+  }
+  EXPECT_EQ(countOps(graph, OpId::erf), 1);
+  EXPECT_EQ(countOps(graph, OpId::exp), 1);
+}
+
+}  // namespace
+}  // namespace cleave
