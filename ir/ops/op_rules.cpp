@@ -183,6 +183,12 @@ Expected<std::vector<int64_t>> resolveAxes(const OpContext& ctx, std::string_vie
   return resolved;
 }
 
+bool isIdentityPermutation(std::span<const int64_t> perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
 Expected<Shape> broadcastOperands(const OpContext& ctx, std::initializer_list<int> operands) {
   Shape result;
   std::string earlier;  // the operands broadcast so far, for the message: "operand 0", "operands 0,1"

@@ -79,6 +79,8 @@ Expected<int64_t> resolveAxis(const OpContext& ctx, std::string_view attr, int64
 // `rank_of` names what the rank belongs to, e.g. "operand 0" or "the result".
 Expected<std::vector<int64_t>> resolveAxes(const OpContext& ctx, std::string_view attr, int64_t rank,
                                            const std::string& rank_of);
+// Whether `perm` leaves every dim in place (an empty one does).
+bool isIdentityPermutation(std::span<const int64_t> perm);
 // transpose's permutation of operand 0's dims: `perm` normalised (negative axes), or the dims
 // reversed when it is empty; an error unless it permutes every dim once.
 Expected<std::vector<int64_t>> transposePerm(const OpContext& ctx);

@@ -15,10 +15,7 @@
 #include "analysis/cost_model.h"
 #include "passes/training/gradient_buckets.h"
 #include "passes/fusion/conv_epilogue.h"
-#include "passes/fusion/elementwise_fusion.h"
-#include "passes/fusion/gelu_cdf.h"
-#include "passes/fusion/loss_fusion.h"
-#include "passes/fusion/matmul_fusion.h"
+#include "passes/fusion/fuse_graph.h"
 #include "passes/layout/channels_last.h"
 #include "passes/algorithm/winograd.h"
 #include "passes/core/pass_manager.h"
@@ -160,10 +157,7 @@ Expected<ProgramGraph> programOf(std::string name, Graph* graph, const std::vect
   if (inference.winograd) CLEAVE_TRY(allowWinogradConvolutions(*graph).status());
   if (fuse) {
     CLEAVE_TRY(fuseConvEpilogues(*graph, &steps).status());
-    CLEAVE_TRY(fuseIntoMatmuls(*graph, &steps).status());
-    CLEAVE_TRY(fuseLossWithGradient(*graph, &steps).status());
-    CLEAVE_TRY(shareGeluCdfWithGradient(*graph, &steps).status());
-    CLEAVE_TRY(fuseElementwise(*graph, &steps).status());
+    CLEAVE_TRY(fuseGraph(*graph, &steps));
   }
   ProgramGraph program(std::move(name), graph);
   for (int64_t step : steps) {
@@ -592,13 +586,9 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     CLEAVE_ASSIGN_OR_RETURN(training, buildTrainingGraphs(graph, options.training));
     logits_name = training.eval.values[training.eval.outputs[0]].name;
     if (options.fusion) {
-      CLEAVE_TRY(fuseIntoMatmuls(training.train).status());
-      CLEAVE_TRY(fuseLossWithGradient(training.train).status());
-      CLEAVE_TRY(shareGeluCdfWithGradient(training.train).status());
-      CLEAVE_TRY(fuseElementwise(training.train).status());
+      CLEAVE_TRY(fuseGraph(training.train));
       CLEAVE_TRY(fuseConvEpilogues(training.eval).status());
-      CLEAVE_TRY(fuseIntoMatmuls(training.eval).status());
-      CLEAVE_TRY(fuseElementwise(training.eval).status());
+      CLEAVE_TRY(fuseGraph(training.eval));
     }
     lowering.programs = {{"train", &training.train}, {"eval", &training.eval}};
   } else {
@@ -607,8 +597,7 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     if (options.winograd) CLEAVE_TRY(allowWinogradConvolutions(inference).status());
     if (options.fusion) {
       CLEAVE_TRY(fuseConvEpilogues(inference).status());
-      CLEAVE_TRY(fuseIntoMatmuls(inference).status());
-      CLEAVE_TRY(fuseElementwise(inference).status());
+      CLEAVE_TRY(fuseGraph(inference));
     }
     lowering.programs = {{"infer", &inference}};
   }

@@ -1,23 +1,11 @@
-// The fusion pass: transposes fold into the matrix products that read or write them
-// (passes/fusion/matmul_fusion.h), a softmax cross-entropy and its gradient become one node
-// (passes/fusion/loss_fusion.h), an exact GELU keeps its Φ(x) for its gradient
-// (passes/fusion/gelu_cdf.h), then chains of elementwise ops become fused nodes
-// (passes/fusion/elementwise_fusion.h).
+// The fusion pass: fuseGraph (passes/fusion/fuse_graph.h) on the graph.
 #include "passes/core/pass_manager.h"
-#include "passes/fusion/elementwise_fusion.h"
-#include "passes/fusion/gelu_cdf.h"
-#include "passes/fusion/loss_fusion.h"
-#include "passes/fusion/matmul_fusion.h"
+#include "passes/fusion/fuse_graph.h"
 
 namespace cleave {
 namespace {
 
-Status fuse(Graph& graph, const PassOptions&) {
-  CLEAVE_TRY(fuseIntoMatmuls(graph).status());
-  CLEAVE_TRY(fuseLossWithGradient(graph).status());
-  CLEAVE_TRY(shareGeluCdfWithGradient(graph).status());
-  return fuseElementwise(graph).status();
-}
+Status fuse(Graph& graph, const PassOptions&) { return fuseGraph(graph); }
 
 }  // namespace
 

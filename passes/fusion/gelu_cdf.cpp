@@ -106,11 +106,7 @@ Expected<int> shareGeluCdfWithGradient(Graph& graph, std::vector<int64_t>* node_
     if (grouped) groups.push_back((*node_group)[i]);
   }
   graph.nodes = std::move(nodes);
-  for (int32_t i = 0; i < static_cast<int32_t>(graph.nodes.size()); ++i)
-    for (size_t r = 0; r < graph.nodes[i].results.size(); ++r) {
-      graph.values[graph.nodes[i].results[r]].producer = i;
-      graph.values[graph.nodes[i].results[r]].result_index = static_cast<int32_t>(r);
-    }
+  graph.compact();  // each value's producer, at its node's new index
   if (grouped) *node_group = std::move(groups);
   return rewritten;
 }

@@ -21,10 +21,8 @@ std::vector<int64_t> foldablePerm(const Graph& graph, const Node& node) {
   const int64_t rank = input.rank();
   if (rank < 3) return {};
   auto perm = ops::transposePerm(OpContext{opDef(OpId::transpose), {&input, 1}, {}, node.attrs});
-  if (!perm || perm->back() != rank - 1) return {};
-  for (int64_t d = 0; d < rank; ++d)
-    if ((*perm)[d] != d) return std::move(*perm);
-  return {};
+  if (!perm || perm->back() != rank - 1 || ops::isIdentityPermutation(*perm)) return {};
+  return std::move(*perm);
 }
 
 // The permutation `attr` of a product (the identity of `rank` dims when it has none).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ir/op_table.h"
+#include "ir/ops/op_rules.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/onednn_support.h"
 
@@ -63,11 +64,8 @@ std::pair<memory::dims, memory::dims> permutedView(const Shape& shape, const std
 
 // Whether a fused_matmul reads or writes any tensor through a permutation other than the identity.
 bool permutesAnything(const KernelCall& call) {
-  for (const char* attr : {"perm_a", "perm_b", "perm_result"}) {
-    const std::vector<int64_t>& perm = call.op.getInts(attr);
-    for (size_t i = 0; i < perm.size(); ++i)
-      if (perm[i] != static_cast<int64_t>(i)) return true;
-  }
+  for (const char* attr : {"perm_a", "perm_b", "perm_result"})
+    if (!ops::isIdentityPermutation(call.op.getInts(attr))) return true;
   return false;
 }
 

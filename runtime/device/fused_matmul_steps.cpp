@@ -2,14 +2,10 @@
 
 #include <vector>
 
+#include "ir/ops/op_rules.h"
+
 namespace cleave::runtime {
 namespace {
-
-bool isIdentity(const std::vector<int64_t>& perm) {
-  for (size_t i = 0; i < perm.size(); ++i)
-    if (perm[i] != static_cast<int64_t>(i)) return false;
-  return true;
-}
 
 // One transpose kernel call from `from` (of type `from_type`) into `to`.
 Status transposeInto(const TensorType& from_type, const void* from, const TensorType& to_type, void* to,
@@ -30,15 +26,14 @@ Status runFusedMatmulStepwise(const KernelCall& fused, const std::function<Expec
   // 1. Each permuted operand into a temporary in its matmul layout.
   const void* operands[2] = {fused.inputs[0], fused.inputs[1]};
   const std::vector<int64_t>* perms[2] = {&layout.perm_a, &layout.perm_b};
-
   for (int i = 0; i < 2; ++i) {
-    if (isIdentity(*perms[i])) continue;
+    if (ops::isIdentityPermutation(*perms[i])) continue;
     CLEAVE_ASSIGN_OR_RETURN(void* copy, temporary(layout.operands[i].bytes()));
     CLEAVE_TRY(transposeInto(fused.op.operands[i], fused.inputs[i], layout.operands[i], copy, *perms[i], fused.threads, run));
     operands[i] = copy;
   }
   // 2. The plain matmul, into the result when nothing follows it; 3. + the bias row.
-  const bool permutes_result = !isIdentity(layout.perm_result);
+  const bool permutes_result = !ops::isIdentityPermutation(layout.perm_result);
   const bool adds_bias = fused.op.operands.size() == 3;
   void* product = fused.outputs[0];
   if (permutes_result || adds_bias) {
