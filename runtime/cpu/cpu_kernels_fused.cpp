@@ -35,13 +35,17 @@ Status withPerColumnResults(const KernelCall& call, const codegen::HostFusedKern
       kernel.function(call.inputs.data(), outputs.data(), begin * columns, end * columns);
     }
   });
+  // Block by block over contiguous columns (the loop vectorises; each column's sum still runs in
+  // block order): column by column, each sum strode through the blocks' doubles.
+  std::vector<double> total(static_cast<size_t>(columns));
   for (size_t s = 0; s < sums.size(); ++s) {
-    float* result = call.out<float>(static_cast<int>(sums[s]));
-    for (int64_t c = 0; c < columns; ++c) {
-      double total = 0;
-      for (int64_t block = 0; block < blocks; ++block) total += partial[block * block_doubles + s * columns + c];
-      result[c] = static_cast<float>(total);
+    std::fill(total.begin(), total.end(), 0.0);
+    for (int64_t block = 0; block < blocks; ++block) {
+      const double* block_sums = partial.data() + block * block_doubles + static_cast<int64_t>(s) * columns;
+      for (int64_t c = 0; c < columns; ++c) total[c] += block_sums[c];
     }
+    float* result = call.out<float>(static_cast<int>(sums[s]));
+    for (int64_t c = 0; c < columns; ++c) result[c] = static_cast<float>(total[c]);
   }
   return Status::ok();
 }
