@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
 //    nodes), in microseconds.
   if (elementwise) {
     const Buffer h = randomBuffer({512, 1024}, rng), dh = randomBuffer({512, 1024}, rng), b = randomBuffer({1024}, rng);
-    const Buffer c = randomBuffer({512, 1024}, rng);  // Phi(x), kept by the forward for the gradient
+    const Buffer c = randomBuffer({512, 1024}, rng);  // GELU's slope, computed by the forward for the gradient
     const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng), dr2 = randomBuffer({512, 256}, rng);
     const Buffer scale = randomBuffer({256}, rng);
     const Buffer scores = randomBuffer({8, 4, 64, 64}, rng), mask = randomBuffer({1, 1, 64, 64}, rng);
@@ -182,15 +182,15 @@ int main(int argc, char** argv) {
       double unfused, fused;
     };
     const Pair pairs[] = {
-        // As the fusion pass makes them in a training graph: the forward keeps Phi(x) (c) for the
-        // gradient, which then evaluates no erf (passes/fusion/gelu_cdf.h).
+        // As the fusion pass makes them in a training graph: the forward computes GELU's slope (c)
+        // for the gradient, which is then a multiply (passes/fusion/gelu_slope.h).
         {"bias + gelu [512,1024]", micros(OpId::add, {&h, &b}, {}) + micros(OpId::gelu, {&h}, {}),
          fused({&h, &b}, "t0 = add(x0, x1); t1 = mul(t0, 0.70710677); t2 = erf(t1); t3 = add(1, t2); "
-                         "t4 = mul(t0, 0.5); t5 = mul(0.5, t3); t6 = mul(t4, t3); return t0, t5, t6")},
+                         "t4 = mul(t0, 0.5); t5 = mul(0.5, t3); t6 = mul(t4, t3); t7 = mul(-0.5, t0); "
+                         "t8 = mul(t7, t0); t9 = exp(t8); t10 = mul(t9, 0.39894229); t11 = mul(t0, t10); "
+                         "t12 = add(t5, t11); return t12, t6")},
         {"gelu_grad [512,1024] + its column sum", micros(OpId::gelu_grad, {&dh, &h}, {}) + micros(OpId::reduce_sum, {&h}, columns),
-         fused({&h, &c, &dh}, "t0 = mul(-0.5, x0); t1 = mul(t0, x0); t2 = exp(t1); t3 = mul(t2, 0.39894229); "
-                              "t4 = mul(x0, t3); t5 = add(x1, t4); t6 = mul(x2, t5); "
-                              "t7 = reduce_sum(t6)[axes=[0], keepdims=0]; return t6, t7")},
+         fused({&dh, &c}, "t0 = mul(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
         {"residual add [512,256] + its column sum", micros(OpId::add, {&r, &dr}, {}) + micros(OpId::reduce_sum, {&r}, columns),
          fused({&r, &dr}, "t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
         {"attention scale, mask, softmax [8,4,64,64]",

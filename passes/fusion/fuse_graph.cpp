@@ -1,7 +1,7 @@
 #include "passes/fusion/fuse_graph.h"
 
 #include "passes/fusion/elementwise_fusion.h"
-#include "passes/fusion/gelu_cdf.h"
+#include "passes/fusion/gelu_slope.h"
 #include "passes/fusion/loss_fusion.h"
 #include "passes/fusion/matmul_fusion.h"
 
@@ -10,7 +10,7 @@ namespace cleave {
 Status fuseGraph(Graph& graph, std::vector<int64_t>* node_group) {
   CLEAVE_TRY(fuseIntoMatmuls(graph, node_group).status());
   CLEAVE_TRY(fuseLossWithGradient(graph, node_group).status());
-  CLEAVE_TRY(shareGeluCdfWithGradient(graph, node_group).status());
+  CLEAVE_TRY(computeGeluSlopeInForward(graph, node_group).status());
   return fuseElementwise(graph, node_group).status();
 }
 

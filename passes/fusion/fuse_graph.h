@@ -1,8 +1,8 @@
 // The fusion pass's sequence on one graph: bias adds and transposes into matrix products
 // (matmul_fusion.h), a softmax cross-entropy with its gradient (loss_fusion.h), an exact GELU's
-// Φ(x) kept for its gradient (gelu_cdf.h), then elementwise chains (elementwise_fusion.h). The
-// `fusion` pass and the compile pipeline (`--fusion on`) both run it; each step leaves a graph
-// without its pattern as it is.
+// slope computed in the forward pass for its gradient (gelu_slope.h), then elementwise chains
+// (elementwise_fusion.h). The `fusion` pass and the compile pipeline (`--fusion on`) both run it;
+// each step leaves a graph without its pattern as it is.
 #pragma once
 
 #include <cstdint>

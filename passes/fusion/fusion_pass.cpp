@@ -13,7 +13,7 @@ PassInfo makeFusionPass() {
   return PassInfo{
       .name = "fusion",
       .summary = "fold bias adds and transposes into the matmuls around them (fused_matmul), merge a softmax "
-                 "cross-entropy and its gradient into one node, keep an exact gelu's Phi(x) for its gradient, then "
+                 "cross-entropy and its gradient into one node, compute an exact gelu's slope in the forward pass for its gradient, then "
                  "chains of fusable elementwise ops (one float dtype and shape) into fused nodes, scalar constants "
                  "becoming literals of their bodies",
       .options = {},

@@ -49,10 +49,10 @@ done
 # 2. inspect lists the fused nodes (text and JSON) and what they save; unfused plans have none.
 "$cleave" inspect "$tmp/gpt-fused.cplan" >"$tmp/inspect.txt"
 grep -q "^fused nodes of train on rank 0: " "$tmp/inspect.txt" || fail "inspect does not list the fused nodes"
-grep -q "t0 = add(x0, x1); t1 = mul(t0, 0.7071067690849304); t2 = erf(t1); .*; return t0, t5, t6" "$tmp/inspect.txt" ||
-  fail "inspect does not show the bias-gelu body returning Phi(x) for the gradient"
-grep -q "t2 = exp(t1); .*; t7 = reduce_sum(t6)\[axes=\[0 1\], keepdims=0\]" "$tmp/inspect.txt" ||
-  fail "inspect shows no gelu gradient from Phi(x) fused with its bias gradient (a column sum)"
+grep -q "t0 = add(x0, x1); t1 = mul(t0, 0.7071067690849304); t2 = erf(t1); .* t8 = exp(t7); .*; return t11, t12" "$tmp/inspect.txt" ||
+  fail "inspect does not show the bias-gelu body returning GELU's slope for the gradient"
+grep -q "t0 = mul(x0, x1); t1 = reduce_sum(t0)\[axes=\[0 1\], keepdims=0\]; return t0, t1" "$tmp/inspect.txt" ||
+  fail "inspect shows no gelu gradient (a multiply by the slope) fused with its bias gradient (a column sum)"
 grep -q "t0 = add(x0, x1); t1 = add(t0, x2); t2, t3, t4 = layer_norm_grad(t1, x3, x4)" "$tmp/inspect.txt" ||
   fail "inspect shows no layer_norm_grad fused with the sum of its gradients"
 "$cleave" inspect "$tmp/gpt-fused.cplan" --json >"$tmp/fused.json"

@@ -1,11 +1,11 @@
-// Unit tests of the folds into matrix products (passes/fusion/matmul_fusion.h) and of GELU's Φ(x)
-// kept for its gradient (passes/fusion/gelu_cdf.h) on graphs whose nodes carry pipeline steps:
-// nothing folds across a step, and new nodes take the step of the node they replace.
+// Unit tests of the folds into matrix products (passes/fusion/matmul_fusion.h) and of GELU's slope
+// computed in the forward pass (passes/fusion/gelu_slope.h) on graphs whose nodes carry pipeline
+// steps: nothing folds across a step, and new nodes take the step of the gelu.
 #include <gtest/gtest.h>
 
 #include "ir/text_format.h"
 #include "ir/verifier.h"
-#include "passes/fusion/gelu_cdf.h"
+#include "passes/fusion/gelu_slope.h"
 #include "passes/fusion/matmul_fusion.h"
 
 namespace cleave {
@@ -55,7 +55,7 @@ TEST(MatmulFusion, TransposesFoldOnlyWithinOnePipelineStep) {
   EXPECT_TRUE(verifyGraph(split)) << verifyGraph(split).message();
 }
 
-TEST(GeluCdf, NewNodesTakeTheStepOfTheNodeTheyReplace) {
+TEST(GeluSlope, NewNodesTakeTheStepOfTheGelu) {
   Graph graph = parse(R"(graph @g {
   input %x : f32[4,8]
   input %dy : f32[4,8]
@@ -64,14 +64,14 @@ TEST(GeluCdf, NewNodesTakeTheStepOfTheNodeTheyReplace) {
   output %g, %dx
 })");
   std::vector<int64_t> steps = {0, 1};  // the gelu forward, its gradient backward
-  auto rewritten = shareGeluCdfWithGradient(graph, &steps);
+  auto rewritten = computeGeluSlopeInForward(graph, &steps);
   ASSERT_TRUE(rewritten) << rewritten.status().message();
   EXPECT_EQ(*rewritten, 1);
   ASSERT_EQ(steps.size(), graph.nodes.size());
   EXPECT_TRUE(verifyGraph(graph)) << verifyGraph(graph).message();
   EXPECT_EQ(countOps(graph, OpId::gelu) + countOps(graph, OpId::gelu_grad), 0);
-  // The forward's steps (its erf among them) are in step 0, the gradient's (its exp) in step 1,
-  // and each node's operands are defined before it.
+  // The forward's steps (its erf and exp among them) are in step 0, the gradient (a multiply by
+  // the slope) in step 1, and each node's operands are defined before it.
   std::vector<bool> defined(graph.values.size(), false);
   for (ValueId v : graph.inputs) defined[v] = true;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
@@ -81,8 +81,11 @@ TEST(GeluCdf, NewNodesTakeTheStepOfTheNodeTheyReplace) {
       defined[v] = true;
       EXPECT_EQ(graph.values[v].producer, static_cast<int32_t>(i));
     }
-    if (node.op == OpId::erf) EXPECT_EQ(steps[i], 0);
-    if (node.op == OpId::exp) EXPECT_EQ(steps[i], 1);
+    if (node.op == OpId::erf || node.op == OpId::exp) EXPECT_EQ(steps[i], 0);
+    if (!node.results.empty() && graph.values[node.results[0]].name == "dx") {
+      EXPECT_EQ(node.op, OpId::mul);
+      EXPECT_EQ(steps[i], 1);
+    }
   }
   EXPECT_EQ(countOps(graph, OpId::erf), 1);
   EXPECT_EQ(countOps(graph, OpId::exp), 1);

@@ -1,5 +1,5 @@
-// GELU's Φ(x) kept from the forward pass for its gradient.
-#include "passes/fusion/gelu_cdf.h"
+// GELU's slope computed in the forward pass for its gradient.
+#include "passes/fusion/gelu_slope.h"
 
 #include <numbers>
 #include <string>
@@ -42,10 +42,10 @@ class Steps {
 
 }  // namespace
 
-Expected<int> shareGeluCdfWithGradient(Graph& graph, std::vector<int64_t>* node_group) {
+Expected<int> computeGeluSlopeInForward(Graph& graph, std::vector<int64_t>* node_group) {
   const bool grouped = node_group && !node_group->empty();
   if (grouped && node_group->size() != graph.nodes.size())
-    return Status::internal("gelu cdf sharing: " + std::to_string(node_group->size()) + " node groups for " +
+    return Status::internal("gelu slope: " + std::to_string(node_group->size()) + " node groups for " +
                             std::to_string(graph.nodes.size()) + " nodes");
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
   const int32_t original = static_cast<int32_t>(graph.nodes.size());
@@ -59,7 +59,8 @@ Expected<int> shareGeluCdfWithGradient(Graph& graph, std::vector<int64_t>* node_
       if (u < d && graph.nodes[u].op == OpId::gelu && before[u].empty() && isExactF32(graph, graph.nodes[u])) g = u;
     if (g < 0) continue;
     const std::string name = graph.values[graph.nodes[g].results[0]].name;
-    // Forward: c = 1 + erf(x·√½); gelu = (x·0.5)·c (the gelu node, rewritten); Φ = c·0.5.
+    // Forward: c = 1 + erf(x·√½); gelu = (x·0.5)·c (the gelu node, rewritten);
+    // slope = c·0.5 + x·(exp((-0.5·x)·x)·(1/√(2π))).
     Steps forward(graph, graph.nodes[g].loc);
     CLEAVE_ASSIGN_OR_RETURN(ValueId sqrt_half, forward.constant(std::numbers::sqrt2 / 2, name + ".sqrt_half"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId scaled, forward.op(OpId::mul, {x, sqrt_half}, name + ".scaled"));
@@ -69,18 +70,17 @@ Expected<int> shareGeluCdfWithGradient(Graph& graph, std::vector<int64_t>* node_
     CLEAVE_ASSIGN_OR_RETURN(ValueId half, forward.constant(0.5, name + ".half"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId half_x, forward.op(OpId::mul, {x, half}, name + ".half_x"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId cdf, forward.op(OpId::mul, {half, twice_cdf}, name + ".cdf"));
-    // Backward: φ = exp((-0.5·x)·x)·(1/√(2π)); dx = dy·(Φ + x·φ) (the gelu_grad node, rewritten).
-    const ValueId dy = graph.nodes[d].operands[0];
-    Steps backward(graph, graph.nodes[d].loc);
-    CLEAVE_ASSIGN_OR_RETURN(ValueId minus_half, backward.constant(-0.5, name + ".minus_half"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId half_square, backward.op(OpId::mul, {minus_half, x}, name + ".minus_half_x"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId exponent, backward.op(OpId::mul, {half_square, x}, name + ".exponent"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId gauss, backward.op(OpId::exp, {exponent}, name + ".gauss"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId minus_half, forward.constant(-0.5, name + ".minus_half"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId half_square, forward.op(OpId::mul, {minus_half, x}, name + ".minus_half_x"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId exponent, forward.op(OpId::mul, {half_square, x}, name + ".exponent"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId gauss, forward.op(OpId::exp, {exponent}, name + ".gauss"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId norm,
-                            backward.constant(std::numbers::inv_sqrtpi / std::numbers::sqrt2, name + ".inv_sqrt_2pi"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId pdf, backward.op(OpId::mul, {gauss, norm}, name + ".pdf"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId x_pdf, backward.op(OpId::mul, {x, pdf}, name + ".x_pdf"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId slope, backward.op(OpId::add, {cdf, x_pdf}, name + ".slope"));
+                            forward.constant(std::numbers::inv_sqrtpi / std::numbers::sqrt2, name + ".inv_sqrt_2pi"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId pdf, forward.op(OpId::mul, {gauss, norm}, name + ".pdf"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId x_pdf, forward.op(OpId::mul, {x, pdf}, name + ".x_pdf"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId slope, forward.op(OpId::add, {cdf, x_pdf}, name + ".slope"));
+    // Backward: dx = dy·slope (the gelu_grad node, rewritten).
+    const ValueId dy = graph.nodes[d].operands[0];
     Node& gelu = graph.nodes[g];
     gelu.op = OpId::mul;
     gelu.operands = {half_x, twice_cdf};
@@ -90,7 +90,6 @@ Expected<int> shareGeluCdfWithGradient(Graph& graph, std::vector<int64_t>* node_
     gradient.operands = {dy, slope};
     gradient.attrs.clear();
     before[g] = forward.appended();
-    before[d] = backward.appended();
     ++rewritten;
   }
   if (rewritten == 0) return 0;
