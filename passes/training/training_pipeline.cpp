@@ -1,9 +1,13 @@
-// The training pipeline: loss head, autodiff and optimizer over a copy of the model, cleaned by cse and dce.
+// The training pipeline: loss head, autodiff and optimizer over a copy of the model, cleaned by
+// scalar constant folding, cse and dce.
 #include "passes/training/training_pipeline.h"
 
 #include <algorithm>
 #include <functional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "ir/verifier.h"
 #include "passes/training/autodiff.h"
@@ -12,16 +16,20 @@
 namespace cleave {
 namespace {
 
-Status runPass(Graph& graph, const std::string& name) {
+Status runPass(Graph& graph, const std::string& name, const std::vector<std::pair<std::string, std::string>>& set = {}) {
   const PassInfo* pass = findPass(name);
   if (!pass) return Status::internal("training pipeline: pass '" + name + "' is not registered");
   PassOptions options = PassOptions::defaultsFor(*pass);
+  for (const auto& [option, value] : set) CLEAVE_TRY(options.setFromText(*pass, option, value));
   CLEAVE_TRY(pass->run(graph, options));
   if (!options.misuse().isOk()) return options.misuse().withContext("training pipeline: pass '" + name + "': ");
   return Status::ok();
 }
 
+// Scalars that gradient rules compute from constants (pow's exponent − 1) become constants, which
+// fused bodies hold as literals: a pow whose exponent was a computed tensor called powf per element.
 Status simplify(Graph& graph) {
+  CLEAVE_TRY(runPass(graph, "fold-constants", {{"max-elements", "1"}}));
   CLEAVE_TRY(runPass(graph, "cse"));
   return runPass(graph, "dce");
 }

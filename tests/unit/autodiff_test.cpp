@@ -969,6 +969,41 @@ TEST(TrainingPipeline, GeneratedModelsTrain) {
   }
 }
 
+// A gradient rule's arithmetic on constants is folded: pow's gradient reads x^(2 - 1) with the
+// exponent a constant (a fused body's literal), not a sub of two constants computed every step
+// (which a fused body took as a tensor operand and evaluated with powf per element).
+TEST(TrainingPipeline, GradientScalarsOfConstantsAreFolded) {
+  Graph model = parse(R"(graph @model {
+  input %x : f32[6,4]
+  param %w : f32[3,4] = zeros
+  %two = constant() {value = dense<f32[]: [2]>}
+  %h = matmul(%x, %w) {transpose_b = 1}
+  %logits = pow(%h, %two)
+  output %logits
+})");
+  TrainingOptions options;
+  options.optimizer = *parseOptimizerSpec("sgd:lr=0.1");
+  auto graphs = buildTrainingGraphs(model, options);
+  ASSERT_TRUE(graphs) << graphs.status().message();
+  const Graph& train = graphs->train;
+  int pows = 0;
+  for (const Node& node : train.nodes) {
+    if (node.op != OpId::pow) continue;
+    ++pows;
+    const int32_t exponent = train.values[node.operands[1]].producer;
+    ASSERT_GE(exponent, 0) << printGraph(train);
+    EXPECT_EQ(train.nodes[exponent].op, OpId::constant) << printGraph(train);
+  }
+  EXPECT_EQ(pows, 2) << printGraph(train);  // the forward's and the gradient's
+  for (const Node& node : train.nodes)
+    if (node.op == OpId::sub) {
+      bool all_constant = true;
+      for (ValueId v : node.operands)
+        all_constant = all_constant && train.values[v].producer >= 0 && train.nodes[train.values[v].producer].op == OpId::constant;
+      EXPECT_FALSE(all_constant) << "a sub of constants is left: " << printGraph(train);
+    }
+}
+
 TEST(TrainingPipeline, ErrorsNameTheModelNode) {
   Graph model = parse(R"(graph @g {
     input %x : f32[2,3]
