@@ -193,6 +193,8 @@ int main(int argc, char** argv) {
          fused({&dh, &c}, "t0 = mul(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
         {"residual add [512,256] + its column sum", micros(OpId::add, {&r, &dr}, {}) + micros(OpId::reduce_sum, {&r}, columns),
          fused({&r, &dr}, "t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
+        {"q/k/v bias gradient: a lone column sum [512,256]", micros(OpId::reduce_sum, {&r}, columns),
+         fused({&r}, "t0 = reduce_sum(x0)[axes=[0], keepdims=0]; return t0")},
         {"attention scale, mask, softmax [8,4,64,64]",
          micros(OpId::mul, {&scores, &eighth}, {}) + micros(OpId::add, {&scores, &mask}, {}) +
              micros(OpId::softmax, {&scores}, {}),

@@ -236,15 +236,22 @@ bool isColumnSum(const FusedStep& step) { return step.op == OpId::reduce_sum; }
 
 bool isPerColumn(const FusedStep& step) { return isColumnSum(step) || (step.op == OpId::layer_norm_grad && step.result > 0); }
 
+bool isLoneColumnSum(const FusedBody& body) {
+  return body.steps.size() == 1 && isColumnSum(body.steps[0]) && body.steps[0].args.size() == 1 &&
+         body.steps[0].args[0].kind == FusedArg::Kind::kOperand;
+}
+
 namespace {
 
-// Step `i`, a reduce_sum, is a column sum of a step of the body of the full shape, not of an
-// operand or another column sum.
+// Step `i`, a reduce_sum, is a column sum of a step of the body of the full shape, not of another
+// column sum, or the one step of a lone column sum of an operand.
 Status checkColumnSum(const FusedBody& body, size_t i, const TensorType& summed_type, const TensorType& result) {
   const FusedStep& step = body.steps[i];
   const std::string where = "fused body: step t" + std::to_string(i) + ": reduce_sum ";
-  if (step.args.size() != 1 || step.args[0].kind != FusedArg::Kind::kStep || isColumnSum(body.steps[step.args[0].index]))
-    return Status::badInput(where + "sums a step of the body (a column sum)");
+  const bool of_step = step.args.size() == 1 && step.args[0].kind == FusedArg::Kind::kStep &&
+                       !isColumnSum(body.steps[step.args[0].index]);
+  if (!of_step && !isLoneColumnSum(body))
+    return Status::badInput(where + "sums a step of the body (a column sum), or an operand as the body's only step");
   if (!sumsColumns(step.attrs, summed_type, result))
     return Status::badInput(where + "in a fused body sums an f32 step of rank 2 or more over every dim but the last "
                             "(axes [0, ..., rank-2], keepdims 0), giving one value per column; got axes of " +
@@ -355,12 +362,13 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
   if (opDef(body.steps[last].op).fusable_along_last_axis && !returned(static_cast<size_t>(last)))
     return Status::badInput("fused body: its last step t" + std::to_string(last) + " (" +
                             std::string(opName(body.steps[last].op)) + ") must be returned");
-  if (isPerColumn(body.steps[body.returned[0]]))
+  const bool lone = isLoneColumnSum(body);
+  if (isPerColumn(body.steps[body.returned[0]]) && !lone)
     return Status::badInput("fused body: its first returned step t" + std::to_string(body.returned[0]) +
                             " holds one value per column; the steps of the full shape come first");
-  const Shape& shape = types[body.returned[0]].shape;
+  const Shape& shape = lone ? operand_types[body.steps[0].args[0].index].shape : types[body.returned[0]].shape;
   for (int r : body.returned) {
-    if (isColumnSum(body.steps[r]) && !returned(static_cast<size_t>(body.steps[r].args[0].index)))
+    if (isColumnSum(body.steps[r]) && !lone && !returned(static_cast<size_t>(body.steps[r].args[0].index)))
       return Status::badInput("fused body: column sum t" + std::to_string(r) + " sums t" +
                               std::to_string(body.steps[r].args[0].index) +
                               ", which the body does not return; a column sum's input is returned too");

@@ -65,12 +65,17 @@ std::string printFusedBody(const FusedBody& body);
 Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types);
 
 // A column sum: a reduce_sum step over every dim but the last of a returned f32 step (a bias
-// gradient). Column sums are the body's last steps, no step reads one, and each is returned after
-// the steps of the full shape; kernels add each row into it as they compute the row.
+// gradient), or of an operand as a body's only step (isLoneColumnSum). Column sums are the body's
+// last steps, no step reads one, and each is returned after the steps of the full shape; kernels
+// add each row into it as they compute the row.
 bool isColumnSum(const FusedStep& step);
 // Whether a reduce_sum with `attrs` of `summed` to `result` sums f32 over every dim but the last
 // (axes [0, ..., rank-2], keepdims 0, rank 2 or more): what a column sum computes.
 bool sumsColumns(const AttrMap& attrs, const TensorType& summed, const TensorType& result);
+// A body that is one column sum of an operand (a bias gradient whose tensor no chain computes):
+//   t0 = reduce_sum(x0)[axes=[0 1], keepdims=0]; return t0
+// its iteration space is the operand's shape.
+bool isLoneColumnSum(const FusedBody& body);
 // A step holding one value per column: a column sum, or layer_norm_grad's dscale or dbias (sums
 // over the rows the kernel adds up the same way). Every such step is returned.
 bool isPerColumn(const FusedStep& step);

@@ -156,7 +156,7 @@ ShardingRule fusedShardingRule(const OpContext& ctx) {
   const bool rows = std::any_of(steps.begin(), steps.end(), [](const FusedStep& s) { return opDef(s.op).fusable_along_last_axis; });
   std::vector<TensorType> results;
   for (int r : typed->body.returned) results.push_back(typed->step_types[r]);
-  const Shape& shape = results[0].shape;
+  const Shape& shape = isLoneColumnSum(typed->body) ? ctx.operands[0].shape : results[0].shape;
   ShardingRuleBuilder rule(ctx.operands, results);
   const int last = static_cast<int>(shape.size()) - 1;
   rule.addBroadcastingPointwise(shape, [&](int d) {

@@ -22,6 +22,7 @@ struct HostFusedKernel {
   // of partial sums).
   int64_t columns = 0;
   std::vector<bool> per_column;
+  int64_t numel = 0;  // elements of the iteration space (FusedKernelSpec::numel)
 };
 
 // The compiled kernel of fused node `ctx`, compiling it on first use. Kernels are cached by their

@@ -385,14 +385,24 @@ Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKer
 
 // Adds the row at `row_start`, columns [from, to), of each summed result (f32, just stored and
 // still in cache) into its column sum's doubles. A loop of its own: in the element loop the
-// doubles would halve the vector width of the steps' f32 arithmetic.
-void emitColumnSums(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std::vector<Value*>& result_pointers,
-                    Value* row_start, Value* from, Value* to, Status& status) {
+// doubles would halve the vector width of the steps' f32 arithmetic. A lone column sum adds the
+// operand's row (at `operand_row`, its offset of the row) instead.
+void emitColumnSums(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std::vector<Value*>& operand_pointers,
+                    const std::vector<Value*>& result_pointers, const std::vector<Value*>& operand_row, Value* row_start,
+                    Value* from, Value* to, Status& status) {
   for (size_t r = 0; r < spec.results.size(); ++r) {
-    if (spec.summed_result[r] < 0) continue;
-    Value* summed = result_pointers[static_cast<size_t>(spec.summed_result[r])];
+    if (spec.summed_result[r] < 0 && !spec.lone_column_sum) continue;
+    Value* summed = nullptr;
+    Value* start = row_start;
+    if (spec.lone_column_sum) {  // operand k, contiguous along the last dim (the sum's input, not broadcast)
+      const size_t k = static_cast<size_t>(spec.body.steps[0].args[0].index);
+      summed = operand_pointers[k];
+      start = operand_row[k];
+    } else {
+      summed = result_pointers[static_cast<size_t>(spec.summed_result[r])];
+    }
     emitLoop(b, from, to, b.getInt64(1), "column.sum", [&](Value* column) -> Status {
-      Value* element = b.CreateLoad(b.getFloatTy(), b.CreateInBoundsGEP(b.getFloatTy(), summed, b.CreateAdd(row_start, column)));
+      Value* element = b.CreateLoad(b.getFloatTy(), b.CreateInBoundsGEP(b.getFloatTy(), summed, b.CreateAdd(start, column)));
       Value* slot = b.CreateInBoundsGEP(b.getDoubleTy(), result_pointers[r], column);
       b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), slot), b.CreateFPExt(element, b.getDoubleTy())), slot);
       return Status::ok();
@@ -726,7 +736,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
       return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
                          b.CreateAdd(row_start, column));
     }, inner, {hasTranscendentalStep(spec) ? interleave : 0});
-    emitColumnSums(b, spec, result_pointers, row_start, from, to, inner);
+    emitColumnSums(b, spec, operand_pointers, result_pointers, row_offsets, row_start, from, to, inner);
     return inner;
   }, status);
   CLEAVE_TRY(status);
@@ -758,6 +768,8 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
 Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module) {
   if (spec.along_last_axis && spec.body.steps[spec.row_step].op == OpId::layer_norm_grad)
     return Status::badInput("fused kernel " + name + ": layer_norm_grad has no GPU code yet");
+  if (spec.lone_column_sum)
+    return Status::badInput("fused kernel " + name + ": a lone column sum has no GPU code (the reduce_sum kernel runs it)");
   llvm::LLVMContext& context = module.getContext();
   llvm::IRBuilder<> b(context);
   llvm::Type* i64 = b.getInt64Ty();
@@ -828,8 +840,10 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
     spec.summed_result.push_back(summed);
     spec.per_column.push_back(isPerColumn(spec.body.steps[r]));
   }
-  const Shape& shape = spec.results[0].shape;
-  spec.numel = spec.results[0].numel();
+  spec.lone_column_sum = isLoneColumnSum(spec.body);
+  const TensorType& space = spec.lone_column_sum ? spec.operands[spec.body.steps[0].args[0].index] : spec.results[0];
+  const Shape& shape = space.shape;
+  spec.numel = space.numel();
   // 1. Each operand's row-major strides over the result's rank, 0 along broadcast dims.
   const size_t rank = shape.size();
   std::vector<std::vector<int64_t>> strides;

@@ -30,7 +30,7 @@ struct FusedKernelSpec {
   std::vector<int64_t> dims;        // the collapsed iteration space (at least one dim)
   // Per operand, per collapsed dim: the operand's element stride (0 where it is broadcast).
   std::vector<std::vector<int64_t>> operand_strides;
-  int64_t numel = 0;  // result elements
+  int64_t numel = 0;  // result elements (of the full shape: a lone column sum's operand's)
   // The last step runs along the last axis (softmax): kernels work in whole rows of dims.back().
   bool along_last_axis = false;
   // The first step of the last statement: the row step's when along_last_axis (layer_norm_grad's
@@ -41,6 +41,9 @@ struct FusedKernelSpec {
   // per-column results the last dim is kept apart too (dims.back() columns).
   std::vector<bool> per_column;
   std::vector<int> summed_result;
+  // The body is one column sum of an operand (isLoneColumnSum): the iteration space (dims, numel)
+  // is the operand's, and its one result sums the operand's rows.
+  bool lone_column_sum = false;
   bool hasPerColumnResults() const;
 };
 
@@ -69,7 +72,8 @@ inline constexpr const char* kLibdevicePow = "__nv_powf";
 //   over all `count` result elements (rows when along_last_axis: one warp of kWarpLanes threads
 //   per row, which must all run the kernel: launch it with a multiple of kWarpLanes threads).
 //   Column sums are not parameters: the launcher sums their returned inputs afterwards. A
-//   layer_norm_grad step has no GPU code yet (an error: the launcher runs that step's own kernel).
+//   layer_norm_grad step has no GPU code yet, nor a lone column sum (errors: the launcher runs
+//   their ops' own kernels).
 // On the host, `interleave` > 0 has the vectoriser run that many vector iterations of an element
 // loop side by side when the body has a transcendental step (exp, erf, tanh, ...): their long
 // chains of dependent multiply-adds leave the FMA units idle otherwise (0: LLVM's choice).

@@ -18,7 +18,7 @@ namespace {
 Status withPerColumnResults(const KernelCall& call, const codegen::HostFusedKernel& kernel, int64_t work_per_element) {
   constexpr int64_t kMaxBlocks = 16;
   const int64_t columns = kernel.columns;
-  const int64_t rows = call.op.results[0].numel() / columns;
+  const int64_t rows = kernel.numel / columns;
   const int64_t rows_per_block = std::max<int64_t>(1, (rows + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   std::vector<size_t> sums;  // the per-column results
@@ -57,7 +57,7 @@ Status fusedKernel(const KernelCall& call) {
   const int64_t steps = std::max<int64_t>(1, std::count(body.begin(), body.end(), ';'));
   const void* const* inputs = call.inputs.data();
   void* const* outputs = call.outputs.data();
-  const int64_t numel = call.op.results[0].numel();
+  const int64_t numel = kernel.numel;
   if (kernel.columns > 0) return withPerColumnResults(call, kernel, 4 * steps);
   if (kernel.row_length > 0) {  // whole rows: the body ends along the last axis
     const int64_t row = kernel.row_length;

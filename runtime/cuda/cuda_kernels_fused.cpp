@@ -116,11 +116,31 @@ Status rowGradientStepwise(const KernelCall& call, CudaContext& context, const F
   return status;
 }
 
+// The reduce_sum kernel over every dim of `summed` but the last into `output`, on the call's stream.
+Status sumColumns(const KernelCall& call, CudaContext& context, const TensorType& summed, const void* input, void* output,
+                  const TensorType& result) {
+  std::vector<int64_t> axes(summed.shape.size() - 1);
+  for (size_t d = 0; d < axes.size(); ++d) axes[d] = static_cast<int64_t>(d);
+  const AttrMap attrs{{"axes", axes}, {"keepdims", int64_t{0}}};
+  const std::vector<TensorType> operand{summed}, results{result};
+  const KernelCall sum{OpContext{opDef(OpId::reduce_sum), operand, results, attrs}, std::span(&input, 1),
+                       std::span(&output, 1), call.threads};
+  return findCudaKernel(OpId::reduce_sum)(sum, context);
+}
+
 Status fusedKernel(const KernelCall& call, CudaContext& context) {
-  if (call.op.getString("body").find("layer_norm_grad(") != std::string::npos) {  // the last statement (fused_body.h)
-    auto body = parseFusedBody(call.op.getString("body"));
+  // Bodies that are not one PTX kernel, told by their text before parsing it: one ending in
+  // layer_norm_grad (the last statement), and a lone column sum (its only step a reduce_sum).
+  const std::string& text = call.op.getString("body");
+  if (text.find("layer_norm_grad(") != std::string::npos || text.rfind("t0 = reduce_sum(x", 0) == 0) {
+    auto body = parseFusedBody(text);
     if (!body) return body.status().withContext("fused: ");
-    return rowGradientStepwise(call, context, *body);
+    // A lone column sum (fused_body.h) is the reduce_sum kernel over its operand.
+    if (isLoneColumnSum(*body))
+      return sumColumns(call, context, call.op.operands[static_cast<size_t>(body->steps[0].args[0].index)],
+                        call.inputs[static_cast<size_t>(body->steps[0].args[0].index)], call.outputs[0],
+                        call.op.results[0]);
+    if (text.find("layer_norm_grad(") != std::string::npos) return rowGradientStepwise(call, context, *body);
   }
   CLEAVE_ASSIGN_OR_RETURN(LoadedKernel loaded, loadedKernel(call));
   const int64_t numel = call.op.results[0].numel();
@@ -144,16 +164,8 @@ Status fusedKernel(const KernelCall& call, CudaContext& context) {
   // Column sums: the reduce_sum kernel over the result each sums, on the same stream.
   for (size_t r = 0; r < call.outputs.size(); ++r) {
     if (loaded.summed_result[r] < 0) continue;
-    const TensorType& summed = call.op.results[static_cast<size_t>(loaded.summed_result[r])];
-    std::vector<int64_t> axes(summed.shape.size() - 1);
-    for (size_t d = 0; d < axes.size(); ++d) axes[d] = static_cast<int64_t>(d);
-    const AttrMap attrs{{"axes", axes}, {"keepdims", int64_t{0}}};
-    const std::vector<TensorType> operand{summed}, result{call.op.results[r]};
-    const void* input = call.outputs[static_cast<size_t>(loaded.summed_result[r])];
-    void* output = call.outputs[r];
-    const KernelCall sum{OpContext{opDef(OpId::reduce_sum), operand, result, attrs}, std::span(&input, 1),
-                         std::span(&output, 1), call.threads};
-    CLEAVE_TRY(findCudaKernel(OpId::reduce_sum)(sum, context));
+    const size_t summed = static_cast<size_t>(loaded.summed_result[r]);
+    CLEAVE_TRY(sumColumns(call, context, call.op.results[summed], call.outputs[summed], call.outputs[r], call.op.results[r]));
   }
   return Status::ok();
 }

@@ -96,6 +96,16 @@ CaseList fusedCases() {
                        body("t0 = neg(x0); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"), no_gradient);
   b.addWithoutGradient(OpId::fused, "column sum of no rows", {b.uniform(f32, {0, 5}), b.uniform(f32, {5})},
                        body("t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"), no_gradient);
+  // A lone column sum of an operand (a bias gradient no chain computes): over two leading dims; many
+  // rows (several blocks on the CPU); a NaN; no rows.
+  b.addWithoutGradient(OpId::fused, "lone column sum", {b.uniform(f32, {3, 5, 67})},
+                       body("t0 = reduce_sum(x0)[axes=[0 1], keepdims=0]; return t0"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "lone column sum of many rows", {b.uniform(f32, {517, 33})},
+                       body("t0 = reduce_sum(x0)[axes=[-2], keepdims=0]; return t0"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "lone column sum with a NaN", {CaseBuilder::values(f32, {3, 2}, {1, 2, nan, 3, 4, 5})},
+                       body("t0 = reduce_sum(x0)[axes=[0], keepdims=0]; return t0"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "lone column sum of no rows", {b.uniform(f32, {0, 5})},
+                       body("t0 = reduce_sum(x0)[axes=[0], keepdims=0]; return t0"), no_gradient);
   // layer_norm_grad ending a body (dx, and dscale and dbias summed over the rows): alone; after the
   // sum of three gradients (a transformer's pre-norm backward) over 70 rows, the sum returned too;
   // rows over two leading dims, rows of one element.

@@ -134,6 +134,11 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
   ASSERT_FALSE(no_ptx);
   EXPECT_NE(no_ptx.status().message().find("layer_norm_grad has no GPU code yet"), std::string::npos)
       << no_ptx.status().message();
+  // Nor a lone column sum: the launcher runs reduce_sum's kernel over its operand.
+  FusedNode lone_sum({kRows}, "t0 = reduce_sum(x0)[axes=[0], keepdims=0]; return t0");
+  auto no_sum_ptx = fusedKernelPtx(lone_sum.context(), "cleave_fused");
+  ASSERT_FALSE(no_sum_ptx);
+  EXPECT_NE(no_sum_ptx.status().message().find("lone column sum"), std::string::npos) << no_sum_ptx.status().message();
   // A general power calls libdevice's __nv_powf, linked in from CUDA's toolkit (where there is one;
   // without it the error says what is missing).
   FusedNode general({kRows, kRows}, "t0 = pow(x0, x1); t1 = pow(t0, 1.7); return t1");
