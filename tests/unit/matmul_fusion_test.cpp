@@ -3,10 +3,16 @@
 // steps: nothing folds across a step, and new nodes take the step of the gelu.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "ir/text_format.h"
 #include "ir/verifier.h"
 #include "passes/fusion/gelu_slope.h"
 #include "passes/fusion/matmul_fusion.h"
+#include "tests/unit/graph_interpreter.h"
 
 namespace cleave {
 namespace {
@@ -89,6 +95,44 @@ TEST(GeluSlope, NewNodesTakeTheStepOfTheGelu) {
   }
   EXPECT_EQ(countOps(graph, OpId::erf), 1);
   EXPECT_EQ(countOps(graph, OpId::exp), 1);
+}
+
+// Both approximations: the rewritten steps (run by their own ops' kernels) give the gelu and the
+// gradient of the gelu and gelu_grad kernels within rounding, over [-6, 6].
+TEST(GeluSlope, StepsComputeWhatTheKernelsCompute) {
+  for (const char* approximation : {"none", "tanh"}) {
+    SCOPED_TRACE(approximation);
+    const std::string text = std::string(R"(graph @g {
+  input %x : f32[97]
+  input %dy : f32[97]
+  %g = gelu(%x) {approximate = ")") + approximation + R"("}
+  %dx = gelu_grad(%dy, %x) {approximate = ")" + approximation + R"("}
+  output %g, %dx
+})";
+    const Graph original = parse(text);
+    Graph rewritten = parse(text);
+    auto count = computeGeluSlopeInForward(rewritten);
+    ASSERT_TRUE(count) << count.status().message();
+    EXPECT_EQ(*count, 1);
+    EXPECT_EQ(countOps(rewritten, OpId::gelu) + countOps(rewritten, OpId::gelu_grad), 0);
+    EXPECT_EQ(countOps(rewritten, approximation == std::string("none") ? OpId::erf : OpId::tanh), 1);
+    std::vector<double> x, dy;
+    for (int i = 0; i < 97; ++i) {
+      x.push_back(-6.0 + 12.0 * i / 96.0);
+      dy.push_back(1.0 - 0.013 * i);
+    }
+    const test::TensorMap feeds = {{"x", test::makeTensor(TensorType{DType::kF32, {97}}, x)},
+                                   {"dy", test::makeTensor(TensorType{DType::kF32, {97}}, dy)}};
+    auto expected = test::evaluateGraph(original, feeds);
+    auto got = test::evaluateGraph(rewritten, feeds);
+    ASSERT_TRUE(expected) << expected.status().message();
+    ASSERT_TRUE(got) << got.status().message();
+    for (const char* name : {"g", "dx"}) {
+      const std::vector<double> want = test::toDoubles(expected->at(name)), have = test::toDoubles(got->at(name));
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_NEAR(have[i], want[i], 1e-6 * std::max(1.0, std::abs(want[i]))) << name << " at x = " << x[i];
+    }
+  }
 }
 
 }  // namespace
