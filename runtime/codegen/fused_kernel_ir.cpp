@@ -391,15 +391,15 @@ void emitColumnSums(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std
                     const std::vector<Value*>& result_pointers, const std::vector<Value*>& operand_row, Value* row_start,
                     Value* from, Value* to, Status& status) {
   for (size_t r = 0; r < spec.results.size(); ++r) {
-    if (spec.summed_result[r] < 0 && !spec.lone_column_sum) continue;
     Value* summed = nullptr;
     Value* start = row_start;
-    if (spec.lone_column_sum) {  // operand k, contiguous along the last dim (the sum's input, not broadcast)
-      const size_t k = static_cast<size_t>(spec.body.steps[0].args[0].index);
-      summed = operand_pointers[k];
-      start = operand_row[k];
-    } else {
+    if (spec.summed_operand >= 0) {  // the operand is the iteration space: contiguous, not broadcast
+      summed = operand_pointers[static_cast<size_t>(spec.summed_operand)];
+      start = operand_row[static_cast<size_t>(spec.summed_operand)];
+    } else if (spec.summed_result[r] >= 0) {
       summed = result_pointers[static_cast<size_t>(spec.summed_result[r])];
+    } else {
+      continue;
     }
     emitLoop(b, from, to, b.getInt64(1), "column.sum", [&](Value* column) -> Status {
       Value* element = b.CreateLoad(b.getFloatTy(), b.CreateInBoundsGEP(b.getFloatTy(), summed, b.CreateAdd(start, column)));
@@ -768,7 +768,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
 Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module) {
   if (spec.along_last_axis && spec.body.steps[spec.row_step].op == OpId::layer_norm_grad)
     return Status::badInput("fused kernel " + name + ": layer_norm_grad has no GPU code yet");
-  if (spec.lone_column_sum)
+  if (spec.summed_operand >= 0)
     return Status::badInput("fused kernel " + name + ": a lone column sum has no GPU code (the reduce_sum kernel runs it)");
   llvm::LLVMContext& context = module.getContext();
   llvm::IRBuilder<> b(context);
@@ -833,15 +833,15 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
   for (int r : spec.body.returned) {
     spec.results.push_back(spec.steps[r]);
     int summed = -1;
-    if (isColumnSum(spec.body.steps[r])) {
-      const int step = spec.body.steps[r].args[0].index;
-      summed = static_cast<int>(std::find(spec.body.returned.begin(), spec.body.returned.end(), step) - spec.body.returned.begin());
+    if (const FusedArg& input = spec.body.steps[r].args[0]; isColumnSum(spec.body.steps[r])) {
+      if (input.kind == FusedArg::Kind::kOperand) spec.summed_operand = input.index;  // a lone column sum
+      else summed = static_cast<int>(std::find(spec.body.returned.begin(), spec.body.returned.end(), input.index) -
+                                     spec.body.returned.begin());
     }
     spec.summed_result.push_back(summed);
     spec.per_column.push_back(isPerColumn(spec.body.steps[r]));
   }
-  spec.lone_column_sum = isLoneColumnSum(spec.body);
-  const TensorType& space = spec.lone_column_sum ? spec.operands[spec.body.steps[0].args[0].index] : spec.results[0];
+  const TensorType& space = spec.summed_operand >= 0 ? spec.operands[spec.summed_operand] : spec.results[0];
   const Shape& shape = space.shape;
   spec.numel = space.numel();
   // 1. Each operand's row-major strides over the result's rank, 0 along broadcast dims.

@@ -40,10 +40,10 @@ struct FusedKernelSpec {
   // layer_norm_grad's dscale or dbias), and for a column sum the result it sums (else -1). With
   // per-column results the last dim is kept apart too (dims.back() columns).
   std::vector<bool> per_column;
-  std::vector<int> summed_result;
-  // The body is one column sum of an operand (isLoneColumnSum): the iteration space (dims, numel)
-  // is the operand's, and its one result sums the operand's rows.
-  bool lone_column_sum = false;
+  std::vector<int> summed_result;  // per result: for a column sum of a returned step, that result; else -1
+  // A lone column sum (isLoneColumnSum): the operand its one result sums, whose shape is the
+  // iteration space (dims, numel); else -1.
+  int summed_operand = -1;
   bool hasPerColumnResults() const;
 };
 

@@ -27,6 +27,7 @@ struct LoadedKernel {
   cudaKernel_t kernel = nullptr;
   int64_t row_length = 0;
   std::vector<int> summed_result;  // per result: -1, or for a column sum the result it sums
+  int summed_operand = -1;          // a lone column sum's operand (no kernel: reduce_sum's runs it)
 };
 
 // The loaded kernel of a fused node on the current device, loading it on first use.
@@ -39,13 +40,14 @@ Expected<LoadedKernel> loadedKernel(const KernelCall& call) {
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = kernels.find(key); it != kernels.end()) return it->second;
   CLEAVE_ASSIGN_OR_RETURN(codegen::FusedKernelSpec spec, codegen::fusedKernelSpec(call.op));
-  CLEAVE_ASSIGN_OR_RETURN(std::string ptx, codegen::fusedKernelPtx(call.op, kKernelName));
-  cudaLibrary_t library = nullptr;
-  CLEAVE_TRY(cudaStatus(cudaLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-                        "fused: loading the kernel's PTX"));
-  cudaKernel_t kernel = nullptr;
-  CLEAVE_TRY(cudaStatus(cudaLibraryGetKernel(&kernel, library, kKernelName), "fused: finding the kernel in its PTX"));
-  const LoadedKernel loaded{kernel, spec.along_last_axis ? spec.dims.back() : 0, spec.summed_result};
+  LoadedKernel loaded{nullptr, spec.along_last_axis ? spec.dims.back() : 0, spec.summed_result, spec.summed_operand};
+  if (spec.summed_operand < 0) {  // a lone column sum has no kernel of its own
+    CLEAVE_ASSIGN_OR_RETURN(std::string ptx, codegen::fusedKernelPtx(call.op, kKernelName));
+    cudaLibrary_t library = nullptr;
+    CLEAVE_TRY(cudaStatus(cudaLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+                          "fused: loading the kernel's PTX"));
+    CLEAVE_TRY(cudaStatus(cudaLibraryGetKernel(&loaded.kernel, library, kKernelName), "fused: finding the kernel in its PTX"));
+  }
   kernels.emplace(key, loaded);
   return loaded;
 }
@@ -129,20 +131,16 @@ Status sumColumns(const KernelCall& call, CudaContext& context, const TensorType
 }
 
 Status fusedKernel(const KernelCall& call, CudaContext& context) {
-  // Bodies that are not one PTX kernel, told by their text before parsing it: one ending in
-  // layer_norm_grad (the last statement), and a lone column sum (its only step a reduce_sum).
-  const std::string& text = call.op.getString("body");
-  if (text.find("layer_norm_grad(") != std::string::npos || text.rfind("t0 = reduce_sum(x", 0) == 0) {
-    auto body = parseFusedBody(text);
+  if (call.op.getString("body").find("layer_norm_grad(") != std::string::npos) {  // the last statement (fused_body.h)
+    auto body = parseFusedBody(call.op.getString("body"));
     if (!body) return body.status().withContext("fused: ");
-    // A lone column sum (fused_body.h) is the reduce_sum kernel over its operand.
-    if (isLoneColumnSum(*body))
-      return sumColumns(call, context, call.op.operands[static_cast<size_t>(body->steps[0].args[0].index)],
-                        call.inputs[static_cast<size_t>(body->steps[0].args[0].index)], call.outputs[0],
-                        call.op.results[0]);
-    if (text.find("layer_norm_grad(") != std::string::npos) return rowGradientStepwise(call, context, *body);
+    return rowGradientStepwise(call, context, *body);
   }
   CLEAVE_ASSIGN_OR_RETURN(LoadedKernel loaded, loadedKernel(call));
+  if (loaded.summed_operand >= 0) {  // a lone column sum: reduce_sum's kernel over its operand
+    const size_t k = static_cast<size_t>(loaded.summed_operand);
+    return sumColumns(call, context, call.op.operands[k], call.inputs[k], call.outputs[0], call.op.results[0]);
+  }
   const int64_t numel = call.op.results[0].numel();
   const int64_t count = loaded.row_length > 0 ? numel / loaded.row_length : numel;
   // Kernel parameters: every operand pointer, every result pointer but the column sums', then the

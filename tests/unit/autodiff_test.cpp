@@ -17,6 +17,7 @@
 #include "passes/training/training_pipeline.h"
 #include "runtime/train/initializers.h"
 #include "tests/unit/graph_interpreter.h"
+#include "tests/unit/test_graphs.h"
 
 namespace cleave {
 namespace {
@@ -454,11 +455,7 @@ TEST(GradientContext, ScalarTensorConvertsToEachDType) {
 // ---------------------------------------------------------------------------------------------
 // Autodiff: names, accumulation, which parameters get gradients, and diagnostics.
 
-Graph parse(std::string_view text) {
-  auto graph = parseGraph(text, "t.cir");
-  EXPECT_TRUE(graph) << graph.status().message();
-  return graph ? std::move(*graph) : Graph{};
-}
+using test::parse;
 
 std::string backwardError(std::string_view text) {
   Graph graph = parse(text);

@@ -14,17 +14,14 @@
 #include "passes/lowering/pipeline_schedule.h"
 #include "runtime/device/kernel.h"
 #include "tests/unit/pipeline_test_support.h"
+#include "tests/unit/test_graphs.h"
 
 namespace cleave {
 namespace {
 
 using test::TensorMap;
 
-Graph parse(std::string_view text) {
-  auto graph = parseGraph(text, "t.cir");
-  EXPECT_TRUE(graph) << graph.status().message();
-  return graph ? std::move(*graph) : Graph{};
-}
+using test::parse;
 
 // ---- Seeded autodiff ----
 

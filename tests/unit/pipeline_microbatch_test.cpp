@@ -19,17 +19,14 @@
 #include "runtime/device/device.h"
 #include "runtime/exec/executor.h"
 #include "tests/unit/pipeline_test_support.h"
+#include "tests/unit/test_graphs.h"
 
 namespace cleave {
 namespace {
 
 using test::TensorMap;
 
-Graph parse(std::string_view text) {
-  auto graph = parseGraph(text, "t.cir");
-  EXPECT_TRUE(graph) << graph.status().message();
-  return graph ? std::move(*graph) : Graph{};
-}
+using test::parse;
 
 TEST(MessageTags, ForwardAndGradientTagsAreDistinctAndDecode) {
   std::set<int64_t> tags;

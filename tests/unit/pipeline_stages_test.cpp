@@ -13,15 +13,12 @@
 #include "ir/verifier.h"
 #include "analysis/cost_model.h"
 #include "passes/training/loss_head.h"
+#include "tests/unit/test_graphs.h"
 
 namespace cleave {
 namespace {
 
-Graph parse(std::string_view text) {
-  auto graph = parseGraph(text, "t.cir");
-  EXPECT_TRUE(graph) << graph.status().message();
-  return graph ? std::move(*graph) : Graph{};
-}
+using test::parse;
 
 // x -> relu -> relu -> ... (`length` nodes), loss = reduce_sum of the last.
 Graph reluChain(int length) {
