@@ -4,6 +4,7 @@
 #include "ir/lr_schedule.h"
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
+#include "ir/ops/optimizer_ops.h"
 #include "ir/ops/reference_support.h"
 
 namespace cleave::ops {
@@ -25,24 +26,35 @@ Status checkLike(const OpContext& c, int index, const char* what) {
                           c.operands[index].str() + ", it must match the parameter " + c.operands[0].str());
 }
 
-// sgd_update(w, g, step, [buf]) -> w', [buf']
+// The gradient scale, when the update has one: a scalar of the parameter's dtype.
+Status checkGradientScale(const OpContext& c) {
+  const int k = gradientScaleOperand(c);
+  if (k < 0) return Status::ok();
+  const TensorType scalar{c.operands[0].dtype, {}};
+  if (c.operands[static_cast<size_t>(k)] == scalar) return Status::ok();
+  return Status::badInput(std::string(c.def.name) + ": operand " + std::to_string(k) + " (gradient scale) must be " +
+                          scalar.str() + ", got " + c.operands[static_cast<size_t>(k)].str());
+}
+
+// sgd_update(w, g, step, [buf], [grad_scale]) -> w', [buf']
 Expected<Types> sgdShape(const OpContext& c) {
   const TensorType& w = c.operands[0];
   if (w.dtype != DType::kF32 && w.dtype != DType::kF64)
     return Status::badInput("sgd_update: operand 0 (parameter) must be f32 or f64, got " + w.str());
   CLEAVE_TRY(checkLike(c, 1, "gradient"));
   CLEAVE_TRY(checkStep(c, 2));
-  bool has_buffer = c.operands.size() == 4;
+  const bool has_buffer = c.getFloat("momentum") != 0.0;
+  if (c.operands.size() < (has_buffer ? 4u : 3u))
+    return Status::badInput("sgd_update: a momentum buffer operand is needed when momentum != 0");
   if (has_buffer) CLEAVE_TRY(checkLike(c, 3, "momentum buffer"));
-  if ((c.getFloat("momentum") != 0.0) != has_buffer)
-    return Status::badInput("sgd_update: a momentum buffer operand is needed exactly when momentum != 0");
+  CLEAVE_TRY(checkGradientScale(c));
   if (c.getInt("nesterov") && (c.getFloat("momentum") <= 0 || c.getFloat("dampening") != 0))
     return Status::badInput("sgd_update: nesterov needs momentum > 0 and dampening 0 (as PyTorch)");
   CLEAVE_TRY(checkLrScheduleAttrs(c));
   return has_buffer ? Types{w, w} : Types{w};
 }
 
-// adamw_update(w, g, m, v, step) -> w', m', v'
+// adamw_update(w, g, m, v, step, [grad_scale]) -> w', m', v'
 Expected<Types> adamwShape(const OpContext& c) {
   const TensorType& w = c.operands[0];
   if (w.dtype != DType::kF32 && w.dtype != DType::kF64)
@@ -51,6 +63,7 @@ Expected<Types> adamwShape(const OpContext& c) {
   CLEAVE_TRY(checkLike(c, 2, "first moment"));
   CLEAVE_TRY(checkLike(c, 3, "second moment"));
   CLEAVE_TRY(checkStep(c, 4));
+  CLEAVE_TRY(checkGradientScale(c));
   double beta1 = c.getFloat("beta1"), beta2 = c.getFloat("beta2");
   if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1)
     return Status::badInput("adamw_update: beta1 and beta2 must be in [0, 1)");
@@ -60,7 +73,8 @@ Expected<Types> adamwShape(const OpContext& c) {
 
 OpCost updateCost(const OpContext& c) { return perElementCost(c, c.def.id == OpId::adamw_update ? 12 : 4); }
 
-// Every parameter-shaped operand and result shares the parameter's factors; step has no dims.
+// Every parameter-shaped operand and result shares the parameter's factors; step and the gradient
+// scale have no dims.
 ShardingRule updateSharding(const OpContext& c) {
   ShardingRuleBuilder rule(c.operands, c.results);
   rule.addPointwise(c.operands[0].shape);
@@ -69,15 +83,25 @@ ShardingRule updateSharding(const OpContext& c) {
 
 // ---- Reference computations (PyTorch's documented updates, in double precision) ----
 
-// The learning rate of both is lr times the schedule's factor at `step` (lr_schedule.h).
+// The learning rate of both is lr times the schedule's factor at `step` (lr_schedule.h). Both read
+// the gradient times its scale, when there is one, rounded to the gradient's dtype (as a mul would
+// have stored it).
+std::vector<double> scaledGradient(const OpContext& c, std::span<const TensorData* const> operands) {
+  std::vector<double> g = referenceValues(*operands[1]);
+  const int k = gradientScaleOperand(c);
+  if (k < 0) return g;
+  const double scale = referenceValues(*operands[static_cast<size_t>(k)])[0];
+  for (double& x : g) x = c.operands[1].dtype == DType::kF32 ? static_cast<float>(x * scale) : x * scale;
+  return g;
+}
 
 // torch.optim.SGD: d = g + weight_decay·w; with momentum, buf = d on the first step (step 0), else
 // momentum·buf + (1 − dampening)·d, and d = nesterov ? d + momentum·buf : buf; w −= lr·d.
 Expected<std::vector<TensorData>> sgdReference(const OpContext& c, std::span<const TensorData* const> operands) {
   std::vector<double> w = referenceValues(*operands[0]);
-  const std::vector<double> g = referenceValues(*operands[1]);
+  const std::vector<double> g = scaledGradient(c, operands);
   const double step = referenceValues(*operands[2])[0];
-  const bool has_buffer = operands.size() == 4;
+  const bool has_buffer = c.getFloat("momentum") != 0.0;
   std::vector<double> buffer = has_buffer ? referenceValues(*operands[3]) : std::vector<double>{};
   const double lr = c.getFloat("lr") * lrScheduleOf(c).factor(static_cast<int64_t>(step));
   const double momentum = c.getFloat("momentum"), dampening = c.getFloat("dampening");
@@ -101,7 +125,7 @@ Expected<std::vector<TensorData>> sgdReference(const OpContext& c, std::span<con
 Expected<std::vector<TensorData>> adamwReference(const OpContext& c, std::span<const TensorData* const> operands) {
   std::vector<double> w = referenceValues(*operands[0]), m = referenceValues(*operands[2]);
   std::vector<double> v = referenceValues(*operands[3]);
-  const std::vector<double> g = referenceValues(*operands[1]);
+  const std::vector<double> g = scaledGradient(c, operands);
   const double t = referenceValues(*operands[4])[0] + 1;
   const double lr = c.getFloat("lr") * lrScheduleOf(c).factor(static_cast<int64_t>(t) - 1);
   const double beta1 = c.getFloat("beta1"), beta2 = c.getFloat("beta2");
@@ -125,17 +149,23 @@ std::vector<AttrSpec> withSchedule(std::vector<AttrSpec> attrs) {
 
 }  // namespace
 
+int gradientScaleOperand(const OpContext& c) {
+  size_t own = 5;  // adamw_update(w, g, m, v, step)
+  if (c.def.id == OpId::sgd_update) own = c.getFloat("momentum") != 0.0 ? 4 : 3;  // sgd_update(w, g, step, [buf])
+  return c.operands.size() > own ? static_cast<int>(own) : -1;
+}
+
 void addOptimizerOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::sgd_update, "sgd_update", "one SGD step (PyTorch's rule: momentum, dampening, "
                                                         "weight decay, nesterov; lr scheduled by step)",
-                        3, 4,
+                        3, 5,
                         withSchedule({{"lr", AttrKind::kFloat, true, 0.0},
                                       {"momentum", AttrKind::kFloat, false, 0.0},
                                       {"dampening", AttrKind::kFloat, false, 0.0},
                                       {"weight_decay", AttrKind::kFloat, false, 0.0},
                                       {"nesterov", AttrKind::kInt, false, int64_t{0}}}),
                         checkedShapeRule<sgdShape>, checkedCostRule<updateCost>, checkedShardingRule<updateSharding>});
-  table.push_back(OpDef{OpId::adamw_update, "adamw_update", "one AdamW step (PyTorch's rule and defaults; lr scheduled by step)", 5, 5,
+  table.push_back(OpDef{OpId::adamw_update, "adamw_update", "one AdamW step (PyTorch's rule and defaults; lr scheduled by step)", 5, 6,
                         withSchedule({{"lr", AttrKind::kFloat, false, 1e-3},
                                       {"beta1", AttrKind::kFloat, false, 0.9},
                                       {"beta2", AttrKind::kFloat, false, 0.999},

@@ -10,7 +10,13 @@
 
 namespace cleave {
 struct OpDef;
+struct OpContext;
 namespace ops {
+// The operand holding the update's gradient scale, or -1: a scalar the gradient is multiplied by
+// before the update (a clipping coefficient, folded in by the fusion pass; PyTorch's fused
+// optimizers take one too). It follows the update's own operands: sgd_update(w, g, step, [buf],
+// [grad_scale]), adamw_update(w, g, m, v, step, [grad_scale]).
+int gradientScaleOperand(const OpContext& c);
 // Appends the definition of every op in CLEAVE_OPTIMIZER_OPS to `table`.
 void addOptimizerOps(std::vector<OpDef>& table);
 }  // namespace ops

@@ -4,6 +4,7 @@
 #include "passes/fusion/gelu_slope.h"
 #include "passes/fusion/loss_fusion.h"
 #include "passes/fusion/matmul_fusion.h"
+#include "passes/fusion/update_fusion.h"
 
 namespace cleave {
 
@@ -11,6 +12,7 @@ Status fuseGraph(Graph& graph, std::vector<int64_t>* node_group) {
   CLEAVE_TRY(fuseIntoMatmuls(graph, node_group).status());
   CLEAVE_TRY(fuseLossWithGradient(graph, node_group).status());
   CLEAVE_TRY(computeGeluSlopeInForward(graph, node_group).status());
+  CLEAVE_TRY(foldGradientScalesIntoUpdates(graph, node_group).status());
   return fuseElementwise(graph, node_group).status();
 }
 

@@ -14,7 +14,7 @@ PassInfo makeFusionPass() {
       .name = "fusion",
       .summary = "fold bias adds and transposes into the matmuls around them (fused_matmul), merge a softmax "
                  "cross-entropy and its gradient into one node, compute a gelu's slope in the forward pass for its "
-                 "gradient, then chains of fusable elementwise ops (one float dtype and shape) into fused nodes, "
+                 "gradient, fold a gradient's scale (clipping) into its optimizer update, then chains of fusable elementwise ops (one float dtype and shape) into fused nodes, "
                  "scalar constants becoming literals of their bodies, and lone column sums",
       .options = {},
       .run = fuse,

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "ir/lr_schedule.h"
+#include "ir/ops/optimizer_ops.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_vector_math.h"
@@ -32,13 +33,14 @@ struct SgdStep {
   T* buffer_out;  // null without momentum
   bool first_step, has_momentum, has_weight_decay, nesterov;
   T weight_decay, momentum, one_minus_dampening, negative_lr;
+  T grad_scale;  // 1 without a gradient scale operand (a product by 1 changes nothing)
 };
 
-// One element: d = g + wd·w; buf′ = d on the first step, else momentum·buf + (1 − dampening)·d;
+// One element: g ·= grad_scale; d = g + wd·w; buf′ = d on the first step, else momentum·buf + (1 − dampening)·d;
 // d = nesterov ? d + momentum·buf′ : buf′; returns w′ = w − lr·d (buffer becomes buf′).
 template <class T>
 CLEAVE_INLINE T sgdElement(const SgdStep<T>& s, T w, T g, T& buffer) {
-  T d = g;
+  T d = g * s.grad_scale;  // the mul of an unfused gradient clipping
   if (s.has_weight_decay) d = std::fma(w, s.weight_decay, d);  // d_p.add(param, alpha=wd)
   if (s.has_momentum) {
     if (s.first_step) {
@@ -91,12 +93,14 @@ struct AdamwStep {
   T bias_correction2_sqrt;  // √(1 − β2ᵗ)
   T eps;
   T negative_step_size;  // −lr / (1 − β1ᵗ)
+  T grad_scale;          // as SgdStep's
 };
 
-// One element: w ← w·(1 − lr·wd); m′ = β1·m + (1 − β1)·g; v′ = β2·v + (1 − β2)·g²;
+// One element: g ·= grad_scale; w ← w·(1 − lr·wd); m′ = β1·m + (1 − β1)·g; v′ = β2·v + (1 − β2)·g²;
 // returns w′ = w + (−step_size·m′) / (√v′ / √(1 − β2ᵗ) + eps) (m and v become m′ and v′).
 template <class T>
-CLEAVE_INLINE T adamwElement(const AdamwStep<T>& s, T w, T g, T& m, T& v) {
+CLEAVE_INLINE T adamwElement(const AdamwStep<T>& s, T w, T g_unscaled, T& m, T& v) {
+  const T g = g_unscaled * s.grad_scale;
   const T decayed = w * s.decay;                           // param.mul_(1 - lr * wd)
   m = std::fma(g, s.one_minus_beta1, m * s.beta1);         // exp_avg.mul_(β1).add_(g, alpha=1-β1)
   v = std::fma(s.one_minus_beta2 * g, g, v * s.beta2);     // exp_avg_sq.mul_(β2).addcmul_(g, g, 1-β2)
@@ -133,7 +137,14 @@ void runUpdate(const KernelCall& call, const Step& step, int64_t work_per_elemen
   });
 }
 
-// sgd_update(w, g, step, [buf]) -> w′, [buf′].
+// The gradient scale operand's value, or 1 (ir/ops/optimizer_ops.h).
+template <class T>
+T gradientScale(const KernelCall& call) {
+  const int k = ops::gradientScaleOperand(call.op);
+  return k < 0 ? T{1} : *call.in<T>(k);
+}
+
+// sgd_update(w, g, step, [buf], [grad_scale]) -> w′, [buf′].
 Status sgdUpdateKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     const double momentum = call.op.getFloat("momentum"), weight_decay = call.op.getFloat("weight_decay");
@@ -153,12 +164,13 @@ Status sgdUpdateKernel(const KernelCall& call) {
     s.momentum = static_cast<T>(momentum);
     s.one_minus_dampening = static_cast<T>(1.0 - call.op.getFloat("dampening"));
     s.negative_lr = static_cast<T>(-(call.op.getFloat("lr") * lrScheduleOf(call.op).factor(step)));
+    s.grad_scale = gradientScale<T>(call);
     runUpdate(call, s, kSgdWork, [](const SgdStep<T>& step, int64_t begin, int64_t end) { sgdRange(step, begin, end); });
     return Status::ok();
   });
 }
 
-// adamw_update(w, g, m, v, step) -> w′, m′, v′; `step` counts the steps already taken.
+// adamw_update(w, g, m, v, step, [grad_scale]) -> w′, m′, v′; `step` counts the steps already taken.
 Status adamwUpdateKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     const int64_t step = *call.in<int64_t>(4);
@@ -182,6 +194,7 @@ Status adamwUpdateKernel(const KernelCall& call) {
     s.bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
     s.eps = static_cast<T>(call.op.getFloat("eps"));
     s.negative_step_size = static_cast<T>(-(lr / bias_correction1));
+    s.grad_scale = gradientScale<T>(call);
     runUpdate(call, s, kAdamwWork,
               [](const AdamwStep<T>& step, int64_t begin, int64_t end) { adamwRange(step, begin, end); });
     return Status::ok();

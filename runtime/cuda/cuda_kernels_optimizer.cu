@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ir/lr_schedule.h"
+#include "ir/ops/optimizer_ops.h"
 #include "runtime/cuda/cuda_kernel_support.cuh"
 
 namespace cleave::runtime::cuda {
@@ -33,16 +34,17 @@ struct SgdScalars {
   LrSchedule schedule;
 };
 
-// One element per thread: d = g + wd·w; buf′ = d on the first step, else momentum·buf +
+// One element per thread: g ·= grad_scale (1 without one); d = g + wd·w; buf′ = d on the first step, else momentum·buf +
 // (1 − dampening)·d; d = nesterov ? d + momentum·buf′ : buf′; w′ = w − lr·d.
 template <class T>
-__global__ void sgdElements(const T* w, const T* g, const T* buffer, const int64_t* step, T* w_out, T* buffer_out,
-                            int64_t n, SgdScalars<T> s) {
+__global__ void sgdElements(const T* w, const T* g, const T* buffer, const int64_t* step, const T* grad_scale, T* w_out,
+                            T* buffer_out, int64_t n, SgdScalars<T> s) {
   const bool first_step = *step == 0;
   const T negative_lr = static_cast<T>(-(s.lr * s.schedule.factor(*step)));
+  const T scale = grad_scale ? *grad_scale : T{1};
   CLEAVE_GRID_LOOP(i, n) {
     const T wi = w[i];
-    T d = g[i];
+    T d = mul(g[i], scale);  // the mul of an unfused gradient clipping
     if (s.has_weight_decay) d = fused(wi, s.weight_decay, d);  // d_p.add(param, alpha=wd)
     if (s.has_momentum) {
       T b;
@@ -57,6 +59,13 @@ __global__ void sgdElements(const T* w, const T* g, const T* buffer, const int64
     }
     w_out[i] = fused(d, negative_lr, wi);  // param.add_(d_p, alpha=-lr)
   }
+}
+
+// The gradient scale operand (in device memory, as the clipping computes it there), or null.
+template <class T>
+const T* gradientScale(const KernelCall& call) {
+  const int k = ops::gradientScaleOperand(call.op);
+  return k < 0 ? nullptr : call.in<T>(k);
 }
 
 Status sgdUpdateKernel(const KernelCall& call, CudaContext& context) {
@@ -74,7 +83,8 @@ Status sgdUpdateKernel(const KernelCall& call, CudaContext& context) {
     s.lr = call.op.getFloat("lr");
     s.schedule = lrScheduleOf(call.op);
     sgdElements<T><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(
-        call.in<T>(0), call.in<T>(1), s.has_momentum ? call.in<T>(3) : nullptr, call.in<int64_t>(2), call.out<T>(0),
+        call.in<T>(0), call.in<T>(1), s.has_momentum ? call.in<T>(3) : nullptr, call.in<int64_t>(2),
+        gradientScale<T>(call), call.out<T>(0),
         s.has_momentum ? call.out<T>(1) : nullptr, n, s);
     return launchStatus(call);
   });
@@ -89,11 +99,11 @@ struct AdamwScalars {
   T beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
 };
 
-// One element per thread: w ← w·(1 − lr·wd); m′ = β1·m + (1 − β1)·g; v′ = β2·v + (1 − β2)·g²;
+// One element per thread: g ·= grad_scale (1 without one); w ← w·(1 − lr·wd); m′ = β1·m + (1 − β1)·g; v′ = β2·v + (1 − β2)·g²;
 // w′ = w + (−step_size·m′) / (√v′ / √(1 − β2ᵗ) + eps), t = step + 1.
 template <class T>
-__global__ void adamwElements(const T* w, const T* g, const T* m, const T* v, const int64_t* step, T* w_out, T* m_out,
-                              T* v_out, int64_t n, AdamwScalars<T> s) {
+__global__ void adamwElements(const T* w, const T* g, const T* m, const T* v, const int64_t* step, const T* grad_scale,
+                              T* w_out, T* m_out, T* v_out, int64_t n, AdamwScalars<T> s) {
   // The bias corrections in double, as the CPU computes them (device pow is within 2 ulp of libm's).
   const double t = static_cast<double>(*step + 1);
   const double bias_correction1 = 1.0 - pow(s.beta1_double, t), bias_correction2 = 1.0 - pow(s.beta2_double, t);
@@ -101,8 +111,9 @@ __global__ void adamwElements(const T* w, const T* g, const T* m, const T* v, co
   const double lr = s.lr * s.schedule.factor(*step);
   const T negative_step_size = static_cast<T>(-(lr / bias_correction1));
   const T decay = static_cast<T>(1.0 - lr * s.weight_decay);
+  const T scale = grad_scale ? *grad_scale : T{1};
   CLEAVE_GRID_LOOP(i, n) {
-    const T gi = g[i];
+    const T gi = mul(g[i], scale);
     const T decayed = mul(w[i], decay);                                    // param.mul_(1 - lr * wd)
     const T mi = fused(gi, s.one_minus_beta1, mul(m[i], s.beta1));         // exp_avg.mul_(β1).add_(g, alpha=1-β1)
     const T vi = fused(mul(s.one_minus_beta2, gi), gi, mul(v[i], s.beta2));  // exp_avg_sq.mul_(β2).addcmul_(g, g, 1-β2)
@@ -130,7 +141,7 @@ Status adamwUpdateKernel(const KernelCall& call, CudaContext& context) {
     s.one_minus_beta2 = static_cast<T>(1.0 - beta2);
     s.eps = static_cast<T>(call.op.getFloat("eps"));
     adamwElements<T><<<blocksFor(n), kBlockThreads, 0, context.compute()>>>(
-        call.in<T>(0), call.in<T>(1), call.in<T>(2), call.in<T>(3), call.in<int64_t>(4), call.out<T>(0),
+        call.in<T>(0), call.in<T>(1), call.in<T>(2), call.in<T>(3), call.in<int64_t>(4), gradientScale<T>(call), call.out<T>(0),
         call.out<T>(1), call.out<T>(2), n, s);
     return launchStatus(call);
   });

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fused kernels end to end: the GPT and the convnet train fused (`cleave compile --fusion on`, the
 # default) with the unfused plans' losses within 1e-5, alone and partitioned (dp, tp, pp and a mix
-# against one unfused device); inspect lists the fused nodes and the bytes they save; bad --fusion
+# against one unfused device), and with gradient clipping folded into SGD's and AdamW's updates
+# (alone, dp and ZeRO); inspect lists the fused nodes and the bytes they save; bad --fusion
 # values and bad fused bodies are errors naming what is wrong.
 # Usage: bash fusion.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
@@ -16,14 +17,32 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$cleave" gen gpt --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o "$tmp/gpt.cir" >/dev/null
 cp "$source_dir/examples/fashion_cnn.cir" "$tmp/cnn.cir"
 
-# train MODEL LABEL FLAGS...: 6 steps on synthetic data, losses in $tmp/MODEL-LABEL.jsonl.
+# train MODEL LABEL FLAGS...: 6 steps on synthetic data, losses in $tmp/MODEL-LABEL.jsonl ($optimizer:
+# SGD with momentum unless set).
+optimizer=sgd:lr=0.05,momentum=0.9
 train() {
   local model=$1 label=$2
   shift 2
-  "$cleave" compile "$tmp/$model.cir" --batch 8 --train --optimizer sgd:lr=0.05,momentum=0.9 "$@" \
+  "$cleave" compile "$tmp/$model.cir" --batch 8 --train --optimizer "$optimizer" "$@" \
     -o "$tmp/$model-$label.cplan" >/dev/null || fail "compile $model $*"
   "$cleave" run "$tmp/$model-$label.cplan" --data synthetic --steps 6 --progress never \
     --metrics "$tmp/$model-$label.jsonl" >/dev/null || fail "run $model $*"
+}
+
+# same_losses MODEL BASELINE RUN...: each run's 6 losses within 1e-5 of the baseline's.
+same_losses() {
+  local model=$1 baseline=$2
+  shift 2
+  for run in "$@"; do
+    $python - "$tmp/$model-$baseline.jsonl" "$run" <<'PY' || fail "$(basename "$run") differs from the unfused plan"
+import json, os, sys
+unfused = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+fused = [json.loads(line)["loss"] for line in open(sys.argv[2])]
+worst = max(abs(a - b) / abs(b) for a, b in zip(fused, unfused))
+print(f"  {os.path.basename(sys.argv[2]):28} 6 steps: losses within {worst:.1e} of the unfused single device")
+assert len(fused) == len(unfused) == 6 and worst <= 1e-5, worst
+PY
+  done
 }
 
 # 1. Fused plans follow the unfused single device's losses within 1e-5, alone and partitioned.
@@ -34,17 +53,33 @@ for model in gpt cnn; do
     [[ $model == cnn && $flags == *tp* ]] && continue  # the convnet's tensor split is covered by equivalence.sh
     train "$model" "p${flags// /}" $flags
   done
-  for run in "$tmp/$model"-fused.jsonl "$tmp/$model"-p*.jsonl; do
-    $python - "$tmp/$model-unfused.jsonl" "$run" <<'PY' || fail "$(basename "$run") differs from the unfused plan"
-import json, os, sys
-unfused = [json.loads(line)["loss"] for line in open(sys.argv[1])]
-fused = [json.loads(line)["loss"] for line in open(sys.argv[2])]
-worst = max(abs(a - b) / abs(b) for a, b in zip(fused, unfused))
-print(f"  {os.path.basename(sys.argv[2]):28} 6 steps: losses within {worst:.1e} of the unfused single device")
-assert len(fused) == len(unfused) == 6 and worst <= 1e-5, worst
-PY
-  done
+  same_losses "$model" unfused "$tmp/$model"-fused.jsonl "$tmp/$model"-p*.jsonl
 done
+
+# Clipped gradients: each update reads its gradient and the clipping coefficient (no scaled copy),
+# with SGD and AdamW, alone, over dp and with ZeRO's sharded state (whose clipping differs).
+for optimizer in sgd:lr=0.05,momentum=0.9 adamw:lr=0.001; do
+  kind=${optimizer%%:*}
+  train gpt "clip-$kind-unfused" --clip-grad-norm 0.5 --fusion off
+  train gpt "clip-$kind-fused" --clip-grad-norm 0.5
+  train gpt "clip-$kind-dp2" --clip-grad-norm 0.5 --dp 2
+  train gpt "clip-$kind-zero-unfused" --clip-grad-norm 0.5 --dp 2 --zero 1 --fusion off
+  train gpt "clip-$kind-zero" --clip-grad-norm 0.5 --dp 2 --zero 1
+  same_losses gpt "clip-$kind-unfused" "$tmp/gpt-clip-$kind-fused.jsonl" "$tmp/gpt-clip-$kind-dp2.jsonl"
+  same_losses gpt "clip-$kind-zero-unfused" "$tmp/gpt-clip-$kind-zero.jsonl"
+  "$cleave" run "$tmp/gpt-clip-$kind-fused.cplan" --data synthetic --steps 1 --progress never --trace "$tmp/clip.json" >/dev/null ||
+    fail "the clipped $kind plan does not run with --trace"
+  $python - "$tmp/clip.json" <<'PY' || fail "the clipped $kind plan still writes scaled gradients"
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+names = [e["args"]["instruction"] for e in events if e.get("ph") == "X" and "instruction" in e.get("args", {})]
+updates = sum(n.endswith("_update)") for n in names)
+squares = sum(n.endswith("(mul)") for n in names)  # the clipping's muls, which have no source line
+assert updates > 0 and squares == updates, f"{updates} updates, {squares} muls of the clipping (a square each)"
+PY
+done
+optimizer=sgd:lr=0.05,momentum=0.9
 
 # 2. inspect lists the fused nodes (text and JSON) and what they save; unfused plans have none.
 "$cleave" inspect "$tmp/gpt-fused.cplan" >"$tmp/inspect.txt"

@@ -1,0 +1,58 @@
+// Update fusion: a scaled gradient's mul into the optimizer update that reads it.
+#include "passes/fusion/update_fusion.h"
+
+#include "ir/op_table.h"
+#include "ir/ops/optimizer_ops.h"
+
+namespace cleave {
+namespace {
+
+bool isUpdate(const Node& node) { return node.op == OpId::sgd_update || node.op == OpId::adamw_update; }
+
+// The update's gradient scale operand, or -1 (from the node's operand types).
+int gradientScaleOf(const Graph& graph, const Node& node) {
+  std::vector<TensorType> operands, results;
+  for (ValueId v : node.operands) operands.push_back(graph.values[v].type);
+  for (ValueId v : node.results) results.push_back(graph.values[v].type);
+  return ops::gradientScaleOperand(OpContext{opDef(node.op), operands, results, node.attrs});
+}
+
+}  // namespace
+
+Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* node_group) {
+  const bool grouped = node_group && !node_group->empty();
+  if (grouped && node_group->size() != graph.nodes.size())
+    return Status::internal("update fusion: " + std::to_string(node_group->size()) + " node groups for " +
+                            std::to_string(graph.nodes.size()) + " nodes");
+  const std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  std::vector<bool> read_outside(graph.values.size(), false);  // graph outputs and state updates
+  for (ValueId v : graph.outputs) read_outside[v] = true;
+  for (const StateUpdate& update : graph.updates) read_outside[update.new_value] = true;
+  std::vector<bool> dead(graph.nodes.size(), false);
+  int folded = 0;
+  for (int32_t u = 0; u < static_cast<int32_t>(graph.nodes.size()); ++u) {
+    Node& update = graph.nodes[u];
+    if (!isUpdate(update) || gradientScaleOf(graph, update) >= 0) continue;
+    const ValueId scaled = update.operands[1];
+    const int32_t m = graph.values[scaled].producer;
+    if (m < 0 || graph.nodes[m].op != OpId::mul || graph.nodes[m].operands.size() != 2 || read_outside[scaled] ||
+        users[scaled].size() != 1 || (grouped && (*node_group)[m] != (*node_group)[u]))
+      continue;
+    // mul(g, s) or mul(s, g): g of the gradient's type, s a scalar of its dtype.
+    const TensorType& gradient_type = graph.values[scaled].type;
+    const TensorType scalar{gradient_type.dtype, {}};
+    const ValueId a = graph.nodes[m].operands[0], b = graph.nodes[m].operands[1];
+    ValueId gradient = kNoValue, scale = kNoValue;
+    if (graph.values[a].type == gradient_type && graph.values[b].type == scalar) gradient = a, scale = b;
+    else if (graph.values[b].type == gradient_type && graph.values[a].type == scalar) gradient = b, scale = a;
+    if (gradient == kNoValue) continue;
+    update.operands[1] = gradient;
+    update.operands.push_back(scale);
+    dead[m] = true;
+    ++folded;
+  }
+  if (folded > 0) graph.eraseNodes(dead, node_group);
+  return folded;
+}
+
+}  // namespace cleave

@@ -1,0 +1,20 @@
+// Update fusion: a gradient scaled by a scalar (the clipping coefficient of --clip-grad-norm)
+// becomes the optimizer update's gradient scale operand, so the scaled gradient is never written.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/status.h"
+
+namespace cleave {
+
+// Replaces sgd_update(w, mul(g, s), ...) and adamw_update(w, mul(g, s), ...), s a scalar of w's
+// dtype and the product read by the update alone, by the update of g with s as its gradient scale
+// (ir/ops/optimizer_ops.h): one pass over the gradient instead of three. `node_group`, when not
+// empty, gives each node a group (a pipeline step): the two nodes must share one, and the vector is
+// updated to the new node list. Returns how many updates took their scale in.
+Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* node_group = nullptr);
+
+}  // namespace cleave
