@@ -177,6 +177,14 @@ int main(int argc, char** argv) {
       return micros(OpId::fused, std::move(in), {{"body", std::string(body)}});
     };
     const AttrMap columns{{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{0}}};
+    // Gradient clipping of a [512,1024] gradient h, for weight c: its momentum buffer, the step
+    // counter (a later step: the buffer is read) and the clipping coefficient.
+    const Buffer buffer = randomBuffer({512, 1024}, rng);
+    Buffer step{TensorType{DType::kI64, {}}, std::vector<float>(2)};
+    const int64_t later_step = 3;
+    std::memcpy(step.values.data(), &later_step, sizeof later_step);
+    const Buffer coefficient{TensorType{DType::kF32, {}}, {0.5f}};
+    const AttrMap sgd{{"lr", 0.01}, {"momentum", 0.9}};
     struct Pair {
       const char* name;
       double unfused, fused;
@@ -195,6 +203,12 @@ int main(int argc, char** argv) {
          fused({&r, &dr}, "t0 = add(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1")},
         {"q/k/v bias gradient: a lone column sum [512,256]", micros(OpId::reduce_sum, {&r}, columns),
          fused({&r}, "t0 = reduce_sum(x0)[axes=[0], keepdims=0]; return t0")},
+        {"clipping: sum of squares [512,1024]",
+         micros(OpId::mul, {&h, &h}, {}) + micros(OpId::reduce_sum, {&h}, {{"keepdims", int64_t{0}}}),
+         fused({&h}, "t0 = mul(x0, x0); t1 = reduce_sum(t0)[keepdims=0]; return t1")},
+        {"clipping: scaled gradient + sgd_update [512,1024]",
+         micros(OpId::mul, {&h, &coefficient}, {}) + micros(OpId::sgd_update, {&c, &h, &step, &buffer}, sgd),
+         micros(OpId::sgd_update, {&c, &h, &step, &buffer, &coefficient}, sgd)},
         {"attention scale, mask, softmax [8,4,64,64]",
          micros(OpId::mul, {&scores, &eighth}, {}) + micros(OpId::add, {&scores, &mask}, {}) +
              micros(OpId::softmax, {&scores}, {}),

@@ -232,7 +232,25 @@ std::string printFusedBody(const FusedBody& body) {
 
 TensorType fusedLiteralType(DType dtype) { return TensorType{dtype, {}}; }
 
-bool isColumnSum(const FusedStep& step) { return step.op == OpId::reduce_sum; }
+namespace {
+
+bool hasAxes(const FusedStep& step) {
+  auto it = step.attrs.find("axes");
+  return it != step.attrs.end() && attrKind(it->second) == AttrKind::kInts && !std::get<std::vector<int64_t>>(it->second).empty();
+}
+
+}  // namespace
+
+bool isColumnSum(const FusedStep& step) { return step.op == OpId::reduce_sum && hasAxes(step); }
+
+bool isTotalSum(const FusedStep& step) { return step.op == OpId::reduce_sum && !hasAxes(step); }
+
+const Shape& fusedIterationShape(const FusedBody& body, std::span<const TensorType> step_types,
+                                 std::span<const TensorType> operand_types) {
+  if (isLoneColumnSum(body)) return operand_types[body.steps[0].args[0].index].shape;
+  if (isTotalSum(body.steps.back())) return step_types[body.steps.back().args[0].index].shape;
+  return step_types[body.returned[0]].shape;
+}
 
 bool isPerColumn(const FusedStep& step) { return isColumnSum(step) || (step.op == OpId::layer_norm_grad && step.result > 0); }
 
@@ -256,6 +274,20 @@ Status checkColumnSum(const FusedBody& body, size_t i, const TensorType& summed_
     return Status::badInput(where + "in a fused body sums an f32 step of rank 2 or more over every dim but the last "
                             "(axes [0, ..., rank-2], keepdims 0), giving one value per column; got axes of " +
                             summed_type.str() + " to " + result.str());
+  return Status::ok();
+}
+
+// Step `i`, a reduce_sum over all dims, is a total sum: of an f32 step into f32[], the body's last
+// step and all it returns.
+Status checkTotalSum(const FusedBody& body, size_t i, const TensorType& result) {
+  const FusedStep& step = body.steps[i];
+  const std::string where = "fused body: step t" + std::to_string(i) + ": reduce_sum over all dims ";
+  if (step.args.size() != 1 || step.args[0].kind != FusedArg::Kind::kStep)
+    return Status::badInput(where + "sums a step of the body");
+  if (i + 1 != body.steps.size() || body.returned != std::vector<int>{static_cast<int>(i)})
+    return Status::badInput(where + "(a total sum) must be the body's last step and the only one it returns");
+  if (result != TensorType{DType::kF32, {}})
+    return Status::badInput(where + "in a fused body sums f32 into f32[] (keepdims 0), got " + result.str());
   return Status::ok();
 }
 
@@ -298,8 +330,8 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
     size_t statement_end = i + 1;  // one past the statement's last step
     while (statement_end < body.steps.size() && body.steps[statement_end].result > 0) ++statement_end;
     const bool last_axis = def.fusable_along_last_axis;
-    const bool column_sum = isColumnSum(step);
-    if (!def.fusable && !last_axis && !column_sum)
+    const bool column_sum = isColumnSum(step), total_sum = isTotalSum(step);
+    if (!def.fusable && !last_axis && !column_sum && !total_sum)
       return Status::badInput(stepName(i) + ": " + std::string(def.name) + " is not fusable");
     if (last_axis && statement_end != body.steps.size())
       return Status::badInput(stepName(i) + ": " + std::string(def.name) + " must be the body's last step");
@@ -324,6 +356,7 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
     op_results = *results;
     const TensorType& result = (*results)[0];
     if (column_sum) CLEAVE_TRY(checkColumnSum(body, i, arg_types[0], result));
+    if (total_sum) CLEAVE_TRY(checkTotalSum(body, i, result));
     if (last_axis) {
       const auto& axis = step.attrs.find("axis");
       const int64_t rank = result.rank();
@@ -366,8 +399,9 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
   if (isPerColumn(body.steps[body.returned[0]]) && !lone)
     return Status::badInput("fused body: its first returned step t" + std::to_string(body.returned[0]) +
                             " holds one value per column; the steps of the full shape come first");
-  const Shape& shape = lone ? operand_types[body.steps[0].args[0].index].shape : types[body.returned[0]].shape;
+  const Shape& shape = fusedIterationShape(body, types, operand_types);
   for (int r : body.returned) {
+    if (isTotalSum(body.steps[r])) continue;
     if (isColumnSum(body.steps[r]) && !lone && !returned(static_cast<size_t>(body.steps[r].args[0].index)))
       return Status::badInput("fused body: column sum t" + std::to_string(r) + " sums t" +
                               std::to_string(body.steps[r].args[0].index) +

@@ -6,6 +6,8 @@
 // step's dtype (a folded constant); [name=value, ...] are the step op's attributes, written bare
 // (an integer list as [0 1]). A column sum (isColumnSum) ends a body:
 //   t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0 1], keepdims=0]; return t0, t1
+// and so does a total sum (isTotalSum), the only step such a body returns:
+//   t0 = mul(x0, x0); t1 = reduce_sum(t0)[keepdims=0]; return t1
 #pragma once
 
 #include <cstdint>
@@ -59,9 +61,9 @@ std::string printFusedBody(const FusedBody& body);
 // arguments' types, a literal being a scalar of the step's first non-literal argument's dtype.
 // Errors name the step. Also checks what the kernels assume: every step's op is fusable, or
 // fusable along the last axis (softmax, layer_norm, layer_norm_grad) as the last statement, along
-// the last axis, on f32, or a column sum (isColumnSum); an op's results are all named; every
-// returned step but the per-column ones has the shape every operand and step broadcasts to; all
-// share one float dtype.
+// the last axis, on f32, or a column or total sum (isColumnSum, isTotalSum); an op's results are all
+// named; every returned step but the per-column ones and a total sum has the shape every operand and
+// step broadcasts to; all share one float dtype.
 Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std::span<const TensorType> operand_types);
 
 // A column sum: a reduce_sum step over every dim but the last of a returned f32 step (a bias
@@ -76,6 +78,16 @@ bool sumsColumns(const AttrMap& attrs, const TensorType& summed, const TensorTyp
 //   t0 = reduce_sum(x0)[axes=[0 1], keepdims=0]; return t0
 // its iteration space is the operand's shape.
 bool isLoneColumnSum(const FusedBody& body);
+// A total sum: a reduce_sum step over all dims (no axes, keepdims 0) of an f32 step into f32[] (a
+// sum of squares for gradient clipping). It is the body's last step and the only one it returns;
+// the body's iteration space is the summed step's shape, and kernels add each element into it as
+// they compute the element.
+bool isTotalSum(const FusedStep& step);
+// The shape a body's kernels iterate over: a lone column sum's operand's, a total sum's summed
+// step's, else the returned steps' common shape (per-column steps aside). For a body that
+// inferFusedStepTypes accepted, with its `step_types`.
+const Shape& fusedIterationShape(const FusedBody& body, std::span<const TensorType> step_types,
+                                 std::span<const TensorType> operand_types);
 // A step holding one value per column: a column sum, or layer_norm_grad's dscale or dbias (sums
 // over the rows the kernel adds up the same way). Every such step is returned.
 bool isPerColumn(const FusedStep& step);

@@ -146,21 +146,22 @@ Expected<std::vector<TensorData>> fusedReference(const OpContext& ctx, std::span
 }
 
 // Pointwise with broadcasting over the full shape, but a split leading dim would leave each device
-// a partial sum of a per-column step, and a split last dim a part of each row to a row step
-// (softmax, layer_norm, layer_norm_grad): those dims stay whole.
+// a partial sum of a per-column step (any split one of a total sum), and a split last dim a part of
+// each row to a row step (softmax, layer_norm, layer_norm_grad): those dims stay whole.
 ShardingRule fusedShardingRule(const OpContext& ctx) {
   auto typed = typedBody(ctx);
   if (!typed) return {};
   const std::vector<FusedStep>& steps = typed->body.steps;
   const bool per_column = std::any_of(steps.begin(), steps.end(), isPerColumn);
+  const bool total = isTotalSum(steps.back());
   const bool rows = std::any_of(steps.begin(), steps.end(), [](const FusedStep& s) { return opDef(s.op).fusable_along_last_axis; });
   std::vector<TensorType> results;
   for (int r : typed->body.returned) results.push_back(typed->step_types[r]);
-  const Shape& shape = isLoneColumnSum(typed->body) ? ctx.operands[0].shape : results[0].shape;
+  const Shape& shape = fusedIterationShape(typed->body, typed->step_types, ctx.operands);
   ShardingRuleBuilder rule(ctx.operands, results);
   const int last = static_cast<int>(shape.size()) - 1;
   rule.addBroadcastingPointwise(shape, [&](int d) {
-    return (d == last ? rows : per_column) ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
+    return total || (d == last ? rows : per_column) ? FactorKind::kNeedReplication : FactorKind::kPassThrough;
   });
   return rule.build();
 }

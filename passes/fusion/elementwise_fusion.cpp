@@ -37,6 +37,12 @@ class ElementwiseFusion {
         group_of_[i] = g;
         continue;
       }
+      if (const int g = totalSumGroup(i); g >= 0) {  // ends the group, its one result
+        groups_[g].members.push_back(i);
+        groups_[g].closed = groups_[g].summing = true;
+        group_of_[i] = g;
+        continue;
+      }
       if (isLoneColumnSum(i)) {  // nothing that joins or is joined: a fused node of its own
         group_of_[i] = static_cast<int>(groups_.size());
         const Value& summed = graph_.values[graph_.nodes[i].operands[0]];
@@ -213,6 +219,31 @@ class ElementwiseFusion {
     for (int32_t user : users_[summed]) read_outside = read_outside || (user != i && group_of_[user] != g);
     if (!read_outside) return -1;
     return standsAfter(g, i) ? g : -1;
+  }
+
+  // The group reduce_sum node i joins as a total sum (gradient clipping's sum of squares: its
+  // operand, a member of the group, summed over all dims into f32[]), or -1. No value of the group
+  // but the sum may be read outside it: the fused node returns the sum alone, and its kernel never
+  // writes the summands (the host adds each into a double per column as it computes it).
+  int totalSumGroup(int32_t i) const {
+    const Node& node = graph_.nodes[i];
+    if (node.op != OpId::reduce_sum || node.operands.size() != 1 || node.results.size() != 1 ||
+        isTotalSum(FusedStep{node.op, {}, node.attrs}) == false)
+      return -1;
+    const int g = groupOfOperand(i, 0);
+    if (g < 0 || groups_[g].closed || groups_[g].summing || groups_[g].dtype != DType::kF32 || labelOf(i) != groups_[g].label)
+      return -1;
+    const ValueId summed = node.operands[0], result = node.results[0];
+    if (graph_.values[summed].type.shape != groups_[g].shape || graph_.values[result].type != TensorType{DType::kF32, {}})
+      return -1;
+    if (!is_root_[result] && users_[result].empty()) return -1;
+    for (int32_t member : groups_[g].members) {
+      const ValueId v = graph_.nodes[member].results[0];
+      if (is_root_[v]) return -1;
+      for (int32_t user : users_[v])
+        if (user != i && group_of_[user] != g) return -1;
+    }
+    return g;
   }
 
   // A column sum (a bias gradient) of a value no group computes: a fused node of its own, whose

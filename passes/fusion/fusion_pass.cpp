@@ -14,8 +14,9 @@ PassInfo makeFusionPass() {
       .name = "fusion",
       .summary = "fold bias adds and transposes into the matmuls around them (fused_matmul), merge a softmax "
                  "cross-entropy and its gradient into one node, compute a gelu's slope in the forward pass for its "
-                 "gradient, fold a gradient's scale (clipping) into its optimizer update, then chains of fusable elementwise ops (one float dtype and shape) into fused nodes, "
-                 "scalar constants becoming literals of their bodies, and lone column sums",
+                 "gradient, fold a gradient's scale (clipping) into its optimizer update, then chains of fusable "
+                 "elementwise ops (one float dtype and shape) into fused nodes, scalar constants becoming literals of "
+                 "their bodies, ending in column sums or a total sum, and lone column sums",
       .options = {},
       .run = fuse,
   };

@@ -53,7 +53,7 @@ class HostJit {
     if (!symbol) return Status::internal("fused kernel: LLVM's JIT lost " + name + ": " + llvmMessage(symbol.takeError()));
     HostFusedKernel kernel{reinterpret_cast<FusedCpuFunction>(static_cast<uintptr_t>(symbol->getAddress())),
                            spec.along_last_axis ? spec.dims.back() : 0, spec.hasPerColumnResults() ? spec.dims.back() : 0,
-                           spec.per_column, spec.numel};
+                           spec.per_column, spec.total_summed_step >= 0, spec.numel};
     cache_.emplace(key, kernel);
     compiled_.fetch_add(1, std::memory_order_relaxed);
     return kernel;

@@ -22,6 +22,7 @@ struct HostFusedKernel {
   // of partial sums).
   int64_t columns = 0;
   std::vector<bool> per_column;
+  bool total_sum = false;  // the one result is a total sum: its columns' doubles are added up too
   int64_t numel = 0;  // elements of the iteration space (FusedKernelSpec::numel)
 };
 

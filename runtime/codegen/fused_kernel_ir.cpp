@@ -349,11 +349,12 @@ void emitLoop(llvm::IRBuilder<>& b, Value* start, Value* end, Value* step, const
   b.SetInsertPoint(exit);
 }
 
-// Emits the loads, the steps and the stores of result element `index`, operand k being read at
-// offsets[k] (column sums aside: see emitColumnSums).
+// Emits the loads, the steps and the stores of result element `index`, in column `column` of the
+// collapsed space, operand k being read at offsets[k] (column sums aside: see emitColumnSums; a
+// total sum's summed value is added into its column's double).
 Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
                    const std::vector<Value*>& operand_pointers, const std::vector<Value*>& result_pointers,
-                   const std::vector<Value*>& offsets, Value* index) {
+                   const std::vector<Value*>& offsets, Value* index, Value* column) {
   std::vector<Value*> operands;
   for (size_t k = 0; k < spec.operands.size(); ++k) {
     llvm::Type* type = storageType(b, spec.operands[k].dtype);
@@ -364,8 +365,14 @@ Status emitElement(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKer
   // takes its input's value here.
   const size_t elementwise = spec.along_last_axis ? spec.row_step
                              : static_cast<size_t>(std::count_if(spec.body.steps.begin(), spec.body.steps.end(),
-                                                                 [](const FusedStep& s) { return !isColumnSum(s); }));
+                                                                 [](const FusedStep& s) { return !isColumnSum(s) && !isTotalSum(s); }));
   CLEAVE_ASSIGN_OR_RETURN(std::vector<Value*> values, emitter.steps(spec, operands, elementwise));
+  if (spec.total_summed_step >= 0) {  // the body's one result
+    Value* slot = b.CreateInBoundsGEP(b.getDoubleTy(), result_pointers[0], column);
+    Value* value = b.CreateFPExt(values[static_cast<size_t>(spec.total_summed_step)], b.getDoubleTy());
+    b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), slot), value), slot);
+    return Status::ok();
+  }
   for (size_t r = 0; r < spec.results.size(); ++r) {
     if (spec.per_column[r]) continue;
     const size_t step = static_cast<size_t>(spec.body.returned[r]);
@@ -672,7 +679,7 @@ Status emitRow(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelS
   Status status;
   emitLoop(b, lanes.first_column, columns, lanes.column_step, "column", [&](Value* column) -> Status {
     return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
-                       b.CreateAdd(row_start, column));
+                       b.CreateAdd(row_start, column), column);
   }, status, lanes.column_loops);
   CLEAVE_TRY(status);
   emitRowTail(b, emitter, spec, operand_pointers, result_pointers, row_start, lanes, max_slot, sum_slot, status);
@@ -734,7 +741,7 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
     Status inner;
     emitLoop(b, from, to, b.getInt64(1), "column", [&](Value* column) -> Status {
       return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
-                         b.CreateAdd(row_start, column));
+                         b.CreateAdd(row_start, column), column);
     }, inner, {hasTranscendentalStep(spec) ? interleave : 0});
     emitColumnSums(b, spec, operand_pointers, result_pointers, row_offsets, row_start, from, to, inner);
     return inner;
@@ -770,6 +777,9 @@ Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, ll
     return Status::badInput("fused kernel " + name + ": layer_norm_grad has no GPU code yet");
   if (spec.summed_operand >= 0)
     return Status::badInput("fused kernel " + name + ": a lone column sum has no GPU code (the reduce_sum kernel runs it)");
+  if (spec.total_summed_step >= 0)
+    return Status::badInput("fused kernel " + name + ": a total sum has no GPU code (its chain's kernel, then the "
+                            "reduce_sum kernel, run it)");
   llvm::LLVMContext& context = module.getContext();
   llvm::IRBuilder<> b(context);
   llvm::Type* i64 = b.getInt64Ty();
@@ -811,8 +821,9 @@ Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, ll
     }, status);
   } else emitLoop(b, first, count, stride, "element", [&](Value* index) -> Status {
     const std::vector<Value*> row_offsets = rowOffsets(b, spec, b.CreateUDiv(index, columns));
-    return emitElement(b, emitter, spec, operand_pointers, result_pointers,
-                       elementOffsets(b, spec, row_offsets, b.CreateURem(index, columns)), index);
+    Value* column = b.CreateURem(index, columns);
+    return emitElement(b, emitter, spec, operand_pointers, result_pointers, elementOffsets(b, spec, row_offsets, column),
+                       index, column);
   }, status);
   CLEAVE_TRY(status);
   b.CreateRetVoid();
@@ -838,12 +849,12 @@ Expected<FusedKernelSpec> fusedKernelSpec(const OpContext& ctx) {
       else summed = static_cast<int>(std::find(spec.body.returned.begin(), spec.body.returned.end(), input.index) -
                                      spec.body.returned.begin());
     }
+    if (isTotalSum(spec.body.steps[r])) spec.total_summed_step = spec.body.steps[r].args[0].index;
     spec.summed_result.push_back(summed);
-    spec.per_column.push_back(isPerColumn(spec.body.steps[r]));
+    spec.per_column.push_back(isPerColumn(spec.body.steps[r]) || isTotalSum(spec.body.steps[r]));
   }
-  const TensorType& space = spec.summed_operand >= 0 ? spec.operands[spec.summed_operand] : spec.results[0];
-  const Shape& shape = space.shape;
-  spec.numel = space.numel();
+  const Shape& shape = fusedIterationShape(spec.body, spec.steps, spec.operands);
+  spec.numel = TensorType{DType::kF32, shape}.numel();
   // 1. Each operand's row-major strides over the result's rank, 0 along broadcast dims.
   const size_t rank = shape.size();
   std::vector<std::vector<int64_t>> strides;

@@ -30,20 +30,24 @@ struct FusedKernelSpec {
   std::vector<int64_t> dims;        // the collapsed iteration space (at least one dim)
   // Per operand, per collapsed dim: the operand's element stride (0 where it is broadcast).
   std::vector<std::vector<int64_t>> operand_strides;
-  int64_t numel = 0;  // result elements (of the full shape: a lone column sum's operand's)
+  int64_t numel = 0;  // elements of the iteration space (fusedIterationShape)
   // The last step runs along the last axis (softmax): kernels work in whole rows of dims.back().
   bool along_last_axis = false;
   // The first step of the last statement: the row step's when along_last_axis (layer_norm_grad's
   // three results are three steps).
   size_t row_step = 0;
   // Per result: whether it holds one value per column (isPerColumn: a column sum, or
-  // layer_norm_grad's dscale or dbias), and for a column sum the result it sums (else -1). With
-  // per-column results the last dim is kept apart too (dims.back() columns).
+  // layer_norm_grad's dscale or dbias; on the host a total sum too), and for a column sum the result
+  // it sums (else -1). With per-column results the last dim is kept apart too (dims.back() columns).
   std::vector<bool> per_column;
   std::vector<int> summed_result;  // per result: for a column sum of a returned step, that result; else -1
   // A lone column sum (isLoneColumnSum): the operand its one result sums, whose shape is the
   // iteration space (dims, numel); else -1.
   int summed_operand = -1;
+  // A total sum (isTotalSum, the body's one result): the step it sums, whose shape is the iteration
+  // space; else -1. On the host its pointer is a double[columns] like a per-column result's, each
+  // element added into its column's double, and the caller sums the columns.
+  int total_summed_step = -1;
   bool hasPerColumnResults() const;
 };
 
@@ -67,13 +71,14 @@ inline constexpr const char* kLibdevicePow = "__nv_powf";
 //   computing result elements [begin, end) (row-major; whole rows when along_last_axis or with
 //   per-column results), vectorisable along the last collapsed dim; a per-column result's pointer
 //   is a double[columns] that each row of the range is added into, in row order (the caller zeroes
-//   it, and sums the ranges' doubles in a fixed order);
+//   it, and sums the ranges' doubles in a fixed order; a total sum's too, whose columns the caller
+//   then adds up);
 // - kNvptx: kernel name(operand pointers..., result pointers..., int64_t count), a grid-stride loop
 //   over all `count` result elements (rows when along_last_axis: one warp of kWarpLanes threads
 //   per row, which must all run the kernel: launch it with a multiple of kWarpLanes threads).
 //   Column sums are not parameters: the launcher sums their returned inputs afterwards. A
-//   layer_norm_grad step has no GPU code yet, nor a lone column sum (errors: the launcher runs
-//   their ops' own kernels).
+//   layer_norm_grad step has no GPU code yet, nor a lone column sum or a total sum (errors: the
+//   launcher runs their ops' own kernels).
 // On the host, `interleave` > 0 has the vectoriser run that many vector iterations of an element
 // loop side by side when the body has a transcendental step (exp, erf, tanh, ...): their long
 // chains of dependent multiply-adds leave the FMA units idle otherwise (0: LLVM's choice).

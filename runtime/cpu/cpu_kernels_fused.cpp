@@ -10,14 +10,18 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-// A body with per-column results (column sums, layer_norm_grad's dscale and dbias): rows in at
-// most 16 fixed blocks, each block adding its rows into its own doubles per such result; then the
-// blocks' doubles summed in block order and rounded to f32, so results do not depend on the
-// thread count. (More blocks cost more than they bring: each block's doubles are written and read
+// A body with per-column results (column sums, layer_norm_grad's dscale and dbias) or a total sum:
+// rows in at most 16 fixed blocks, each block adding its rows into its own doubles per such result;
+// then the blocks' doubles summed in block order (a total sum's columns then in column order) and
+// rounded to f32, so results do not depend on the thread count. (More blocks cost more than they bring: each block's doubles are written and read
 // once more.)
 Status withPerColumnResults(const KernelCall& call, const codegen::HostFusedKernel& kernel, int64_t work_per_element) {
   constexpr int64_t kMaxBlocks = 16;
   const int64_t columns = kernel.columns;
+  if (columns == 0) {  // no columns: every per-column result is empty, a total sum is 0
+    if (kernel.total_sum) *call.out<float>(0) = 0.0f;
+    return Status::ok();
+  }
   const int64_t rows = kernel.numel / columns;
   const int64_t rows_per_block = std::max<int64_t>(1, (rows + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
@@ -45,6 +49,12 @@ Status withPerColumnResults(const KernelCall& call, const codegen::HostFusedKern
       for (int64_t c = 0; c < columns; ++c) total[c] += block_sums[c];
     }
     float* result = call.out<float>(static_cast<int>(sums[s]));
+    if (kernel.total_sum) {
+      double sum = 0;
+      for (int64_t c = 0; c < columns; ++c) sum += total[c];
+      result[0] = static_cast<float>(sum);
+      continue;
+    }
     for (int64_t c = 0; c < columns; ++c) result[c] = static_cast<float>(total[c]);
   }
   return Status::ok();

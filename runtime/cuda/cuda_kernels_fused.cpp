@@ -130,11 +130,45 @@ Status sumColumns(const KernelCall& call, CudaContext& context, const TensorType
   return findCudaKernel(OpId::reduce_sum)(sum, context);
 }
 
+// A body ending in a total sum, which has no GPU code: the chain as a fused node of its own,
+// returning the summed step into a stream-ordered temporary, then the reduce_sum kernel over all
+// its dims. Correct, and reads the summed tensor once more than the host's code.
+Status totalSumStepwise(const KernelCall& call, CudaContext& context, const FusedBody& body) {
+  const int summed_step = body.steps.back().args[0].index;
+  FusedBody chain{std::vector<FusedStep>(body.steps.begin(), body.steps.end() - 1), {summed_step}};
+  auto types = inferFusedStepTypes(body, call.op.operands);
+  if (!types) return types.status().withContext("fused: ");
+  const TensorType summed = (*types)[static_cast<size_t>(summed_step)];
+  void* temporary = nullptr;
+  CLEAVE_TRY(cudaStatus(cudaMallocAsync(&temporary, static_cast<size_t>(summed.bytes()) + 1, context.compute()),
+                        "fused: a temporary for a total sum's summands"));
+  const std::vector<TensorType> chain_results{summed};
+  const AttrMap chain_attrs{{"body", printFusedBody(chain)}};
+  const KernelCall chain_call{OpContext{opDef(OpId::fused), call.op.operands, chain_results, chain_attrs}, call.inputs,
+                              std::span(&temporary, 1), call.threads};
+  Status status = fusedKernel(chain_call, context);
+  if (status) {
+    const void* input = temporary;
+    const AttrMap sum_attrs{{"keepdims", int64_t{0}}};
+    const KernelCall sum{OpContext{opDef(OpId::reduce_sum), chain_results, call.op.results, sum_attrs}, std::span(&input, 1),
+                         call.outputs, call.threads};
+    status = findCudaKernel(OpId::reduce_sum)(sum, context);
+  }
+  // Freed in stream order: after the kernels above have run.
+  (void)cudaFreeAsync(temporary, context.compute());
+  return status;
+}
+
 Status fusedKernel(const KernelCall& call, CudaContext& context) {
   if (call.op.getString("body").find("layer_norm_grad(") != std::string::npos) {  // the last statement (fused_body.h)
     auto body = parseFusedBody(call.op.getString("body"));
     if (!body) return body.status().withContext("fused: ");
     return rowGradientStepwise(call, context, *body);
+  }
+  if (call.op.getString("body").find("reduce_sum(") != std::string::npos) {
+    auto body = parseFusedBody(call.op.getString("body"));
+    if (!body) return body.status().withContext("fused: ");
+    if (isTotalSum(body->steps.back())) return totalSumStepwise(call, context, *body);
   }
   CLEAVE_ASSIGN_OR_RETURN(LoadedKernel loaded, loadedKernel(call));
   if (loaded.summed_operand >= 0) {  // a lone column sum: reduce_sum's kernel over its operand

@@ -56,8 +56,9 @@ for model in gpt cnn; do
   same_losses "$model" unfused "$tmp/$model"-fused.jsonl "$tmp/$model"-p*.jsonl
 done
 
-# Clipped gradients: each update reads its gradient and the clipping coefficient (no scaled copy),
-# with SGD and AdamW, alone, over dp and with ZeRO's sharded state (whose clipping differs).
+# Clipped gradients: each gradient's sum of squares is one fused node (no squares written) and each
+# update reads its gradient and the clipping coefficient (no scaled copy), with SGD and AdamW, alone,
+# over dp and with ZeRO's sharded state (whose clipping differs).
 for optimizer in sgd:lr=0.05,momentum=0.9 adamw:lr=0.001; do
   kind=${optimizer%%:*}
   train gpt "clip-$kind-unfused" --clip-grad-norm 0.5 --fusion off
@@ -69,14 +70,17 @@ for optimizer in sgd:lr=0.05,momentum=0.9 adamw:lr=0.001; do
   same_losses gpt "clip-$kind-zero-unfused" "$tmp/gpt-clip-$kind-zero.jsonl"
   "$cleave" run "$tmp/gpt-clip-$kind-fused.cplan" --data synthetic --steps 1 --progress never --trace "$tmp/clip.json" >/dev/null ||
     fail "the clipped $kind plan does not run with --trace"
-  $python - "$tmp/clip.json" <<'PY' || fail "the clipped $kind plan still writes scaled gradients"
+  $python - "$tmp/clip.json" <<'PY' || fail "the clipped $kind plan still writes squares or scaled gradients"
 import json, sys
 events = json.load(open(sys.argv[1]))
 events = events["traceEvents"] if isinstance(events, dict) else events
 names = [e["args"]["instruction"] for e in events if e.get("ph") == "X" and "instruction" in e.get("args", {})]
 updates = sum(n.endswith("_update)") for n in names)
-squares = sum(n.endswith("(mul)") for n in names)  # the clipping's muls, which have no source line
-assert updates > 0 and squares == updates, f"{updates} updates, {squares} muls of the clipping (a square each)"
+# The clipping's nodes have no source line: a fused sum of squares per gradient (and one for the
+# norm's scalars), no mul or reduce_sum.
+def count(op): return sum(n.endswith(f"({op})") for n in names)
+assert updates > 0 and count("fused") == updates + 1 and count("mul") == count("reduce_sum") == 0, \
+    f"{updates} updates, {count('fused')} fused nodes, {count('mul')} muls, {count('reduce_sum')} reduce_sums"
 PY
 done
 optimizer=sgd:lr=0.05,momentum=0.9

@@ -106,6 +106,22 @@ CaseList fusedCases() {
                        body("t0 = reduce_sum(x0)[axes=[0], keepdims=0]; return t0"), no_gradient);
   b.addWithoutGradient(OpId::fused, "lone column sum of no rows", {b.uniform(f32, {0, 5})},
                        body("t0 = reduce_sum(x0)[axes=[0], keepdims=0]; return t0"), no_gradient);
+  // A total sum ending a chain (gradient clipping's sum of squares): of a matrix over many rows
+  // (several blocks on the CPU), of a vector, of a chain broadcasting an operand over two leading
+  // dims, of a scalar, with a NaN, of no elements.
+  b.addWithoutGradient(OpId::fused, "sum of squares", {b.uniform(f32, {517, 33})},
+                       body("t0 = mul(x0, x0); t1 = reduce_sum(t0)[keepdims=0]; return t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "sum of squares of a vector", {b.uniform(f32, {1031})},
+                       body("t0 = mul(x0, x0); t1 = reduce_sum(t0)[keepdims=0]; return t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "total sum of a broadcasting chain", {b.uniform(f32, {3, 5, 67}), b.uniform(f32, {67})},
+                       body("t0 = sub(x0, x1); t1 = mul(t0, t0); t2 = mul(t1, 0.5); t3 = reduce_sum(t2)[keepdims=0]; return t3"),
+                       no_gradient);
+  b.addWithoutGradient(OpId::fused, "sum of squares of a scalar", {CaseBuilder::values(f32, {}, {-3})},
+                       body("t0 = mul(x0, x0); t1 = reduce_sum(t0)[keepdims=0]; return t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "sum of squares with a NaN", {CaseBuilder::values(f32, {3, 2}, {1, 2, nan, 3, 4, 5})},
+                       body("t0 = mul(x0, x0); t1 = reduce_sum(t0)[keepdims=0]; return t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "sum of squares of no elements", {b.uniform(f32, {0, 5})},
+                       body("t0 = mul(x0, x0); t1 = reduce_sum(t0)[keepdims=0]; return t1"), no_gradient);
   // layer_norm_grad ending a body (dx, and dscale and dbias summed over the rows): alone; after the
   // sum of three gradients (a transformer's pre-norm backward) over 70 rows, the sum returned too;
   // rows over two leading dims, rows of one element.

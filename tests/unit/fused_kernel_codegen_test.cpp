@@ -139,6 +139,12 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
   auto no_sum_ptx = fusedKernelPtx(lone_sum.context(), "cleave_fused");
   ASSERT_FALSE(no_sum_ptx);
   EXPECT_NE(no_sum_ptx.status().message().find("lone column sum"), std::string::npos) << no_sum_ptx.status().message();
+  // Nor a total sum: the launcher runs its chain as a fused kernel (assembled below), then reduce_sum's.
+  FusedNode total_sum({kRows}, "t0 = mul(x0, x0); t1 = reduce_sum(t0)[keepdims=0]; return t1");
+  auto no_total_ptx = fusedKernelPtx(total_sum.context(), "cleave_fused");
+  ASSERT_FALSE(no_total_ptx);
+  EXPECT_NE(no_total_ptx.status().message().find("total sum"), std::string::npos) << no_total_ptx.status().message();
+  files.push_back(ptxFile(FusedNode({kRows}, "t0 = mul(x0, x0); return t0"), "fused_total_sum_chain"));
   // A general power calls libdevice's __nv_powf, linked in from CUDA's toolkit (where there is one;
   // without it the error says what is missing).
   FusedNode general({kRows, kRows}, "t0 = pow(x0, x1); t1 = pow(t0, 1.7); return t1");
