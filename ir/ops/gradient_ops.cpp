@@ -68,12 +68,19 @@ Expected<Types> layerNormGradShape(const OpContext& c) {
   CLEAVE_TRY(requireFloat(c, 0));
   CLEAVE_TRY(sameType(c, 0, 1));
   int64_t axis = normalizeAxis(c.getInt("axis"), c.operands[1].rank());
-  if (axis < 0) return Status::badInput("layer_norm_grad: axis is out of range for " + c.operands[1].str());
+  if (axis < 0) return Status::badInput(std::string(c.def.name) + ": axis is out of range for " + c.operands[1].str());
   Shape normalized(c.operands[1].shape.begin() + axis, c.operands[1].shape.end());
   if (c.operands[2].shape != normalized || c.operands[2].dtype != c.operands[1].dtype)
-    return Status::badInput("layer_norm_grad: operand 2 (scale) is " + c.operands[2].str() + ", it must have shape " +
+    return Status::badInput(std::string(c.def.name) + ": operand 2 (scale) is " + c.operands[2].str() + ", it must have shape " +
                             shapeStr(normalized));
   return Types{c.operands[1], c.operands[2], c.operands[2]};
+}
+
+// rms_norm_grad(dy, x, scale) -> dx, dscale.
+Expected<Types> rmsNormGradShape(const OpContext& c) {
+  CLEAVE_ASSIGN_OR_RETURN(Types types, layerNormGradShape(c));
+  types.pop_back();
+  return types;
 }
 
 OpCost layerNormGradCost(const OpContext& c) {
@@ -91,6 +98,9 @@ ShardingRule layerNormGradSharding(const OpContext& c) {
   });
   return rule.build();
 }
+
+// rms_norm_grad: as layer_norm_grad's (two results).
+ShardingRule rmsNormGradSharding(const OpContext& c) { return layerNormGradSharding(c); }
 
 // The gradient of a windowed or indexing op must see the result its forward op gives: runs the
 // forward op's shape rule on `operands` with this node's attributes less `own_attr` (the gradient
@@ -428,6 +438,30 @@ References layerNormGradReference(const OpContext& c, Operands operands) {
                                  referenceTensor(c.results[2], dbias)};
 }
 
+// With rstd = 1/sqrt(mean(x²) + epsilon), x̂ = x·rstd and g = dy·scale per row:
+// dx = rstd·(g − x̂·mean(g·x̂)), dscale = Σ_rows dy·x̂.
+References rmsNormGradReference(const OpContext& c, Operands operands) {
+  const std::vector<double> dy = referenceValues(*operands[0]), x = referenceValues(*operands[1]);
+  const std::vector<double> scale = referenceValues(*operands[2]);
+  const double epsilon = c.getFloat("epsilon");
+  const int64_t cols = static_cast<int64_t>(scale.size()), rows = cols == 0 ? 0 : static_cast<int64_t>(x.size()) / cols;
+  std::vector<double> dx(x.size()), dscale(scale.size(), 0.0), xhat(scale.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = x.data() + r * cols;
+    const double* dyr = dy.data() + r * cols;
+    double squares = 0, g_xhat_mean = 0;
+    for (int64_t i = 0; i < cols; ++i) squares += xr[i] * xr[i];
+    const double rstd = 1 / std::sqrt(squares / static_cast<double>(cols) + epsilon);
+    for (int64_t i = 0; i < cols; ++i) {
+      xhat[i] = xr[i] * rstd;
+      dscale[i] += dyr[i] * xhat[i];
+      g_xhat_mean += dyr[i] * scale[i] * xhat[i] / static_cast<double>(cols);
+    }
+    for (int64_t i = 0; i < cols; ++i) dx[r * cols + i] = rstd * (dyr[i] * scale[i] - xhat[i] * g_xhat_mean);
+  }
+  return std::vector<TensorData>{referenceTensor(c.results[0], dx), referenceTensor(c.results[1], dscale)};
+}
+
 // The adjoints of conv2d's multiply-adds: dx[x] += dy[y]·w[w] and dw[w] += dy[y]·x[x].
 References convGradInputReference(const OpContext& c, Operands operands) {
   const std::vector<double> dy = referenceValues(*operands[0]), w = referenceValues(*operands[1]);
@@ -623,6 +657,9 @@ void addGradientOps(std::vector<OpDef>& table) {
                         {optionalInt("axis", -1), optionalFloat("epsilon", 1e-5)}, checkedShapeRule<layerNormGradShape>, checkedCostRule<layerNormGradCost>,
                         checkedShardingRule<layerNormGradSharding>});
   appendedDef(table, OpId::layer_norm_grad).fusable_along_last_axis = true;
+  table.push_back(OpDef{OpId::rms_norm_grad, "rms_norm_grad", "gradients of rms_norm: dx, dscale", 3, 3,
+                        {optionalInt("axis", -1), optionalFloat("epsilon", 1e-6)}, checkedShapeRule<rmsNormGradShape>,
+                        checkedCostRule<layerNormGradCost>, checkedShardingRule<rmsNormGradSharding>});
   table.push_back(OpDef{OpId::conv2d_grad_input, "conv2d_grad_input", "gradient of conv2d with respect to its input",
                         2, 2, convAttrs("input_shape"), checkedShapeRule<convGradInputShape>, checkedCostRule<convGradCost>, checkedShardingRule<convGradInputSharding>});
   table.push_back(OpDef{OpId::conv2d_grad_weight, "conv2d_grad_weight",
@@ -666,6 +703,7 @@ void addGradientOps(std::vector<OpDef>& table) {
       {OpId::softmax_grad, softmaxGradReference<false>},
       {OpId::log_softmax_grad, softmaxGradReference<true>},
       {OpId::layer_norm_grad, layerNormGradReference},
+      {OpId::rms_norm_grad, rmsNormGradReference},
       {OpId::conv2d_grad_input, convGradInputReference},
       {OpId::conv2d_grad_weight, convGradWeightReference},
       {OpId::max_pool2d_grad, maxPoolGradReference},

@@ -12,6 +12,7 @@
   X(softmax_grad, "softmax_grad") \
   X(log_softmax_grad, "log_softmax_grad") \
   X(layer_norm_grad, "layer_norm_grad") \
+  X(rms_norm_grad, "rms_norm_grad") \
   X(conv2d_grad_input, "conv2d_grad_input") \
   X(conv2d_grad_weight, "conv2d_grad_weight") \
   X(max_pool2d_grad, "max_pool2d_grad") \

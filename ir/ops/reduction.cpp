@@ -1,4 +1,5 @@
-// Reductions, scans and normalisations: reduce_sum/mean/max, argmax, cumsum, softmax, log_softmax, layer_norm, batch_norm.
+// Reductions, scans and normalisations: reduce_sum/mean/max, argmax, cumsum, softmax, log_softmax, layer_norm,
+// rms_norm, batch_norm.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -87,6 +88,9 @@ Expected<std::vector<TensorType>> layerNormShape(const OpContext& ctx) {
   return std::vector<TensorType>{ctx.operands[0]};
 }
 
+// rms_norm: x float; scale has x's dtype and shape x.shape[axis:].
+Expected<std::vector<TensorType>> rmsNormShape(const OpContext& ctx) { return layerNormShape(ctx); }
+
 // batch_norm: x [N,C,...] float; scale, bias, mean and var are [C] of x's dtype.
 Expected<std::vector<TensorType>> batchNormShape(const OpContext& ctx) {
   CLEAVE_TRY(requireRank(ctx, 0, 2));
@@ -108,6 +112,7 @@ double flopsPerInputElement(OpId id) {
     case OpId::softmax:
     case OpId::log_softmax: return 5;
     case OpId::layer_norm: return 8;
+    case OpId::rms_norm: return 5;
     case OpId::batch_norm: return 4;
     default: return 1;
   }
@@ -162,7 +167,7 @@ ShardingRule softmaxShardingRule(const OpContext& ctx) {
 }
 
 // Normalised dims (axis..rank-1) need_replication, leading dims pass through; scale and bias map to
-// the normalised factors.
+// the normalised factors (layer_norm and rms_norm).
 ShardingRule layerNormShardingRule(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
   if (results.empty()) return {};
@@ -231,6 +236,21 @@ Expected<std::vector<TensorData>> layerNormReference(const OpContext& ctx, std::
     for (int64_t c = 0; c < cols; ++c) var += std::pow(x[r * cols + c] - mean, 2) / static_cast<double>(cols);
     for (int64_t c = 0; c < cols; ++c)
       y.push_back((x[r * cols + c] - mean) / std::sqrt(var + epsilon) * scale[c] + (bias.empty() ? 0 : bias[c]));
+  }
+  return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
+}
+
+// y = x / sqrt(mean(x²) + epsilon) · scale over dims axis.. (torch.nn.RMSNorm, Llama's and Qwen2's norm).
+Expected<std::vector<TensorData>> rmsNormReference(const OpContext& ctx, std::span<const TensorData* const> operands) {
+  const std::vector<double> x = referenceValues(*operands[0]), scale = referenceValues(*operands[1]);
+  const double epsilon = ctx.getFloat("epsilon");
+  const int64_t cols = static_cast<int64_t>(scale.size()), rows = cols == 0 ? 0 : static_cast<int64_t>(x.size()) / cols;
+  std::vector<double> y;
+  for (int64_t r = 0; r < rows; ++r) {
+    double squares = 0;
+    for (int64_t c = 0; c < cols; ++c) squares += x[r * cols + c] * x[r * cols + c];
+    const double rstd = 1 / std::sqrt(squares / static_cast<double>(cols) + epsilon);
+    for (int64_t c = 0; c < cols; ++c) y.push_back(x[r * cols + c] * rstd * scale[c]);
   }
   return std::vector<TensorData>{referenceTensor(ctx.results[0], y)};
 }
@@ -320,6 +340,15 @@ Status softmaxGradient(GradientContext& g) {
 
 Status logSoftmaxGradient(GradientContext& g) {
   g.operand_grads[0] = g.emit(OpId::log_softmax_grad, {dy(g), g.result(0)}, copyAttrs(g, {"axis"}));
+  return g.status;
+}
+
+Status rmsNormGradient(GradientContext& g) {
+  std::vector<ValueId> grads =
+      g.emitAll(OpId::rms_norm_grad, {dy(g), g.operand(0), g.operand(1)}, copyAttrs(g, {"axis", "epsilon"}));
+  if (grads.size() != 2) return g.status;
+  g.operand_grads[0] = grads[0];
+  g.operand_grads[1] = grads[1];
   return g.status;
 }
 
@@ -522,6 +551,15 @@ void addReductionOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<layerNormShape>,
                         .cost = normalizationCost,
                         .sharding = layerNormShardingRule});
+  table.push_back(OpDef{.id = OpId::rms_norm,
+                        .name = "rms_norm",
+                        .summary = "x / sqrt(mean(x^2) + epsilon) over dims axis.., times scale (RMSNorm)",
+                        .min_operands = 2,
+                        .max_operands = 2,
+                        .attrs = {optionalInt("axis", -1), optionalFloat("epsilon", 1e-6)},
+                        .shape = checkedShapeRule<rmsNormShape>,
+                        .cost = normalizationCost,
+                        .sharding = layerNormShardingRule});
   table.push_back(OpDef{.id = OpId::batch_norm,
                         .name = "batch_norm",
                         .summary = "inference batch norm with given per-channel mean and var",
@@ -540,8 +578,9 @@ void addReductionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::layer_norm).fusable_along_last_axis = true;
   appendedDef(table, OpId::log_softmax).reference = softmaxReference<true>;
   appendedDef(table, OpId::layer_norm).reference = layerNormReference;
+  appendedDef(table, OpId::rms_norm).reference = rmsNormReference;
   appendedDef(table, OpId::batch_norm).reference = batchNormReference;
-  for (OpId id : {OpId::softmax, OpId::log_softmax, OpId::layer_norm, OpId::batch_norm})
+  for (OpId id : {OpId::softmax, OpId::log_softmax, OpId::layer_norm, OpId::rms_norm, OpId::batch_norm})
     appendedDef(table, id).reference_supports = referenceDTypes;
 
   // Gradient rules.
@@ -551,6 +590,7 @@ void addReductionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::softmax).gradient = softmaxGradient;
   appendedDef(table, OpId::log_softmax).gradient = logSoftmaxGradient;
   appendedDef(table, OpId::layer_norm).gradient = layerNormGradient;
+  appendedDef(table, OpId::rms_norm).gradient = rmsNormGradient;
   appendedDef(table, OpId::batch_norm).gradient = batchNormGradient;
 
   addReductionReferences(table);

@@ -13,6 +13,7 @@
   X(softmax, "softmax") \
   X(log_softmax, "log_softmax") \
   X(layer_norm, "layer_norm") \
+  X(rms_norm, "rms_norm") \
   X(batch_norm, "batch_norm")
 
 namespace cleave {

@@ -199,6 +199,16 @@ std::pair<double, double> rowMoments(const T* x, int64_t length, double epsilon)
   return {mean, 1.0 / std::sqrt(squares / static_cast<double>(length) + epsilon)};
 }
 
+// 1/sqrt(mean(x²) + epsilon) of one row, in double (rms_norm and rms_norm_grad).
+template <class T>
+double rowRmsReciprocal(const T* x, int64_t length, double epsilon) {
+  const double squares = sumOf(length, [x](int64_t i) {
+    const double value = static_cast<double>(x[i]);
+    return value * value;
+  });
+  return 1.0 / std::sqrt(squares / static_cast<double>(length) + epsilon);
+}
+
 // ---- Labels ----
 
 // The number of labels that are not ignore_index, or a kBadInput error naming the first label

@@ -1,5 +1,5 @@
 // CPU kernels of the gradient ops not kept with their forward op's family: activation gradients
-// (relu, gelu, tanh, sigmoid), softmax and log_softmax gradients, layer_norm_grad, gather_grad,
+// (relu, gelu, tanh, sigmoid), softmax and log_softmax gradients, layer_norm_grad, rms_norm_grad, gather_grad,
 // slice_grad and softmax_cross_entropy_grad. (Convolution and pooling gradients live with their
 // forward kernels.) Results may alias same-shaped operands.
 #include <cmath>
@@ -200,6 +200,55 @@ Status layerNormGradKernel(const KernelCall& call) {
   });
 }
 
+// ---- rms_norm_grad ----
+
+// With rstd = 1/sqrt(mean(x²) + epsilon), x̂ = x·rstd and g = dy·scale per row:
+//   dx = rstd·(g − x̂·mean(g·x̂)),  dscale = Σ_rows dy·x̂,
+// dscale summed per fixed block of rows, then over blocks in order (as layer_norm_grad's).
+Status rmsNormGradKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const Shape& shape = call.op.operands[1].shape;
+    const size_t axis = static_cast<size_t>(normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
+    const int64_t rows = dimsProduct(shape, 0, axis), cols = dimsProduct(shape, axis, shape.size());
+    const double epsilon = call.op.getFloat("epsilon");
+    const T* dy = call.in<T>(0);
+    const T* x = call.in<T>(1);
+    const T* scale = call.in<T>(2);
+    T* dx = call.out<T>(0);
+    T* dscale = call.out<T>(1);
+    if (cols == 0) return Status::ok();
+    constexpr int64_t kMaxBlocks = 64;
+    const int64_t rows_per_block = std::max<int64_t>(1, (rows + kMaxBlocks - 1) / kMaxBlocks);
+    const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+    std::vector<double> partial(static_cast<size_t>(blocks * cols), 0.0);  // block b's Σ dy·x̂
+    parallelFor(blocks, threadCount(call), rows_per_block * cols * 8, [&](int64_t first, int64_t last) {
+      withWidestVectors([&] {
+        for (int64_t b = first; b < last; ++b) {
+          double* dscale_sum = partial.data() + b * cols;
+          for (int64_t r = b * rows_per_block; r < std::min(rows, (b + 1) * rows_per_block); ++r) {
+            const T* xr = x + r * cols;
+            const T* dyr = dy + r * cols;
+            T* dxr = dx + r * cols;
+            const T rstd = static_cast<T>(rowRmsReciprocal(xr, cols, epsilon));
+            auto xhat = [=](int64_t i) { return xr[i] * rstd; };
+            auto g = [=](int64_t i) { return dyr[i] * scale[i]; };
+            for (int64_t i = 0; i < cols; ++i) dscale_sum[i] += static_cast<double>(dyr[i] * xhat(i));
+            const T g_xhat_mean =
+                static_cast<T>(sumOf(cols, [=](int64_t i) { return g(i) * xhat(i); }) / static_cast<double>(cols));
+            for (int64_t i = 0; i < cols; ++i) dxr[i] = rstd * (g(i) - xhat(i) * g_xhat_mean);
+          }
+        }
+      });
+    });
+    for (int64_t i = 0; i < cols; ++i) {
+      double total = 0;
+      for (int64_t b = 0; b < blocks; ++b) total += partial[b * cols + i];
+      dscale[i] = static_cast<T>(total);
+    }
+    return Status::ok();
+  });
+}
+
 // ---- gather_grad ----
 
 // dx = zeros of data_shape; dx[o, indices[j], k] += dy[o, j, k] (indices checked first; negative
@@ -375,6 +424,7 @@ void registerGradientKernels(CpuKernelTable& table) {
   set(OpId::softmax_grad, softmaxGradKernel<false>);
   set(OpId::log_softmax_grad, softmaxGradKernel<true>);
   set(OpId::layer_norm_grad, layerNormGradKernel);
+  set(OpId::rms_norm_grad, rmsNormGradKernel);
   set(OpId::gather_grad, gatherGradKernel);
   set(OpId::gather_elements_grad, gatherElementsGradKernel);
   set(OpId::gather_nd_grad, gatherNdGradKernel);

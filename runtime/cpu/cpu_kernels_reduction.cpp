@@ -1,5 +1,5 @@
 // CPU kernels of the reductions and normalisations: reduce_sum/mean/max, softmax, log_softmax,
-// layer_norm and batch_norm. Float sums accumulate in double.
+// layer_norm, rms_norm and batch_norm. Float sums accumulate in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -312,6 +312,32 @@ Status layerNormKernel(const KernelCall& call) {
   });
 }
 
+// rms_norm: per row over dims axis.., y = (x·rstd)·scale, rstd = 1/sqrt(mean(x²) + epsilon) in
+// double (Llama's order: the weight times the normalised row).
+Status rmsNormKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const Shape& shape = call.op.operands[0].shape;
+    const size_t axis = static_cast<size_t>(normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
+    const int64_t rows = dimsProduct(shape, 0, axis), cols = dimsProduct(shape, axis, shape.size());
+    const double epsilon = call.op.getFloat("epsilon");
+    const T* x = call.in<T>(0);
+    const T* scale = call.in<T>(1);
+    T* y = call.out<T>(0);
+    if (cols == 0) return Status::ok();
+    parallelFor(rows, threadCount(call), cols * 5, [&](int64_t begin, int64_t end) {
+      withWidestVectors([&] {
+        for (int64_t r = begin; r < end; ++r) {
+          const T* xr = x + r * cols;
+          T* yr = y + r * cols;
+          const T rstd = static_cast<T>(rowRmsReciprocal(xr, cols, epsilon));
+          for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * rstd) * scale[i];
+        }
+      });
+    });
+    return Status::ok();
+  });
+}
+
 // batch_norm (inference): per channel alpha = scale / sqrt(var + eps), beta = bias − mean·alpha,
 // y = x·alpha + beta (PyTorch's order).
 Status batchNormKernel(const KernelCall& call) {
@@ -419,6 +445,7 @@ void registerReductionKernels(CpuKernelTable& table) {
   set(OpId::softmax, softmaxKernel<false>);
   set(OpId::log_softmax, softmaxKernel<true>);
   set(OpId::layer_norm, layerNormKernel);
+  set(OpId::rms_norm, rmsNormKernel);
   set(OpId::batch_norm, batchNormKernel);
 }
 

@@ -1,5 +1,5 @@
 // CUDA kernels of the gradient ops not kept with their forward op's family: activation gradients
-// (relu, gelu, tanh, sigmoid), softmax and log_softmax gradients, layer_norm_grad, gather_grad,
+// (relu, gelu, tanh, sigmoid), softmax and log_softmax gradients, layer_norm_grad, rms_norm_grad, gather_grad,
 // slice_grad and softmax_cross_entropy_grad. Results may alias same-shaped operands.
 #include <algorithm>
 #include <cmath>
@@ -96,16 +96,20 @@ Status softmaxGradKernel(const KernelCall& call, CudaContext& context) {
   });
 }
 
-// ---- layer_norm_grad ----
+// ---- layer_norm_grad, rms_norm_grad ----
 
-// One block per row: moments[2r] = mean, moments[2r+1] = rstd (two passes in double).
+// The kernels below serve both: rms_norm_grad is layer_norm_grad with the mean taken as 0 (rstd =
+// 1/sqrt(mean(x²) + epsilon)), no dbias and no mean(g) term in dx.
+
+// One block per row: moments[2r] = mean (0 for rms), moments[2r+1] = rstd (two passes in double).
 template <class T>
-__global__ void layerNormMoments(const T* x, double* moments, int64_t rows, int64_t cols, double epsilon) {
+__global__ void layerNormMoments(const T* x, double* moments, int64_t rows, int64_t cols, double epsilon, bool rms) {
   CLEAVE_BLOCK_LOOP(r, rows) {
     const T* xr = x + r * cols;
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum += static_cast<double>(xr[i]);
-    const double mean = blockSum(sum) / static_cast<double>(cols);
+    if (!rms)
+      for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum += static_cast<double>(xr[i]);
+    const double mean = rms ? 0.0 : blockSum(sum) / static_cast<double>(cols);
     double squares = 0;
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
       const double centred = static_cast<double>(xr[i]) - mean;
@@ -124,7 +128,8 @@ __global__ void layerNormMoments(const T* x, double* moments, int64_t rows, int6
 // chunks in order, so that every column has parallel work and the result repeats exactly.
 constexpr int64_t kLayerNormChunks = 64;
 
-// partials[chunk][0][column] = the chunk's Σ dy·x̂, partials[chunk][1][column] = its Σ dy.
+// partials[chunk][0][column] = the chunk's Σ dy·x̂, partials[chunk][1][column] = its Σ dy (unused
+// for rms).
 template <class T>
 __global__ void layerNormParameterPartials(const T* dy, const T* x, const double* moments, double* partials,
                                            int64_t rows, int64_t cols, int64_t rows_per_chunk) {
@@ -143,6 +148,7 @@ __global__ void layerNormParameterPartials(const T* dy, const T* x, const double
   }
 }
 
+// dbias is null for rms.
 template <class T>
 __global__ void layerNormParameterTotals(const double* partials, T* dscale, T* dbias, int64_t cols, int64_t chunks) {
   CLEAVE_GRID_LOOP(i, cols) {
@@ -152,14 +158,15 @@ __global__ void layerNormParameterTotals(const double* partials, T* dscale, T* d
       dbias_total += partials[(chunk * 2 + 1) * cols + i];
     }
     dscale[i] = static_cast<T>(dscale_total);
-    dbias[i] = static_cast<T>(dbias_total);
+    if (dbias) dbias[i] = static_cast<T>(dbias_total);
   }
 }
 
-// One block per row: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·scale.
+// One block per row: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·scale; for rms
+// dx = rstd·(g − x̂·mean(g·x̂)).
 template <class T>
 __global__ void layerNormInputGrad(const T* dy, const T* x, const T* scale, const double* moments, T* dx, int64_t rows,
-                                   int64_t cols) {
+                                   int64_t cols, bool rms) {
   CLEAVE_BLOCK_LOOP(r, rows) {
     const T* xr = x + r * cols;
     const T* dyr = dy + r * cols;
@@ -175,12 +182,14 @@ __global__ void layerNormInputGrad(const T* dy, const T* x, const T* scale, cons
     const T g_xhat_mean = static_cast<T>(blockSum(g_xhat_sum) / static_cast<double>(cols));
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
       const T g = dyr[i] * scale[i], xhat = (xr[i] - mean) * rstd;
-      dxr[i] = rstd * (g - g_mean - xhat * g_xhat_mean);
+      dxr[i] = rms ? rstd * (g - xhat * g_xhat_mean) : rstd * (g - g_mean - xhat * g_xhat_mean);
     }
   }
 }
 
+// layer_norm_grad (dx, dscale, dbias) and rms_norm_grad (dx, dscale).
 Status layerNormGradKernel(const KernelCall& call, CudaContext& context) {
+  const bool rms = call.op.def.id == OpId::rms_norm_grad;
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     const Shape& shape = call.op.operands[1].shape;
     const size_t axis = static_cast<size_t>(normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
@@ -190,7 +199,7 @@ Status layerNormGradKernel(const KernelCall& call, CudaContext& context) {
     if (cols == 0) return Status::ok();
     if (rows == 0) {
       CLEAVE_TRY(zeroBytes(call, context, call.outputs[1], call.op.results[1].bytes()));
-      return zeroBytes(call, context, call.outputs[2], call.op.results[2].bytes());
+      return rms ? Status::ok() : zeroBytes(call, context, call.outputs[2], call.op.results[2].bytes());
     }
     // Moments first, then the parameter gradients, then dx (which may alias dy).
     const int64_t rows_per_chunk = (rows + kLayerNormChunks - 1) / kLayerNormChunks;
@@ -200,17 +209,17 @@ Status layerNormGradKernel(const KernelCall& call, CudaContext& context) {
     double* moments = static_cast<double*>(scratch);
     double* partials = moments + rows * 2;
     layerNormMoments<T><<<rowBlocks(rows), kBlockThreads, 0, context.compute()>>>(x, moments, rows, cols,
-                                                                                 call.op.getFloat("epsilon"));
+                                                                                 call.op.getFloat("epsilon"), rms);
     CLEAVE_TRY(launchStatus(call));
     const dim3 grid(std::min<unsigned>(blocksFor(cols), 65535u), static_cast<unsigned>(chunks));
     layerNormParameterPartials<T><<<grid, kBlockThreads, 0, context.compute()>>>(dy, x, moments, partials, rows, cols,
                                                                                  rows_per_chunk);
     CLEAVE_TRY(launchStatus(call));
     layerNormParameterTotals<T><<<blocksFor(cols), kBlockThreads, 0, context.compute()>>>(
-        partials, call.out<T>(1), call.out<T>(2), cols, chunks);
+        partials, call.out<T>(1), rms ? nullptr : call.out<T>(2), cols, chunks);
     CLEAVE_TRY(launchStatus(call));
     layerNormInputGrad<T><<<rowBlocks(rows), kBlockThreads, 0, context.compute()>>>(dy, x, call.in<T>(2), moments,
-                                                                                   call.out<T>(0), rows, cols);
+                                                                                   call.out<T>(0), rows, cols, rms);
     return launchStatus(call);
   });
 }
@@ -379,6 +388,7 @@ void registerGradientKernels(CudaKernelTable& table) {
   set(OpId::softmax_grad, softmaxGradKernel<false>);
   set(OpId::log_softmax_grad, softmaxGradKernel<true>);
   set(OpId::layer_norm_grad, layerNormGradKernel);
+  set(OpId::rms_norm_grad, layerNormGradKernel);
   set(OpId::gather_grad, gatherGradKernel);
   set(OpId::gather_elements_grad, gatherElementsGradKernel);
   set(OpId::gather_nd_grad, gatherNdGradKernel);

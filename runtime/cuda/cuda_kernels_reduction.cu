@@ -1,5 +1,5 @@
 // CUDA kernels of the reductions and normalisations: reduce_sum/mean/max, softmax, log_softmax,
-// layer_norm and batch_norm. Float sums accumulate in double, as on the CPU (in a tree order).
+// layer_norm, rms_norm and batch_norm. Float sums accumulate in double, as on the CPU (in a tree order).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -304,12 +304,13 @@ Status softmaxKernel(const KernelCall& call, CudaContext& context) {
 // ---- layer_norm, batch_norm ----
 
 // Mean and 1/sqrt(biased variance + epsilon) of one row (two passes, in double), for every thread
-// of the block.
+// of the block; for rms the mean is taken as 0 (rstd = 1/sqrt(mean(x²) + epsilon)).
 template <class T>
-__device__ void rowMoments(const T* x, int64_t cols, double epsilon, double& mean, double& rstd) {
+__device__ void rowMoments(const T* x, int64_t cols, double epsilon, bool rms, double& mean, double& rstd) {
   double sum = 0;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum += static_cast<double>(x[i]);
-  mean = blockSum(sum) / static_cast<double>(cols);
+  if (!rms)
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum += static_cast<double>(x[i]);
+  mean = rms ? 0.0 : blockSum(sum) / static_cast<double>(cols);
   double squares = 0;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
     const double centred = static_cast<double>(x[i]) - mean;
@@ -318,23 +319,25 @@ __device__ void rowMoments(const T* x, int64_t cols, double epsilon, double& mea
   rstd = 1.0 / sqrt(blockSum(squares) / static_cast<double>(cols) + epsilon);
 }
 
-// One block per row: y = (x·rstd − mean·rstd)·scale + bias (PyTorch's order, as the CPU).
+// One block per row: y = (x·rstd − mean·rstd)·scale + bias (PyTorch's order, as the CPU); for rms
+// (rms_norm) y = (x·rstd)·scale.
 template <class T>
 __global__ void layerNormRows(const T* x, const T* scale, const T* bias, T* y, int64_t rows, int64_t cols,
-                              double epsilon) {
+                              double epsilon, bool rms) {
   CLEAVE_BLOCK_LOOP(r, rows) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     double mean, rstd;
-    rowMoments(xr, cols, epsilon, mean, rstd);
+    rowMoments(xr, cols, epsilon, rms, mean, rstd);
     const T a = static_cast<T>(rstd), c = static_cast<T>(-rstd * mean);
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-      const T normalised = (xr[i] * a + c) * scale[i];
+      const T normalised = rms ? (xr[i] * a) * scale[i] : (xr[i] * a + c) * scale[i];
       yr[i] = bias ? normalised + bias[i] : normalised;
     }
   }
 }
 
+// layer_norm and rms_norm.
 Status layerNormKernel(const KernelCall& call, CudaContext& context) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) {
     const Shape& shape = call.op.operands[0].shape;
@@ -343,7 +346,8 @@ Status layerNormKernel(const KernelCall& call, CudaContext& context) {
     if (cols == 0 || rows == 0) return Status::ok();
     const T* bias = call.op.operands.size() == 3 ? call.in<T>(2) : nullptr;
     layerNormRows<T><<<rowBlocks(rows), kBlockThreads, 0, context.compute()>>>(
-        call.in<T>(0), call.in<T>(1), bias, call.out<T>(0), rows, cols, call.op.getFloat("epsilon"));
+        call.in<T>(0), call.in<T>(1), bias, call.out<T>(0), rows, cols, call.op.getFloat("epsilon"),
+        call.op.def.id == OpId::rms_norm);
     return launchStatus(call);
   });
 }
@@ -452,6 +456,7 @@ void registerReductionKernels(CudaKernelTable& table) {
   set(OpId::softmax, softmaxKernel<false>);
   set(OpId::log_softmax, softmaxKernel<true>);
   set(OpId::layer_norm, layerNormKernel);
+  set(OpId::rms_norm, layerNormKernel);
   set(OpId::batch_norm, batchNormKernel);
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fused kernels end to end: the GPT and the convnet train fused (`cleave compile --fusion on`, the
 # default) with the unfused plans' losses within 1e-5, alone and partitioned (dp, tp, pp and a mix
-# against one unfused device), and with gradient clipping folded into SGD's and AdamW's updates
+# against one unfused device), a PyTorch Llama's RMSNorms as rms_norm ops, and with gradient clipping folded into SGD's and AdamW's updates
 # (alone, dp and ZeRO); inspect lists the fused nodes and the bytes they save; bad --fusion
 # values and bad fused bodies are errors naming what is wrong.
 # Usage: bash fusion.sh PATH_TO_cleave SOURCE_DIR
@@ -84,6 +84,31 @@ assert updates > 0 and count("fused") == updates + 1 and count("mul") == count("
 PY
 done
 optimizer=sgd:lr=0.05,momentum=0.9
+
+# A Llama exported by PyTorch: its decomposed RMSNorms become rms_norm ops (5 forward, 5 rms_norm_grad
+# backward, no reduce_mean left), alone and over tp, with the unfused plan's losses.
+llama=$source_dir/tests/fixtures/modern/llama_dynamo18/model.onnx
+for flags in "" "--tp 2"; do
+  label=${flags// /}
+  for fusion in off on; do
+    "$cleave" compile "$llama" --train --loss softmax_cross_entropy --optimizer sgd:lr=0.05 $flags --fusion $fusion \
+      -o "$tmp/llama$label-$fusion.cplan" >/dev/null || fail "compile llama $flags --fusion $fusion"
+    "$cleave" run "$tmp/llama$label-$fusion.cplan" --data synthetic --steps 6 --progress never \
+      --metrics "$tmp/llama$label-$fusion.jsonl" --trace "$tmp/llama$label-$fusion.json" >/dev/null ||
+      fail "run llama $flags --fusion $fusion"
+  done
+  same_losses "llama$label" off "$tmp/llama$label-on.jsonl"
+  $python - "$tmp/llama$label-on.json" <<'PY' || fail "llama $flags: the fused plan does not run its RMSNorms as rms_norm"
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+steps = [e for e in events if e.get("ph") == "X" and "step" in e.get("args", {})]
+first = min(e["args"]["step"] for e in steps)
+ops = [e["name"] for e in steps if e["args"]["step"] == first and e["pid"] == 0]  # rank 0's
+counts = {op: ops.count(op) for op in ("rms_norm", "rms_norm_grad", "reduce_mean", "pow", "sqrt")}
+assert counts == {"rms_norm": 5, "rms_norm_grad": 5, "reduce_mean": 0, "pow": 0, "sqrt": 0}, counts
+PY
+done
 
 # 2. inspect lists the fused nodes (text and JSON) and what they save; unfused plans have none.
 "$cleave" inspect "$tmp/gpt-fused.cplan" >"$tmp/inspect.txt"

@@ -55,6 +55,12 @@ CaseList gradientCases() {
                                                         b.uniform(dtype, {6})},
           {{"epsilon", 1e-2}});
 
+    b.add(OpId::rms_norm_grad, dt + " axis -1", {dy, x, b.uniform(dtype, {33})}).device_tolerance = layer_norm_device;
+    b.add(OpId::rms_norm_grad, dt + " axis 1", {dy, x, b.uniform(dtype, {4, 33})}, {{"axis", int64_t{1}}})
+        .device_tolerance = layer_norm_device;
+    b.add(OpId::rms_norm_grad, dt + " epsilon 1e-2, many rows",
+          {b.uniform(dtype, {70, 6}), b.uniform(dtype, {70, 6}, -2, 2), b.uniform(dtype, {6})}, {{"epsilon", 1e-2}});
+
     // Convolution gradients: dy of the forward result's shape.
     struct Conv {
       Shape x, w;

@@ -1,5 +1,5 @@
 // Harness cases of the reduction family (ir/ops/reduction.cpp): reduce_sum/mean/max over any axes
-// (negative, all, none left), softmax and log_softmax along any axis, layer_norm and batch_norm.
+// (negative, all, none left), softmax and log_softmax along any axis, layer_norm, rms_norm and batch_norm.
 #include <cmath>
 #include <limits>
 
@@ -75,6 +75,12 @@ CaseList reductionCases() {
     b.add(OpId::layer_norm, dt + " [3,4,6] axis -2",
           {b.uniform(dtype, {3, 4, 6}, -3, 3), b.uniform(dtype, {4, 6}), b.uniform(dtype, {4, 6})},
           {{"axis", int64_t{-2}}, {"epsilon", 1e-3}});
+    b.add(OpId::rms_norm, dt + " [6,33] axis -1", {b.uniform(dtype, {6, 33}), b.uniform(dtype, {33})});
+    b.add(OpId::rms_norm, dt + " [2,3,8] axis 1", {b.uniform(dtype, {2, 3, 8}), b.uniform(dtype, {3, 8})},
+          {{"axis", int64_t{1}}, {"epsilon", 1e-3}});
+    b.add(OpId::rms_norm, dt + " [70,40] many rows, epsilon 1e-5", {b.uniform(dtype, {70, 40}, -3, 3), b.uniform(dtype, {40})},
+          {{"epsilon", 1e-5}});
+    b.addWithoutGradient(OpId::rms_norm, dt + " no rows", {b.uniform(dtype, {0, 5}), b.uniform(dtype, {5})}, {}, "no elements");
     // Inference batch_norm treats mean and var as constants: its gradient covers x, scale and bias.
     b.add(OpId::batch_norm, dt + " [2,3,4,5]",
           {b.uniform(dtype, {2, 3, 4, 5}, -2, 2), b.uniform(dtype, {3}), b.uniform(dtype, {3}), b.uniform(dtype, {3}),
