@@ -576,6 +576,7 @@ void addReductionOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::softmax).reference = softmaxReference<false>;
   appendedDef(table, OpId::softmax).fusable_along_last_axis = true;
   appendedDef(table, OpId::layer_norm).fusable_along_last_axis = true;
+  appendedDef(table, OpId::rms_norm).fusable_along_last_axis = true;
   appendedDef(table, OpId::log_softmax).reference = softmaxReference<true>;
   appendedDef(table, OpId::layer_norm).reference = layerNormReference;
   appendedDef(table, OpId::rms_norm).reference = rmsNormReference;

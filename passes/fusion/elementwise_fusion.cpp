@@ -58,7 +58,7 @@ class ElementwiseFusion {
         group_of_[i] = target;
         continue;
       }
-      // A softmax or a layer norm alone keeps its own kernel; a layer_norm_grad alone becomes a fused
+      // A softmax or a layer or RMS norm alone keeps its own kernel; a layer_norm_grad alone becomes a fused
       // node (its generated code beats the generic kernel; see isRowGradient).
       if (ends_chain && !isRowGradient(i)) continue;
       const Value& result = graph_.values[graph_.nodes[i].results[0]];
@@ -127,7 +127,7 @@ class ElementwiseFusion {
     const OpDef& def = opDef(node.op);
     if (node.results.size() != (isRowGradient(i) ? 3 : 1)) return false;
     const TensorType& result = graph_.values[node.results[0]].type;
-    if (def.fusable_along_last_axis) {  // softmax or layer norm (or its gradient) along the last axis, in f32, ending a chain
+    if (def.fusable_along_last_axis) {  // softmax, layer or RMS norm (or layer_norm_grad) along the last axis, in f32, ending a chain
       auto axis = node.attrs.find("axis");
       const int64_t a = axis == node.attrs.end() ? std::get<int64_t>(def.findAttr("axis")->default_value)
                                                  : std::get<int64_t>(axis->second);

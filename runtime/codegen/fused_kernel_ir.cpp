@@ -534,25 +534,46 @@ std::pair<Value*, Value*> emitRowMoments(llvm::IRBuilder<>& b, Value* x, int64_t
   return {mean, b.CreateFDiv(llvm::ConstantFP::get(f64, 1.0), sqrt)};
 }
 
+// 1 / sqrt(mean(x²) + epsilon) of row x, in double, as rowRmsReciprocal of
+// runtime/cpu/cpu_kernel_support.h computes it (rms_norm).
+Value* emitRowRmsReciprocal(llvm::IRBuilder<>& b, Value* x, int64_t columns, const RowLanes& lanes,
+                            llvm::AllocaInst* sum_slot, double epsilon, Status& status) {
+  llvm::Type* f64 = b.getDoubleTy();
+  Value* squares = emitRowSum(b, x, columns, lanes, sum_slot, "squares", [&](Value* v) { return b.CreateFMul(v, v); }, status);
+  Value* mean = b.CreateFAdd(b.CreateFDiv(squares, llvm::ConstantFP::get(f64, static_cast<double>(columns))),
+                             llvm::ConstantFP::get(f64, epsilon));
+  Value* sqrt = b.CreateCall(llvm::Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), llvm::Intrinsic::sqrt, {f64}),
+                             {mean});
+  return b.CreateFDiv(llvm::ConstantFP::get(f64, 1.0), sqrt);
+}
+
 // A layer norm's row y (holding its input), as the layer_norm kernel computes it: the mean and the
 // sum of squared deviations in double, rstd = 1 / sqrt(squares / n + epsilon), then
-// y = (y·rstd + (−rstd·mean))·scale + bias in f32.
+// y = (y·rstd + (−rstd·mean))·scale + bias in f32. An RMS norm's as the rms_norm kernel does:
+// rstd = 1 / sqrt(mean(y²) + epsilon) in double, then y = (y·rstd)·scale in f32.
 void emitLayerNormTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std::vector<Value*>& operand_pointers,
                        Value* y, const RowLanes& lanes, llvm::AllocaInst* sum_slot, Status& status) {
   const FusedStep& step = spec.body.steps.back();
   llvm::Type* f32 = b.getFloatTy();
   const int64_t columns = spec.dims.back();
-  const double epsilon = std::get<double>(attributeOf(OpId::layer_norm, step.attrs, "epsilon"));
-  const auto [mean, rstd] = emitRowMoments(b, y, columns, lanes, sum_slot, epsilon, status);
-  Value* a = b.CreateFPTrunc(rstd, f32);
-  Value* shift = b.CreateFPTrunc(b.CreateFNeg(b.CreateFMul(rstd, mean)), f32);
+  const double epsilon = std::get<double>(attributeOf(step.op, step.attrs, "epsilon"));
+  Value* a = nullptr;
+  Value* shift = nullptr;  // none for an RMS norm
+  if (step.op == OpId::rms_norm) {
+    a = b.CreateFPTrunc(emitRowRmsReciprocal(b, y, columns, lanes, sum_slot, epsilon, status), f32);
+  } else {
+    const auto [mean, rstd] = emitRowMoments(b, y, columns, lanes, sum_slot, epsilon, status);
+    a = b.CreateFPTrunc(rstd, f32);
+    shift = b.CreateFPTrunc(b.CreateFNeg(b.CreateFMul(rstd, mean)), f32);
+  }
   // The scale and the bias: operands of f32[columns] (fused_body.cpp checks), read at column c.
   const FusedArg* scale = &step.args[1];
   const FusedArg* bias = step.args.size() > 2 ? &step.args[2] : nullptr;
   emitLoop(b, lanes.first_column, b.getInt64(columns), lanes.column_step, "normalise", [&](Value* c) -> Status {
     Value* at = b.CreateInBoundsGEP(f32, y, c);
-    Value* v = b.CreateFMul(b.CreateFAdd(b.CreateFMul(b.CreateLoad(f32, at), a), shift),
-                            b.CreateLoad(f32, b.CreateInBoundsGEP(f32, operand_pointers[scale->index], c)));
+    Value* normalised = b.CreateFMul(b.CreateLoad(f32, at), a);
+    if (shift) normalised = b.CreateFAdd(normalised, shift);
+    Value* v = b.CreateFMul(normalised, b.CreateLoad(f32, b.CreateInBoundsGEP(f32, operand_pointers[scale->index], c)));
     if (bias) v = b.CreateFAdd(v, b.CreateLoad(f32, b.CreateInBoundsGEP(f32, operand_pointers[bias->index], c)));
     b.CreateStore(v, at);
     return Status::ok();
@@ -620,7 +641,7 @@ void emitLayerNormGradTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, co
 
 // The result of the last-axis step, whose row at `row_start` holds its input. A softmax: the row's
 // maximum, e^(x - max) and their sum in double, then the products by 1/sum, as the softmax kernel;
-// a layer norm: emitLayerNormTail.
+// a layer norm or an RMS norm: emitLayerNormTail.
 void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKernelSpec& spec,
                  const std::vector<Value*>& operand_pointers, const std::vector<Value*>& result_pointers,
                  Value* row_start, const RowLanes& lanes, llvm::AllocaInst* max_slot, llvm::AllocaInst* sum_slot,
@@ -633,7 +654,7 @@ void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKerne
     emitLayerNormGradTail(b, spec, operand_pointers, result_pointers, y, row_start, lanes, sum_slot, status);
     return;
   }
-  if (spec.body.steps[spec.row_step].op == OpId::layer_norm) {
+  if (spec.body.steps[spec.row_step].op == OpId::layer_norm || spec.body.steps[spec.row_step].op == OpId::rms_norm) {
     emitLayerNormTail(b, spec, operand_pointers, y, lanes, sum_slot, status);
     return;
   }

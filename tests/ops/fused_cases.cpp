@@ -82,6 +82,12 @@ CaseList fusedCases() {
   b.addWithoutGradient(OpId::fused, "bias, layer norm without bias, wide rows",
                        {b.uniform(f32, {5, 300}, -3, 3), b.uniform(f32, {300}), b.uniform(f32, {300})},
                        body("t0 = add(x0, x1); t1 = layer_norm(t0, x2)[epsilon=0.01]; return t1"), no_gradient);
+  // A residual add ending in an RMS norm (Llama's pre-norm): the sum returned too; alone; wide rows.
+  b.addWithoutGradient(OpId::fused, "residual add, rms norm",
+                       {b.uniform(f32, {4, 3, 37}), b.uniform(f32, {4, 3, 37}, -2, 2), b.uniform(f32, {37}, 0.5, 1.5)},
+                       body("t0 = add(x0, x1); t1 = rms_norm(t0, x2)[epsilon=1e-06]; return t0, t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "rms norm alone, wide rows", {b.uniform(f32, {5, 300}, -3, 3), b.uniform(f32, {300})},
+                       body("t0 = rms_norm(x0, x1)[epsilon=0.01]; return t0"), no_gradient);
   // Column sums (bias gradients): over two leading dims; two sums over 70 rows (14 blocks of 5 on
   // the CPU); a NaN in one column; no rows (sums of zero).
   b.addWithoutGradient(OpId::fused, "gelu_grad and its column sum",

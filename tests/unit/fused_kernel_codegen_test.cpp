@@ -105,6 +105,8 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
       FusedNode({{DType::kF32, {16, 300}}, {DType::kF32, {16, 300}}, {DType::kF32, {300}}, {DType::kF32, {300}}},
                 "t0 = add(x0, x1); t1 = layer_norm(t0, x2, x3)[epsilon=1e-05]; return t0, t1"),
       FusedNode({kRows, kRows}, "t0 = gelu_grad(x0, x1); t1 = reduce_sum(t0)[axes=[0], keepdims=0]; return t0, t1"),
+      FusedNode({{DType::kF32, {16, 300}}, {DType::kF32, {16, 300}}, {DType::kF32, {300}}},
+                "t0 = add(x0, x1); t1 = rms_norm(t0, x2)[epsilon=1e-06]; return t0, t1"),
   };
   std::vector<std::string> files;
   for (size_t n = 0; n < nodes.size(); ++n) files.push_back(ptxFile(nodes[n], "fused_" + std::to_string(n)));
@@ -117,6 +119,10 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
   ASSERT_TRUE(layer_norm) << layer_norm.status().message();
   EXPECT_NE(layer_norm->find("shfl.sync.bfly.b32"), std::string::npos);
   EXPECT_NE(layer_norm->find("sqrt.rn.f64"), std::string::npos);
+  auto rms_norm = fusedKernelPtx(nodes[6].context(), "cleave_fused");
+  ASSERT_TRUE(rms_norm) << rms_norm.status().message();
+  EXPECT_NE(rms_norm->find("shfl.sync.bfly.b32"), std::string::npos);
+  EXPECT_NE(rms_norm->find("sqrt.rn.f64"), std::string::npos);
   auto elementwise = fusedKernelPtx(nodes[0].context(), "cleave_fused");
   ASSERT_TRUE(elementwise) << elementwise.status().message();
   EXPECT_EQ(elementwise->find("shfl.sync"), std::string::npos);
