@@ -85,6 +85,19 @@ class GraphBuilder {
     return op(OpId::add, {product, bias}, result_name);
   }
 
+  // Llama's RMSNorm over the last dimension with weight `prefix.weight` (ones), decomposed as
+  // PyTorch's ONNX exports write it (GptSpec::rms_norm).
+  ValueId rmsNorm(const std::string& prefix, ValueId x, int64_t width) {
+    ValueId weight = param(prefix + ".weight", {width}, onesInit());
+    ValueId squares = op(OpId::pow, {x, scalar(prefix + ".two", 2.0f)}, prefix + ".pow");
+    ValueId mean = op(OpId::reduce_mean, {squares}, prefix + ".mean", {{"axes", std::vector<int64_t>{-1}}});
+    ValueId padded = op(OpId::add, {mean, scalar(prefix + ".eps", 1e-6f)}, prefix + ".add");
+    ValueId root = op(OpId::sqrt, {padded}, prefix + ".sqrt");
+    ValueId reciprocal = op(OpId::div, {scalar(prefix + ".one", 1.0f), root}, prefix + ".rsqrt");
+    ValueId normalized = op(OpId::mul, {x, reciprocal}, prefix + ".normalized");
+    return op(OpId::mul, {weight, normalized}, prefix + ".out");
+  }
+
   // Layer norm over the last dimension with scale `prefix.weight` (ones) and `prefix.bias` (zeros).
   ValueId layerNorm(const std::string& prefix, ValueId x, int64_t width) {
     ValueId scale = param(prefix + ".weight", {width}, onesInit());
@@ -157,6 +170,11 @@ Status checkGptSpec(const GptSpec& s) {
   return Status::ok();
 }
 
+// The spec's norm of x: a layer norm, or Llama's RMSNorm (GptSpec::rms_norm).
+ValueId norm(GraphBuilder& b, const std::string& prefix, ValueId x, const GptSpec& s) {
+  return s.rms_norm ? b.rmsNorm(prefix, x, s.hidden) : b.layerNorm(prefix, x, s.hidden);
+}
+
 // One pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(.)). Returns the block output.
 ValueId gptBlock(GraphBuilder& b, const GptSpec& s, int64_t ffn, int64_t layer, ValueId x, ValueId scale,
                  ValueId causal_mask) {
@@ -166,7 +184,7 @@ ValueId gptBlock(GraphBuilder& b, const GptSpec& s, int64_t ffn, int64_t layer, 
 
   // 1. Attention: q, k and v projections (separate weights, so tensor parallelism splits them by
   //    heads), then [B,S,H] -> [B,S,A,D] -> [B,A,S,D] each.
-  ValueId normed = b.layerNorm(p + "ln1", x, s.hidden);
+  ValueId normed = norm(b, p + "ln1", x, s);
   std::vector<ValueId> heads;
   const char* head_names[] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
@@ -189,7 +207,7 @@ ValueId gptBlock(GraphBuilder& b, const GptSpec& s, int64_t ffn, int64_t layer, 
   ValueId projected = b.linear(p + "attn.proj", flat, s.hidden, s.hidden, p + "attn.proj.out");
   ValueId attended = b.op(OpId::add, {x, projected}, p + "attn.residual");
   // 4. MLP: fc1 -> gelu -> fc2, add the residual.
-  ValueId normed2 = b.layerNorm(p + "ln2", attended, s.hidden);
+  ValueId normed2 = norm(b, p + "ln2", attended, s);
   ValueId fc1 = b.linear(p + "mlp.fc1", normed2, s.hidden, ffn, p + "mlp.fc1.out");
   ValueId activated = b.op(OpId::gelu, {fc1}, p + "mlp.gelu");
   ValueId fc2 = b.linear(p + "mlp.fc2", activated, ffn, s.hidden, p + "mlp.fc2.out");
@@ -222,7 +240,7 @@ Expected<Graph> generateGpt(const GptSpec& s) {
 
   // 3. The blocks, the final layer norm and the vocabulary head (no bias).
   for (int64_t layer = 0; layer < s.layers; ++layer) x = gptBlock(b, s, ffn, layer, x, scale, causal_mask);
-  ValueId normed = b.layerNorm("ln_f", x, s.hidden);
+  ValueId normed = norm(b, "ln_f", x, s);
   ValueId logits = b.linear("lm_head", normed, s.hidden, s.vocab, "logits", /*with_bias=*/false);
   return b.finish({logits});
 }

@@ -35,6 +35,9 @@ struct GptSpec {
   int64_t batch = 8;
   int64_t ffn = 0;      // MLP width; 0 means 4 * hidden
   int64_t seed = 0;     // base seed for the parameter initializers
+  // Llama's RMSNorm instead of layer norm (weight ones, no bias), written as PyTorch exports it:
+  // pow(x, 2), reduce_mean over the last dim, add 1e-6, sqrt, div(1, .), mul by x, mul by the weight.
+  bool rms_norm = false;
 };
 
 // Sizes of a multilayer perceptron with relu between layers (default 784-512-512-10).

@@ -252,7 +252,9 @@ const Shape& fusedIterationShape(const FusedBody& body, std::span<const TensorTy
   return step_types[body.returned[0]].shape;
 }
 
-bool isPerColumn(const FusedStep& step) { return isColumnSum(step) || (step.op == OpId::layer_norm_grad && step.result > 0); }
+bool isRowGradientOp(OpId op) { return op == OpId::layer_norm_grad || op == OpId::rms_norm_grad; }
+
+bool isPerColumn(const FusedStep& step) { return isColumnSum(step) || (isRowGradientOp(step.op) && step.result > 0); }
 
 bool isLoneColumnSum(const FusedBody& body) {
   return body.steps.size() == 1 && isColumnSum(body.steps[0]) && body.steps[0].args.size() == 1 &&
@@ -367,10 +369,10 @@ Expected<std::vector<TensorType>> inferFusedStepTypes(const FusedBody& body, std
                                 "; in a fused body only along the last");
       if (result.dtype != DType::kF32 || step.args.empty() || step.args[0].kind == FusedArg::Kind::kLiteral)
         return Status::badInput(stepName(i) + ": " + std::string(def.name) + " in a fused body takes an f32 tensor");
-      // Its further arguments are operands of the node: layer_norm_grad's x of the result's type,
+      // Its further arguments are operands of the node: a row gradient's x of the result's type,
       // then per-column ones (a layer norm's scale and bias) shaped as the last dim.
       for (size_t a = 1; a < step.args.size(); ++a) {
-        const bool whole_row = step.op == OpId::layer_norm_grad && a == 1;
+        const bool whole_row = isRowGradientOp(step.op) && a == 1;
         const TensorType expected = whole_row ? result : TensorType{DType::kF32, {result.shape.back()}};
         if (step.args[a].kind != FusedArg::Kind::kOperand || arg_types[a] != expected)
           return Status::badInput(stepName(i) + ": " + std::string(def.name) + "'s argument " + std::to_string(a) +

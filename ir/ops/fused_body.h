@@ -88,7 +88,10 @@ bool isTotalSum(const FusedStep& step);
 // inferFusedStepTypes accepted, with its `step_types`.
 const Shape& fusedIterationShape(const FusedBody& body, std::span<const TensorType> step_types,
                                  std::span<const TensorType> operand_types);
-// A step holding one value per column: a column sum, or layer_norm_grad's dscale or dbias (sums
+// The gradient of a row norm: layer_norm_grad (dx, dscale, dbias) or rms_norm_grad (dx, dscale).
+// It ends a body along the last axis; its results after dx hold one value per column.
+bool isRowGradientOp(OpId op);
+// A step holding one value per column: a column sum, or a row gradient's dscale or dbias (sums
 // over the rows the kernel adds up the same way). Every such step is returned.
 bool isPerColumn(const FusedStep& step);
 

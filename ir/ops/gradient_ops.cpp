@@ -660,6 +660,7 @@ void addGradientOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::rms_norm_grad, "rms_norm_grad", "gradients of rms_norm: dx, dscale", 3, 3,
                         {optionalInt("axis", -1), optionalFloat("epsilon", 1e-6)}, checkedShapeRule<rmsNormGradShape>,
                         checkedCostRule<layerNormGradCost>, checkedShardingRule<rmsNormGradSharding>});
+  appendedDef(table, OpId::rms_norm_grad).fusable_along_last_axis = true;
   table.push_back(OpDef{OpId::conv2d_grad_input, "conv2d_grad_input", "gradient of conv2d with respect to its input",
                         2, 2, convAttrs("input_shape"), checkedShapeRule<convGradInputShape>, checkedCostRule<convGradCost>, checkedShardingRule<convGradInputSharding>});
   table.push_back(OpDef{OpId::conv2d_grad_weight, "conv2d_grad_weight",

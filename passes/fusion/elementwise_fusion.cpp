@@ -58,8 +58,8 @@ class ElementwiseFusion {
         group_of_[i] = target;
         continue;
       }
-      // A softmax or a layer or RMS norm alone keeps its own kernel; a layer_norm_grad alone becomes a fused
-      // node (its generated code beats the generic kernel; see isRowGradient).
+      // A softmax or a layer or RMS norm alone keeps its own kernel; a row gradient alone becomes a
+      // fused node (its generated code beats the generic kernel; see isRowGradient).
       if (ends_chain && !isRowGradient(i)) continue;
       const Value& result = graph_.values[graph_.nodes[i].results[0]];
       group_of_[i] = static_cast<int>(groups_.size());
@@ -119,21 +119,21 @@ class ElementwiseFusion {
            graph_.values[v].type.dtype == graph_.values[node.results[0]].type.dtype;
   }
 
-  // A layer_norm_grad (a row step with per-column results dscale and dbias).
-  bool isRowGradient(int32_t i) const { return graph_.nodes[i].op == OpId::layer_norm_grad; }
+  // A layer_norm_grad or rms_norm_grad (a row step with per-column results: dscale, and dbias).
+  bool isRowGradient(int32_t i) const { return isRowGradientOp(graph_.nodes[i].op); }
 
   bool isCandidate(int32_t i) const {
     const Node& node = graph_.nodes[i];
     const OpDef& def = opDef(node.op);
-    if (node.results.size() != (isRowGradient(i) ? 3 : 1)) return false;
+    if (!isRowGradient(i) && node.results.size() != 1) return false;
     const TensorType& result = graph_.values[node.results[0]].type;
-    if (def.fusable_along_last_axis) {  // softmax, layer or RMS norm (or layer_norm_grad) along the last axis, in f32, ending a chain
+    if (def.fusable_along_last_axis) {  // softmax, a layer or RMS norm or its gradient along the last axis, in f32, ending a chain
       auto axis = node.attrs.find("axis");
       const int64_t a = axis == node.attrs.end() ? std::get<int64_t>(def.findAttr("axis")->default_value)
                                                  : std::get<int64_t>(axis->second);
       if (result.dtype != DType::kF32 || result.rank() == 0 || (a != -1 && a != result.rank() - 1)) return false;
       // The chain comes in as the first operand; the others (scale, bias) hold a value per column,
-      // but layer_norm_grad's x, a row as the chain's.
+      // but a row gradient's x, a row as the chain's.
       const TensorType per_column{DType::kF32, {result.shape.back()}};
       for (size_t k = 1; k < node.operands.size(); ++k)
         if (graph_.values[node.operands[k]].type != (isRowGradient(i) && k == 1 ? result : per_column)) return false;
@@ -298,7 +298,7 @@ class ElementwiseFusion {
         }
       }
       step_of[member] = static_cast<int>(body.steps.size());
-      for (size_t k = 0; k < node.results.size(); ++k) {  // a step per result (layer_norm_grad's three)
+      for (size_t k = 0; k < node.results.size(); ++k) {  // a step per result (a row gradient's two or three)
         body.steps.push_back(step);
         body.steps.back().result = static_cast<int>(k);
       }
@@ -306,7 +306,7 @@ class ElementwiseFusion {
     std::vector<ValueId> results;
     for (int32_t member : group.members) {
       const std::vector<ValueId>& member_results = graph_.nodes[member].results;
-      if (member_results.size() > 1) {  // layer_norm_grad: every result, as the body returns per-column steps
+      if (member_results.size() > 1) {  // a row gradient: every result, as the body returns per-column steps
         for (size_t k = 0; k < member_results.size(); ++k) {
           body.returned.push_back(step_of[member] + static_cast<int>(k));
           results.push_back(member_results[k]);

@@ -535,7 +535,7 @@ std::pair<Value*, Value*> emitRowMoments(llvm::IRBuilder<>& b, Value* x, int64_t
 }
 
 // 1 / sqrt(mean(x²) + epsilon) of row x, in double, as rowRmsReciprocal of
-// runtime/cpu/cpu_kernel_support.h computes it (rms_norm).
+// runtime/cpu/cpu_kernel_support.h computes it (rms_norm and rms_norm_grad).
 Value* emitRowRmsReciprocal(llvm::IRBuilder<>& b, Value* x, int64_t columns, const RowLanes& lanes,
                             llvm::AllocaInst* sum_slot, double epsilon, Status& status) {
   llvm::Type* f64 = b.getDoubleTy();
@@ -584,6 +584,7 @@ void emitLayerNormTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const 
 // it (runtime/cpu/cpu_kernels_gradient.cpp): with x̂ = (x − mean)·rstd and g = dy·scale in f32,
 //   dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), row sums in double;
 // and dy·x̂ and dy added into the row block's doubles of dscale and dbias (host only).
+// rms_norm_grad's as rmsNormGradKernel: x̂ = x·rstd, dx = rstd·(g − x̂·mean(g·x̂)), dscale only.
 void emitLayerNormGradTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, const std::vector<Value*>& operand_pointers,
                            const std::vector<Value*>& result_pointers, Value* y, Value* row_start, const RowLanes& lanes,
                            llvm::AllocaInst* sum_slot, Status& status) {
@@ -594,15 +595,22 @@ void emitLayerNormGradTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, co
   // x has the result's type (fused_body.cpp checks): its row starts where the result's does.
   Value* x = b.CreateInBoundsGEP(f32, operand_pointers[step.args[1].index], row_start);
   Value* scale = operand_pointers[step.args[2].index];
+  const bool rms = step.op == OpId::rms_norm_grad;  // no mean, no dbias, no mean(g) term
   Value* partial[2] = {nullptr, nullptr};  // dscale's and dbias's doubles
   for (size_t r = 0; r < spec.results.size(); ++r)
     if (const size_t s = static_cast<size_t>(spec.body.returned[r]); s > spec.row_step) partial[s - spec.row_step - 1] = result_pointers[r];
-  const double epsilon = std::get<double>(attributeOf(OpId::layer_norm_grad, step.attrs, "epsilon"));
-  const auto [mean, rstd] = emitRowMoments(b, x, columns, lanes, sum_slot, epsilon, status);
-  Value* mean_f = b.CreateFPTrunc(mean, f32);
-  Value* rstd_f = b.CreateFPTrunc(rstd, f32);
+  const double epsilon = std::get<double>(attributeOf(step.op, step.attrs, "epsilon"));
+  Value* mean_f = nullptr;
+  Value* rstd_f = nullptr;
+  if (rms) {
+    rstd_f = b.CreateFPTrunc(emitRowRmsReciprocal(b, x, columns, lanes, sum_slot, epsilon, status), f32);
+  } else {
+    const auto [mean, rstd] = emitRowMoments(b, x, columns, lanes, sum_slot, epsilon, status);
+    mean_f = b.CreateFPTrunc(mean, f32);
+    rstd_f = b.CreateFPTrunc(rstd, f32);
+  }
   auto load = [&](Value* row, Value* c) { return b.CreateLoad(f32, b.CreateInBoundsGEP(f32, row, c)); };
-  auto xhat = [&](Value* c) { return b.CreateFMul(b.CreateFSub(load(x, c), mean_f), rstd_f); };
+  auto xhat = [&](Value* c) { return b.CreateFMul(rms ? load(x, c) : b.CreateFSub(load(x, c), mean_f), rstd_f); };
   auto g = [&](Value* c) { return b.CreateFMul(load(y, c), load(scale, c)); };
   // One pass for dscale's and dbias's terms and the row sums of g and g·x̂, each sum as its own pass
   // would make it (three passes: 77 us for [512,256] at 1 thread, one: 65-69; kernels_bench
@@ -616,7 +624,7 @@ void emitLayerNormGradTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, co
     Value* dy = load(y, c);
     Value* x_hat = xhat(c);
     Value* terms[2] = {b.CreateFMul(dy, x_hat), dy};
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < (rms ? 1 : 2); ++k) {
       Value* slot = b.CreateInBoundsGEP(f64, partial[k], c);
       b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, slot), b.CreateFPExt(terms[k], f64)), slot);
     }
@@ -625,15 +633,16 @@ void emitLayerNormGradTail(llvm::IRBuilder<>& b, const FusedKernelSpec& spec, co
     llvm::FastMathFlags reassociate;
     reassociate.setAllowReassoc();
     b.setFastMathFlags(reassociate);
-    b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, sum_slot), b.CreateFPExt(g_c, f64)), sum_slot);
+    if (!rms) b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, sum_slot), b.CreateFPExt(g_c, f64)), sum_slot);
     b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, gx_slot), b.CreateFPExt(b.CreateFMul(g_c, x_hat), f64)), gx_slot);
     return Status::ok();
   }, status, lanes.column_loops);
   Value* count = llvm::ConstantFP::get(f64, static_cast<double>(columns));
-  Value* g_mean = b.CreateFPTrunc(b.CreateFDiv(lanes.combine_sum(b.CreateLoad(f64, sum_slot)), count), f32);
+  Value* g_mean = rms ? nullptr : b.CreateFPTrunc(b.CreateFDiv(lanes.combine_sum(b.CreateLoad(f64, sum_slot)), count), f32);
   Value* gx_mean = b.CreateFPTrunc(b.CreateFDiv(lanes.combine_sum(b.CreateLoad(f64, gx_slot)), count), f32);
   emitLoop(b, lanes.first_column, b.getInt64(columns), lanes.column_step, "dx", [&](Value* c) -> Status {
-    Value* dx = b.CreateFMul(rstd_f, b.CreateFSub(b.CreateFSub(g(c), g_mean), b.CreateFMul(xhat(c), gx_mean)));
+    Value* centred = rms ? g(c) : b.CreateFSub(g(c), g_mean);
+    Value* dx = b.CreateFMul(rstd_f, b.CreateFSub(centred, b.CreateFMul(xhat(c), gx_mean)));
     b.CreateStore(dx, b.CreateInBoundsGEP(f32, y, c));
     return Status::ok();
   }, status, lanes.column_loops);
@@ -650,7 +659,7 @@ void emitRowTail(llvm::IRBuilder<>& b, ElementEmitter& emitter, const FusedKerne
   while (static_cast<size_t>(spec.body.returned[r]) != spec.row_step) ++r;
   llvm::Type* f32 = b.getFloatTy();
   Value* y = b.CreateInBoundsGEP(f32, result_pointers[r], row_start);
-  if (spec.body.steps[spec.row_step].op == OpId::layer_norm_grad) {
+  if (isRowGradientOp(spec.body.steps[spec.row_step].op)) {
     emitLayerNormGradTail(b, spec, operand_pointers, result_pointers, y, row_start, lanes, sum_slot, status);
     return;
   }
@@ -794,8 +803,9 @@ Status buildHostKernel(const FusedKernelSpec& spec, const std::string& name, llv
 // The GPU kernel: one result element per thread and iteration of a grid-stride loop; along the
 // last axis, one row per warp (kWarpLanes threads: coalesced loads, shuffled reductions).
 Status buildNvptxKernel(const FusedKernelSpec& spec, const std::string& name, llvm::Module& module) {
-  if (spec.along_last_axis && spec.body.steps[spec.row_step].op == OpId::layer_norm_grad)
-    return Status::badInput("fused kernel " + name + ": layer_norm_grad has no GPU code yet");
+  if (spec.along_last_axis && isRowGradientOp(spec.body.steps[spec.row_step].op))
+    return Status::badInput("fused kernel " + name + ": " + std::string(opName(spec.body.steps[spec.row_step].op)) +
+                            " has no GPU code yet");
   if (spec.summed_operand >= 0)
     return Status::badInput("fused kernel " + name + ": a lone column sum has no GPU code (the reduce_sum kernel runs it)");
   if (spec.total_summed_step >= 0)

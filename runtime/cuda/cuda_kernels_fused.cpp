@@ -54,9 +54,10 @@ Expected<LoadedKernel> loadedKernel(const KernelCall& call) {
 
 Status fusedKernel(const KernelCall& call, CudaContext& context);
 
-// A body ending in layer_norm_grad, which has no GPU code yet: the steps before it as a fused node
-// of their own (returning what the node returns of them, and layer_norm_grad's dy, into a
-// stream-ordered temporary where the node does not return it), then the layer_norm_grad kernel.
+// A body ending in a row gradient (layer_norm_grad, rms_norm_grad), which has no GPU code yet: the
+// steps before it as a fused node of their own (returning what the node returns of them, and the
+// gradient's dy, into a stream-ordered temporary where the node does not return it), then the
+// gradient op's kernel.
 // Correct, not faster than unfused.
 Status rowGradientStepwise(const KernelCall& call, CudaContext& context, const FusedBody& body) {
   size_t row_step = body.steps.size() - 1;
@@ -85,7 +86,7 @@ Status rowGradientStepwise(const KernelCall& call, CudaContext& context, const F
       dy = call.outputs[r];
     } else {
       CLEAVE_TRY(cudaStatus(cudaMallocAsync(&temporary, static_cast<size_t>(row_type.bytes()) + 1, context.compute()),
-                            "fused: a temporary for layer_norm_grad's dy"));
+                            "fused: a temporary for a row gradient's dy"));
       dy = temporary;
       chain.returned.push_back(dy_step);
       chain_results.push_back(row_type);
@@ -104,15 +105,15 @@ Status rowGradientStepwise(const KernelCall& call, CudaContext& context, const F
                                          call.op.operands[gradient.args[2].index]};
   std::vector<TensorType> results;
   std::vector<void*> outputs;
-  for (size_t k = 0; k < 3; ++k) {
-    const size_t r = resultOf(static_cast<int>(row_step + k));
+  for (size_t k = row_step; k < body.steps.size(); ++k) {  // dx, dscale[, dbias]
+    const size_t r = resultOf(static_cast<int>(k));
     results.push_back(call.op.results[r]);
     outputs.push_back(call.outputs[r]);
   }
   const void* inputs[] = {dy, call.inputs[gradient.args[1].index], call.inputs[gradient.args[2].index]};
-  const KernelCall gradient_call{OpContext{opDef(OpId::layer_norm_grad), operands, results, gradient.attrs}, inputs,
+  const KernelCall gradient_call{OpContext{opDef(gradient.op), operands, results, gradient.attrs}, inputs,
                                  outputs, call.threads};
-  Status status = findCudaKernel(OpId::layer_norm_grad)(gradient_call, context);
+  Status status = findCudaKernel(gradient.op)(gradient_call, context);
   // Freed in stream order: after the kernels above have run.
   if (temporary) (void)cudaFreeAsync(temporary, context.compute());
   return status;
@@ -160,7 +161,8 @@ Status totalSumStepwise(const KernelCall& call, CudaContext& context, const Fuse
 }
 
 Status fusedKernel(const KernelCall& call, CudaContext& context) {
-  if (call.op.getString("body").find("layer_norm_grad(") != std::string::npos) {  // the last statement (fused_body.h)
+  if (const std::string& text = call.op.getString("body");  // the last statement (fused_body.h)
+      text.find("layer_norm_grad(") != std::string::npos || text.find("rms_norm_grad(") != std::string::npos) {
     auto body = parseFusedBody(call.op.getString("body"));
     if (!body) return body.status().withContext("fused: ");
     return rowGradientStepwise(call, context, *body);

@@ -88,6 +88,17 @@ CaseList fusedCases() {
                        body("t0 = add(x0, x1); t1 = rms_norm(t0, x2)[epsilon=1e-06]; return t0, t1"), no_gradient);
   b.addWithoutGradient(OpId::fused, "rms norm alone, wide rows", {b.uniform(f32, {5, 300}, -3, 3), b.uniform(f32, {300})},
                        body("t0 = rms_norm(x0, x1)[epsilon=0.01]; return t0"), no_gradient);
+  // rms_norm_grad ending a body (dx, and dscale summed over the rows): alone; after the sum of three
+  // gradients (Llama's pre-norm backward) over 70 rows, the sum returned too.
+  b.addWithoutGradient(OpId::fused, "rms_norm_grad alone",
+                       {b.uniform(f32, {6, 37}), b.uniform(f32, {6, 37}, -2, 2), b.uniform(f32, {37}, 0.5, 1.5)},
+                       body("t0, t1 = rms_norm_grad(x0, x1, x2)[epsilon=1e-06]; return t0, t1"), no_gradient);
+  b.addWithoutGradient(OpId::fused, "gradients summed, rms_norm_grad, many rows",
+                       {b.uniform(f32, {70, 33}), b.uniform(f32, {70, 33}), b.uniform(f32, {70, 33}),
+                        b.uniform(f32, {70, 33}, -3, 3), b.uniform(f32, {33})},
+                       body("t0 = add(x0, x1); t1 = add(t0, x2); t2, t3 = rms_norm_grad(t1, x3, x4)[epsilon=0.01]; "
+                            "return t1, t2, t3"),
+                       no_gradient);
   // Column sums (bias gradients): over two leading dims; two sums over 70 rows (14 blocks of 5 on
   // the CPU); a NaN in one column; no rows (sums of zero).
   b.addWithoutGradient(OpId::fused, "gelu_grad and its column sum",

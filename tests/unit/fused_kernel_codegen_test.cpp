@@ -140,6 +140,12 @@ TEST(FusedKernelPtx, PtxasCompilesItForSm90) {
   ASSERT_FALSE(no_ptx);
   EXPECT_NE(no_ptx.status().message().find("layer_norm_grad has no GPU code yet"), std::string::npos)
       << no_ptx.status().message();
+  FusedNode rms_gradient({kRows, kRows, {DType::kF32, {kRows.shape.back()}}},
+                         "t0 = neg(x0); t1, t2 = rms_norm_grad(t0, x1, x2); return t1, t2");
+  auto no_rms_ptx = fusedKernelPtx(rms_gradient.context(), "cleave_fused");
+  ASSERT_FALSE(no_rms_ptx);
+  EXPECT_NE(no_rms_ptx.status().message().find("rms_norm_grad has no GPU code yet"), std::string::npos)
+      << no_rms_ptx.status().message();
   // Nor a lone column sum: the launcher runs reduce_sum's kernel over its operand.
   FusedNode lone_sum({kRows}, "t0 = reduce_sum(x0)[axes=[0], keepdims=0]; return t0");
   auto no_sum_ptx = fusedKernelPtx(lone_sum.context(), "cleave_fused");
