@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Training steps with fused kernels against the same plans unfused (`cleave compile --fusion on|off`),
-in the same run: the GPT of bench/peers/train_throughput.py (4 layers, 256 wide, seq 64, batch 8) and
-the fashion convnet (examples/fashion_cnn.cir, batch 64), at 1 and 2 threads. Runs alternate
+in the same run: the GPT of bench/peers/train_throughput.py (4 layers, 256 wide, seq 64, batch 8),
+the fashion convnet (examples/fashion_cnn.cir, batch 64), and (--models gpt_rms) the GPT with Llama's
+RMSNorm as PyTorch exports it, at 1 and 2 threads. Runs alternate
 (unfused, fused, ...) and each figure is the median of --reps runs; the speed-up is the ratio of the
 medians, and "paired" the median of each round's fused/unfused ratio (the two runs of a round, back to
 back, share the host's load of the moment); the load average is printed beside.
 Also: the losses of both plans step by step (fusion must not change them beyond 1e-5 relative) and the
 bytes the kernels move per step by the cost model (`cleave inspect --json`: kernel_bytes, fused_nodes).
 Needs only the build (no PyTorch). Usage: bench/fusion_speedup.py [--reps 5] [--threads 1,2]
-[--models gpt,cnn] [--breakdown] -> $OUT/fusion_speedup.json and a table on stdout. --breakdown also
+[--models gpt,cnn,gpt_rms] [--breakdown] -> $OUT/fusion_speedup.json and a table on stdout. --breakdown also
 prints each plan's milliseconds per step in matrix products and in the rest, by op (cleave run --trace)."""
 import argparse
 import json
@@ -24,6 +25,10 @@ MODELS = {  # name: (batch, timed steps, gen args or None for the example convne
     "gpt": (8, 30, ["gpt", "--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "64", "--vocab", "1024",
                     "--batch", "8"]),
     "cnn": (64, 30, None),
+    # The same GPT with Llama's RMSNorm as PyTorch exports it (pow, reduce_mean, add, sqrt, div, mul,
+    # mul), which the fused plan runs as rms_norm and rms_norm_grad inside fused nodes.
+    "gpt_rms": (8, 30, ["gpt", "--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "64", "--vocab", "1024",
+                        "--batch", "8", "--rms-norm"]),
 }
 WARMUP = 10
 

@@ -60,7 +60,7 @@ std::string printFusedBody(const FusedBody& body);
 // The type of every step, for operands of `operand_types`: each step's op's shape rule on its
 // arguments' types, a literal being a scalar of the step's first non-literal argument's dtype.
 // Errors name the step. Also checks what the kernels assume: every step's op is fusable, or
-// fusable along the last axis (softmax, layer_norm, rms_norm, layer_norm_grad) as the last
+// fusable along the last axis (softmax, layer_norm, rms_norm and isRowGradientOp's) as the last
 // statement, along the last axis, on f32, or a column or total sum (isColumnSum, isTotalSum); an
 // op's results are all named; every returned step but the per-column ones and a total sum has the
 // shape every operand and step broadcasts to; all share one float dtype.

@@ -147,7 +147,7 @@ Expected<std::vector<TensorData>> fusedReference(const OpContext& ctx, std::span
 
 // Pointwise with broadcasting over the full shape, but a split leading dim would leave each device
 // a partial sum of a per-column step (any split one of a total sum), and a split last dim a part of
-// each row to a row step (softmax, layer_norm, layer_norm_grad): those dims stay whole.
+// each row to a row step (softmax, a layer or RMS norm or its gradient): those dims stay whole.
 ShardingRule fusedShardingRule(const OpContext& ctx) {
   auto typed = typedBody(ctx);
   if (!typed) return {};

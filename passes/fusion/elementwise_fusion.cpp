@@ -228,7 +228,7 @@ class ElementwiseFusion {
   int totalSumGroup(int32_t i) const {
     const Node& node = graph_.nodes[i];
     if (node.op != OpId::reduce_sum || node.operands.size() != 1 || node.results.size() != 1 ||
-        isTotalSum(FusedStep{node.op, {}, node.attrs}) == false)
+        !isTotalSum(FusedStep{node.op, {}, node.attrs}))
       return -1;
     const int g = groupOfOperand(i, 0);
     if (g < 0 || groups_[g].closed || groups_[g].summing || groups_[g].dtype != DType::kF32 || labelOf(i) != groups_[g].label)

@@ -76,9 +76,9 @@ inline constexpr const char* kLibdevicePow = "__nv_powf";
 // - kNvptx: kernel name(operand pointers..., result pointers..., int64_t count), a grid-stride loop
 //   over all `count` result elements (rows when along_last_axis: one warp of kWarpLanes threads
 //   per row, which must all run the kernel: launch it with a multiple of kWarpLanes threads).
-//   Column sums are not parameters: the launcher sums their returned inputs afterwards. A
-//   layer_norm_grad step has no GPU code yet, nor a lone column sum or a total sum (errors: the
-//   launcher runs their ops' own kernels).
+//   Column sums are not parameters: the launcher sums their returned inputs afterwards. A row
+//   gradient step (layer_norm_grad, rms_norm_grad) has no GPU code yet, nor a lone column sum or a
+//   total sum (errors: the launcher runs their ops' own kernels).
 // On the host, `interleave` > 0 has the vectoriser run that many vector iterations of an element
 // loop side by side when the body has a transcendental step (exp, erf, tanh, ...): their long
 // chains of dependent multiply-adds leave the FMA units idle otherwise (0: LLVM's choice).

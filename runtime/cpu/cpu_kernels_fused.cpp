@@ -10,11 +10,11 @@
 namespace cleave::runtime::cpu {
 namespace {
 
-// A body with per-column results (column sums, layer_norm_grad's dscale and dbias) or a total sum:
+// A body with per-column results (column sums, a row gradient's dscale and dbias) or a total sum:
 // rows in at most 16 fixed blocks, each block adding its rows into its own doubles per such result;
 // then the blocks' doubles summed in block order (a total sum's columns then in column order) and
-// rounded to f32, so results do not depend on the thread count. (More blocks cost more than they bring: each block's doubles are written and read
-// once more.)
+// rounded to f32, so results do not depend on the thread count. (More blocks cost more than they
+// bring: each block's doubles are written and read once more.)
 Status withPerColumnResults(const KernelCall& call, const codegen::HostFusedKernel& kernel, int64_t work_per_element) {
   constexpr int64_t kMaxBlocks = 16;
   const int64_t columns = kernel.columns;
