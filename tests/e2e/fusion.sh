@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Fused kernels end to end: the GPT and the convnet train fused (`cleave compile --fusion on`, the
-# default) with the unfused plans' losses within 1e-5, alone and partitioned (dp, tp, pp and a mix
-# against one unfused device), a PyTorch Llama's RMSNorms as rms_norm ops, and with gradient clipping folded into SGD's and AdamW's updates
-# (alone, dp and ZeRO); inspect lists the fused nodes and the bytes they save; bad --fusion
-# values and bad fused bodies are errors naming what is wrong.
+# Fused kernels end to end: the GPT (with layer norms, and with Llama's RMSNorm as PyTorch exports
+# it) and the convnet train fused (`cleave compile --fusion on`, the default) with the unfused
+# plans' losses within 1e-5, alone and partitioned (dp, tp, pp and a mix against one unfused
+# device); a PyTorch Llama's RMSNorms run as rms_norm ops; gradient clipping folds into SGD's and
+# AdamW's updates (alone, dp and ZeRO); inspect lists the fused nodes and the bytes they save; bad
+# --fusion values and bad fused bodies are errors naming what is wrong.
 # Usage: bash fusion.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
 
@@ -15,6 +16,7 @@ python=/usr/bin/python3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$cleave" gen gpt --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o "$tmp/gpt.cir" >/dev/null
+"$cleave" gen gpt --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 --rms-norm -o "$tmp/gpt_rms.cir" >/dev/null
 cp "$source_dir/examples/fashion_cnn.cir" "$tmp/cnn.cir"
 
 # train MODEL LABEL FLAGS...: 6 steps on synthetic data, losses in $tmp/MODEL-LABEL.jsonl ($optimizer:
@@ -46,7 +48,7 @@ PY
 }
 
 # 1. Fused plans follow the unfused single device's losses within 1e-5, alone and partitioned.
-for model in gpt cnn; do
+for model in gpt gpt_rms cnn; do
   train "$model" unfused --fusion off
   train "$model" fused
   for flags in "--dp 2" "--tp 2" "--pp 2 --microbatches 2" "--dp 2 --tp 2"; do

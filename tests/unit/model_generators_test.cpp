@@ -3,11 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <set>
 
 #include "ir/verifier.h"
+#include "passes/fusion/rms_norm.h"
 
 namespace cleave {
 namespace {
@@ -104,6 +106,25 @@ TEST(ModelGenerators, SmallGptHasNamedValuesAndTheRightParameterCount) {
   EXPECT_EQ(paramNamed(*graph, "h0.ln1.weight").init.kind, "ones");
   EXPECT_EQ(paramNamed(*graph, "h0.ln1.bias").init.kind, "zeros");
   EXPECT_EQ(graph->findValue("lm_head.bias"), kNoValue);
+}
+
+// --rms-norm writes each of the 5 norms as PyTorch exports Llama's RMSNorm (a weight, no bias),
+// which the rms-norm pass then recognises, every one.
+TEST(ModelGenerators, GptWithRmsNormWritesTheExportedFormThatRmsNormFusionRecognises) {
+  GptSpec spec{.layers = 2, .hidden = 64, .heads = 4, .seq = 16, .vocab = 100, .batch = 2, .rms_norm = true};
+  auto graph = generateGpt(spec);
+  ASSERT_TRUE(graph) << graph.status().message();
+  ASSERT_TRUE(verifyGraph(*graph).isOk()) << verifyGraph(*graph).message();
+  auto count = [&](OpId op) { return std::count_if(graph->nodes.begin(), graph->nodes.end(), [&](const Node& n) { return n.op == op; }); };
+  EXPECT_EQ(count(OpId::reduce_mean), 5);
+  EXPECT_EQ(count(OpId::layer_norm), 0);
+  EXPECT_EQ(graph->findValue("h0.ln1.bias"), kNoValue);
+  EXPECT_EQ(paramNamed(*graph, "h0.ln1.weight").init.kind, "ones");
+  auto fused = fuseRmsNorms(*graph);
+  ASSERT_TRUE(fused) << fused.status().message();
+  EXPECT_EQ(*fused, 5);
+  EXPECT_EQ(count(OpId::rms_norm), 5);
+  EXPECT_EQ(typeOf(*graph, "ln_f.out"), (TensorType{DType::kF32, {2, 16, 64}}));
 }
 
 TEST(ModelGenerators, RandomInitializersHaveDistinctDeterministicSeeds) {
