@@ -165,6 +165,7 @@ int main(int argc, char** argv) {
     const Buffer c = randomBuffer({512, 1024}, rng);  // GELU's slope, computed by the forward for the gradient
     const Buffer r = randomBuffer({512, 256}, rng), dr = randomBuffer({512, 256}, rng), dr2 = randomBuffer({512, 256}, rng);
     const Buffer scale = randomBuffer({256}, rng);
+    const Buffer rows = randomBuffer({512, 1}, rng), two{TensorType{DType::kF32, {}}, {2.0f}};
     const Buffer scores = randomBuffer({8, 4, 64, 64}, rng), mask = randomBuffer({1, 1, 64, 64}, rng);
     const Buffer eighth{TensorType{DType::kF32, {}}, {0.125f}};
     const Buffer heads = randomBuffer({8, 64, 4, 64}, rng), heads2 = randomBuffer({8, 64, 4, 64}, rng);
@@ -213,6 +214,16 @@ int main(int argc, char** argv) {
          micros(OpId::mul, {&scores, &eighth}, {}) + micros(OpId::add, {&scores, &mask}, {}) +
              micros(OpId::softmax, {&scores}, {}),
          fused({&scores, &mask}, "t0 = mul(x0, 0.125); t1 = add(t0, x1); t2 = softmax(t1); return t2")},
+        // Llama's RMSNorm as PyTorch exports it (pow, reduce_mean, add, sqrt, div, mul, mul; the
+        // scalar chain on [512,1] rows), against the rms_norm op the rms-norm pass makes of it.
+        {"rms norm, exported form -> rms_norm [512,256]",
+         micros(OpId::pow, {&r, &two}, {}) + micros(OpId::reduce_mean, {&r}, {{"axes", std::vector<int64_t>{-1}}}) +
+             micros(OpId::add, {&rows, &eighth}, {}) + micros(OpId::sqrt, {&rows}, {}) +
+             micros(OpId::div, {&eighth, &rows}, {}) + micros(OpId::mul, {&r, &rows}, {}) +
+             micros(OpId::mul, {&scale, &r}, {}),
+         micros(OpId::rms_norm, {&r, &scale}, {})},
+        {"rms_norm_grad [512,256]", micros(OpId::rms_norm_grad, {&dr, &r, &scale}, {}),
+         fused({&dr, &r, &scale}, "t0, t1 = rms_norm_grad(x0, x1, x2); return t0, t1")},
         {"layer_norm_grad [512,256]", micros(OpId::layer_norm_grad, {&dr, &r, &scale}, {}),
          fused({&dr, &r, &scale}, "t0, t1, t2 = layer_norm_grad(x0, x1, x2); return t0, t1, t2")},
         {"3 gradients summed + layer_norm_grad [512,256]",
