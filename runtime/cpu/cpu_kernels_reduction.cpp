@@ -281,8 +281,11 @@ Status softmaxKernel(const KernelCall& call) {
 
 // ---- layer_norm, batch_norm ----
 
-// layer_norm: per row over dims axis.., y = (x·rstd − mean·rstd)·scale + bias (PyTorch's order).
+// layer_norm: per row over dims axis.., y = (x·rstd − mean·rstd)·scale + bias (PyTorch's order);
+// rms_norm: y = (x·rstd)·scale, rstd = 1/sqrt(mean(x²) + epsilon) in double (Llama's order: the
+// weight times the normalised row).
 Status layerNormKernel(const KernelCall& call) {
+  const bool rms = call.op.def.id == OpId::rms_norm;
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     const Shape& shape = call.op.operands[0].shape;
     const size_t axis = static_cast<size_t>(normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
@@ -298,6 +301,11 @@ Status layerNormKernel(const KernelCall& call) {
         for (int64_t r = begin; r < end; ++r) {
           const T* xr = x + r * cols;
           T* yr = y + r * cols;
+          if (rms) {
+            const T a = static_cast<T>(rowRmsReciprocal(xr, cols, epsilon));
+            for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * a) * scale[i];
+            continue;
+          }
           const auto [mean, rstd] = rowMoments(xr, cols, epsilon);
           const T a = static_cast<T>(rstd), c = static_cast<T>(-rstd * mean);
           if (bias) {
@@ -305,32 +313,6 @@ Status layerNormKernel(const KernelCall& call) {
           } else {
             for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * a + c) * scale[i];
           }
-        }
-      });
-    });
-    return Status::ok();
-  });
-}
-
-// rms_norm: per row over dims axis.., y = (x·rstd)·scale, rstd = 1/sqrt(mean(x²) + epsilon) in
-// double (Llama's order: the weight times the normalised row).
-Status rmsNormKernel(const KernelCall& call) {
-  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
-    const Shape& shape = call.op.operands[0].shape;
-    const size_t axis = static_cast<size_t>(normalizeAxis(call.op.getInt("axis"), static_cast<int64_t>(shape.size())));
-    const int64_t rows = dimsProduct(shape, 0, axis), cols = dimsProduct(shape, axis, shape.size());
-    const double epsilon = call.op.getFloat("epsilon");
-    const T* x = call.in<T>(0);
-    const T* scale = call.in<T>(1);
-    T* y = call.out<T>(0);
-    if (cols == 0) return Status::ok();
-    parallelFor(rows, threadCount(call), cols * 5, [&](int64_t begin, int64_t end) {
-      withWidestVectors([&] {
-        for (int64_t r = begin; r < end; ++r) {
-          const T* xr = x + r * cols;
-          T* yr = y + r * cols;
-          const T rstd = static_cast<T>(rowRmsReciprocal(xr, cols, epsilon));
-          for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * rstd) * scale[i];
         }
       });
     });
@@ -445,7 +427,7 @@ void registerReductionKernels(CpuKernelTable& table) {
   set(OpId::softmax, softmaxKernel<false>);
   set(OpId::log_softmax, softmaxKernel<true>);
   set(OpId::layer_norm, layerNormKernel);
-  set(OpId::rms_norm, rmsNormKernel);
+  set(OpId::rms_norm, layerNormKernel);
   set(OpId::batch_norm, batchNormKernel);
 }
 
