@@ -32,4 +32,21 @@ Expected<std::vector<TensorData>> evaluateConstantNode(OpId op, const AttrMap& a
   return def.reference(OpContext{def, operand_types, result_types, attrs}, operands);
 }
 
+std::optional<double> scalarConstantValue(const Graph& graph, ValueId v) {
+  const Value& value = graph.values[v];
+  if (value.producer < 0 || value.type.numel() != 1) return std::nullopt;
+  const Node& node = graph.nodes[value.producer];
+  if (node.op != OpId::constant) return std::nullopt;
+  auto attr = node.attrs.find("value");
+  if (attr == node.attrs.end() || attrKind(attr->second) != AttrKind::kTensor) return std::nullopt;
+  const auto& data = std::get<std::shared_ptr<const TensorData>>(attr->second);
+  if (!data || data->type.numel() != 1) return std::nullopt;
+  switch (data->type.dtype) {
+    case DType::kF32: return static_cast<double>(data->as<float>()[0]);
+    case DType::kF64: return data->as<double>()[0];
+    case DType::kBF16: return static_cast<double>(bfloat16Value(data->as<uint16_t>()[0]));
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace cleave

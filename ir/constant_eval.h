@@ -4,7 +4,10 @@
 #include <span>
 #include <vector>
 
+#include <optional>
+
 #include "ir/attribute.h"
+#include "ir/graph.h"
 #include "ir/op_table.h"
 #include "ir/status.h"
 #include "ir/tensor_type.h"
@@ -23,5 +26,9 @@ bool isConstantEvaluable(OpId op, std::span<const TensorType> operand_types,
 Expected<std::vector<TensorData>> evaluateConstantNode(OpId op, const AttrMap& attrs,
                                                        std::span<const TensorData* const> operands,
                                                        std::span<const TensorType> result_types);
+
+// The value of `v` when a constant node makes it and it has one element of a float dtype (f32,
+// f64 or bf16), else nothing: the scalars passes match (an epsilon, an exponent, a literal).
+std::optional<double> scalarConstantValue(const Graph& graph, ValueId v);
 
 }  // namespace cleave

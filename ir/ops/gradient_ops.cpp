@@ -89,6 +89,7 @@ OpCost layerNormGradCost(const OpContext& c) {
   return cost;
 }
 
+// layer_norm_grad's and rms_norm_grad's (whose results are dx and dscale).
 ShardingRule layerNormGradSharding(const OpContext& c) {
   int64_t axis = normalizeAxis(c.getInt("axis"), c.operands[1].rank());
   ShardingRuleBuilder rule(c.operands, c.results);
@@ -98,9 +99,6 @@ ShardingRule layerNormGradSharding(const OpContext& c) {
   });
   return rule.build();
 }
-
-// rms_norm_grad: as layer_norm_grad's (two results).
-ShardingRule rmsNormGradSharding(const OpContext& c) { return layerNormGradSharding(c); }
 
 // The gradient of a windowed or indexing op must see the result its forward op gives: runs the
 // forward op's shape rule on `operands` with this node's attributes less `own_attr` (the gradient
@@ -659,7 +657,7 @@ void addGradientOps(std::vector<OpDef>& table) {
   appendedDef(table, OpId::layer_norm_grad).fusable_along_last_axis = true;
   table.push_back(OpDef{OpId::rms_norm_grad, "rms_norm_grad", "gradients of rms_norm: dx, dscale", 3, 3,
                         {optionalInt("axis", -1), optionalFloat("epsilon", 1e-6)}, checkedShapeRule<rmsNormGradShape>,
-                        checkedCostRule<layerNormGradCost>, checkedShardingRule<rmsNormGradSharding>});
+                        checkedCostRule<layerNormGradCost>, checkedShardingRule<layerNormGradSharding>});
   appendedDef(table, OpId::rms_norm_grad).fusable_along_last_axis = true;
   table.push_back(OpDef{OpId::conv2d_grad_input, "conv2d_grad_input", "gradient of conv2d with respect to its input",
                         2, 2, convAttrs("input_shape"), checkedShapeRule<convGradInputShape>, checkedCostRule<convGradCost>, checkedShardingRule<convGradInputSharding>});

@@ -30,6 +30,9 @@ Status checkLike(const OpContext& c, int index, const char* what) {
 Status checkGradientScale(const OpContext& c) {
   const int k = gradientScaleOperand(c);
   if (k < 0) return Status::ok();
+  if (c.operands.size() != static_cast<size_t>(k) + 1)
+    return Status::badInput(std::string(c.def.name) + ": " + std::to_string(c.operands.size()) + " operands; after its own " +
+                            std::to_string(k) + " it takes one, the gradient scale");
   const TensorType scalar{c.operands[0].dtype, {}};
   if (c.operands[static_cast<size_t>(k)] == scalar) return Status::ok();
   return Status::badInput(std::string(c.def.name) + ": operand " + std::to_string(k) + " (gradient scale) must be " +

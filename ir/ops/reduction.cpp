@@ -74,7 +74,8 @@ Status checkEpsilon(const OpContext& ctx) {
   return attrError(ctx, "epsilon", "is " + std::to_string(epsilon) + ", must be finite and >= 0");
 }
 
-// layer_norm: x float; scale and the optional bias have x's dtype and shape x.shape[axis:].
+// layer_norm (and rms_norm, without bias): x float; scale and the optional bias have x's dtype and
+// shape x.shape[axis:].
 Expected<std::vector<TensorType>> layerNormShape(const OpContext& ctx) {
   CLEAVE_TRY(requireFloat(ctx, 0));
   CLEAVE_TRY(checkEpsilon(ctx));
@@ -87,9 +88,6 @@ Expected<std::vector<TensorType>> layerNormShape(const OpContext& ctx) {
   }
   return std::vector<TensorType>{ctx.operands[0]};
 }
-
-// rms_norm: x float; scale has x's dtype and shape x.shape[axis:].
-Expected<std::vector<TensorType>> rmsNormShape(const OpContext& ctx) { return layerNormShape(ctx); }
 
 // batch_norm: x [N,C,...] float; scale, bias, mean and var are [C] of x's dtype.
 Expected<std::vector<TensorType>> batchNormShape(const OpContext& ctx) {
@@ -557,7 +555,7 @@ void addReductionOps(std::vector<OpDef>& table) {
                         .min_operands = 2,
                         .max_operands = 2,
                         .attrs = {optionalInt("axis", -1), optionalFloat("epsilon", 1e-6)},
-                        .shape = checkedShapeRule<rmsNormShape>,
+                        .shape = checkedShapeRule<layerNormShape>,
                         .cost = normalizationCost,
                         .sharding = layerNormShardingRule});
   table.push_back(OpDef{.id = OpId::batch_norm,

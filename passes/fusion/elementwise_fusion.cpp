@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "ir/constant_eval.h"
 #include "ir/ops/fused_body.h"
 
 namespace cleave {
@@ -96,19 +97,11 @@ class ElementwiseFusion {
  private:
   int64_t labelOf(int32_t node) const { return node_group_ && !node_group_->empty() ? (*node_group_)[node] : 0; }
 
-  // The value of a one-element float constant, which a body holds as a literal.
+  // The value of a one-element f32 or bf16 constant (the dtypes bodies compute), which a body holds
+  // as a literal.
   std::optional<double> scalarConstant(ValueId v) const {
-    const Value& value = graph_.values[v];
-    if (value.producer < 0 || value.type.numel() != 1) return std::nullopt;
-    const Node& node = graph_.nodes[value.producer];
-    if (node.op != OpId::constant) return std::nullopt;
-    auto attr = node.attrs.find("value");
-    if (attr == node.attrs.end() || attrKind(attr->second) != AttrKind::kTensor) return std::nullopt;
-    const auto& data = std::get<std::shared_ptr<const TensorData>>(attr->second);
-    if (!data || data->type.numel() != 1) return std::nullopt;
-    if (data->type.dtype == DType::kF32) return static_cast<double>(data->as<float>()[0]);
-    if (data->type.dtype == DType::kBF16) return static_cast<double>(bfloat16Value(data->as<uint16_t>()[0]));
-    return std::nullopt;
+    if (graph_.values[v].type.dtype == DType::kF64) return std::nullopt;
+    return scalarConstantValue(graph_, v);
   }
 
   // A literal keeps the step's result type only when the constant adds no dims to it.

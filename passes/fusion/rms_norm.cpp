@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "ir/constant_eval.h"
 #include "ir/op_table.h"
 
 namespace cleave {
@@ -21,19 +22,6 @@ class RmsNormMatcher {
     const int32_t p = graph_.values[v].producer;
     if (p < 0 || graph_.nodes[p].op != op || is_root_[v] || users_[v].size() != 1 || users_[v][0] != reader) return -1;
     return p;
-  }
-
-  // The value of a one-element float constant.
-  std::optional<double> scalarConstant(ValueId v) const {
-    const int32_t p = graph_.values[v].producer;
-    if (p < 0 || graph_.nodes[p].op != OpId::constant || graph_.values[v].type.numel() != 1) return std::nullopt;
-    auto attr = graph_.nodes[p].attrs.find("value");
-    if (attr == graph_.nodes[p].attrs.end() || attrKind(attr->second) != AttrKind::kTensor) return std::nullopt;
-    const auto& data = std::get<std::shared_ptr<const TensorData>>(attr->second);
-    if (!data || data->type.numel() != 1) return std::nullopt;
-    if (data->type.dtype == DType::kF32) return static_cast<double>(data->as<float>()[0]);
-    if (data->type.dtype == DType::kF64) return data->as<double>()[0];
-    return std::nullopt;
   }
 
   // What the weight mul `y` computes when it ends a decomposed RMSNorm: rms_norm(x, weight).
@@ -66,7 +54,7 @@ class RmsNormMatcher {
       const int32_t r = producerReadOnlyBy(reciprocal, OpId::div, n);
       if (r < 0) continue;
       const Node& divide = graph_.nodes[r];  // div(1, s)
-      if (scalarConstant(divide.operands[0]) != 1.0) continue;
+      if (scalarConstantValue(graph_, divide.operands[0]) != 1.0) continue;
       const int32_t s = producerReadOnlyBy(divide.operands[1], OpId::sqrt, r);
       if (s < 0) continue;
       const int32_t a = producerReadOnlyBy(graph_.nodes[s].operands[0], OpId::add, s);
@@ -74,7 +62,7 @@ class RmsNormMatcher {
       std::optional<double> epsilon;
       ValueId mean = kNoValue;
       for (size_t e = 0; e < 2 && !epsilon; ++e) {
-        epsilon = scalarConstant(graph_.nodes[a].operands[e]);
+        epsilon = scalarConstantValue(graph_, graph_.nodes[a].operands[e]);
         mean = graph_.nodes[a].operands[1 - e];
       }
       if (!epsilon || *epsilon < 0) continue;
@@ -100,7 +88,7 @@ class RmsNormMatcher {
   bool isSquareOf(ValueId p, ValueId x, int32_t reader) const {
     if (const int32_t pow = producerReadOnlyBy(p, OpId::pow, reader); pow >= 0) {
       const Node& node = graph_.nodes[pow];
-      auto exponent = scalarConstant(node.operands[1]);
+      auto exponent = scalarConstantValue(graph_, node.operands[1]);
       return node.operands[0] == x && exponent && *exponent == 2.0;
     }
     if (const int32_t mul = producerReadOnlyBy(p, OpId::mul, reader); mul >= 0)

@@ -3,11 +3,10 @@
 
 #include "ir/op_table.h"
 #include "ir/ops/optimizer_ops.h"
+#include "passes/training/optimizer.h"
 
 namespace cleave {
 namespace {
-
-bool isUpdate(const Node& node) { return node.op == OpId::sgd_update || node.op == OpId::adamw_update; }
 
 // The update's gradient scale operand, or -1 (from the node's operand types).
 int gradientScaleOf(const Graph& graph, const Node& node) {
@@ -32,7 +31,7 @@ Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* 
   int folded = 0;
   for (int32_t u = 0; u < static_cast<int32_t>(graph.nodes.size()); ++u) {
     Node& update = graph.nodes[u];
-    if (!isUpdate(update) || gradientScaleOf(graph, update) >= 0) continue;
+    if (!isOptimizerUpdate(update) || gradientScaleOf(graph, update) >= 0) continue;
     const ValueId scaled = update.operands[1];
     const int32_t m = graph.values[scaled].producer;
     if (m < 0 || graph.nodes[m].op != OpId::mul || graph.nodes[m].operands.size() != 2 || read_outside[scaled] ||

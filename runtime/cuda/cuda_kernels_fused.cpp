@@ -28,28 +28,37 @@ struct LoadedKernel {
   int64_t row_length = 0;
   std::vector<int> summed_result;  // per result: -1, or for a column sum the result it sums
   int summed_operand = -1;          // a lone column sum's operand (no kernel: reduce_sum's runs it)
+  // A total sum (no kernel: totalSumStepwise runs it): the body of its chain, returning the summed
+  // step, and that step's type; else empty.
+  std::string total_sum_chain;
+  TensorType total_summed_type;
 };
 
-// The loaded kernel of a fused node on the current device, loading it on first use.
-Expected<LoadedKernel> loadedKernel(const KernelCall& call) {
+// The loaded kernel of a fused node on the current device, loading it on first use (entries live
+// as long as the process: map nodes do not move).
+Expected<const LoadedKernel*> loadedKernel(const KernelCall& call) {
   static std::mutex mutex;
   static std::map<std::string, LoadedKernel> kernels;
   int device = 0;
   CLEAVE_TRY(cudaStatus(cudaGetDevice(&device), "fused: cudaGetDevice"));
   const std::string key = codegen::fusedKernelKey(call.op) + "|device " + std::to_string(device);
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = kernels.find(key); it != kernels.end()) return it->second;
+  if (auto it = kernels.find(key); it != kernels.end()) return &it->second;
   CLEAVE_ASSIGN_OR_RETURN(codegen::FusedKernelSpec spec, codegen::fusedKernelSpec(call.op));
   LoadedKernel loaded{nullptr, spec.along_last_axis ? spec.dims.back() : 0, spec.summed_result, spec.summed_operand};
-  if (spec.summed_operand < 0) {  // a lone column sum has no kernel of its own
+  if (spec.total_summed_step >= 0) {
+    const FusedBody chain{std::vector<FusedStep>(spec.body.steps.begin(), spec.body.steps.end() - 1),
+                          {spec.total_summed_step}};
+    loaded.total_sum_chain = printFusedBody(chain);
+    loaded.total_summed_type = spec.steps[static_cast<size_t>(spec.total_summed_step)];
+  } else if (spec.summed_operand < 0) {  // a lone column sum has no kernel of its own
     CLEAVE_ASSIGN_OR_RETURN(std::string ptx, codegen::fusedKernelPtx(call.op, kKernelName));
     cudaLibrary_t library = nullptr;
     CLEAVE_TRY(cudaStatus(cudaLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
                           "fused: loading the kernel's PTX"));
     CLEAVE_TRY(cudaStatus(cudaLibraryGetKernel(&loaded.kernel, library, kKernelName), "fused: finding the kernel in its PTX"));
   }
-  kernels.emplace(key, loaded);
-  return loaded;
+  return &kernels.emplace(key, std::move(loaded)).first->second;
 }
 
 Status fusedKernel(const KernelCall& call, CudaContext& context);
@@ -134,17 +143,13 @@ Status sumColumns(const KernelCall& call, CudaContext& context, const TensorType
 // A body ending in a total sum, which has no GPU code: the chain as a fused node of its own,
 // returning the summed step into a stream-ordered temporary, then the reduce_sum kernel over all
 // its dims. Correct, and reads the summed tensor once more than the host's code.
-Status totalSumStepwise(const KernelCall& call, CudaContext& context, const FusedBody& body) {
-  const int summed_step = body.steps.back().args[0].index;
-  FusedBody chain{std::vector<FusedStep>(body.steps.begin(), body.steps.end() - 1), {summed_step}};
-  auto types = inferFusedStepTypes(body, call.op.operands);
-  if (!types) return types.status().withContext("fused: ");
-  const TensorType summed = (*types)[static_cast<size_t>(summed_step)];
+Status totalSumStepwise(const KernelCall& call, CudaContext& context, const LoadedKernel& loaded) {
+  const TensorType& summed = loaded.total_summed_type;
   void* temporary = nullptr;
   CLEAVE_TRY(cudaStatus(cudaMallocAsync(&temporary, static_cast<size_t>(summed.bytes()) + 1, context.compute()),
                         "fused: a temporary for a total sum's summands"));
   const std::vector<TensorType> chain_results{summed};
-  const AttrMap chain_attrs{{"body", printFusedBody(chain)}};
+  const AttrMap chain_attrs{{"body", loaded.total_sum_chain}};
   const KernelCall chain_call{OpContext{opDef(OpId::fused), call.op.operands, chain_results, chain_attrs}, call.inputs,
                               std::span(&temporary, 1), call.threads};
   Status status = fusedKernel(chain_call, context);
@@ -167,12 +172,9 @@ Status fusedKernel(const KernelCall& call, CudaContext& context) {
     if (!body) return body.status().withContext("fused: ");
     return rowGradientStepwise(call, context, *body);
   }
-  if (call.op.getString("body").find("reduce_sum(") != std::string::npos) {
-    auto body = parseFusedBody(call.op.getString("body"));
-    if (!body) return body.status().withContext("fused: ");
-    if (isTotalSum(body->steps.back())) return totalSumStepwise(call, context, *body);
-  }
-  CLEAVE_ASSIGN_OR_RETURN(LoadedKernel loaded, loadedKernel(call));
+  CLEAVE_ASSIGN_OR_RETURN(const LoadedKernel* found, loadedKernel(call));
+  const LoadedKernel& loaded = *found;
+  if (!loaded.total_sum_chain.empty()) return totalSumStepwise(call, context, loaded);
   if (loaded.summed_operand >= 0) {  // a lone column sum: reduce_sum's kernel over its operand
     const size_t k = static_cast<size_t>(loaded.summed_operand);
     return sumColumns(call, context, call.op.operands[k], call.inputs[k], call.outputs[0], call.op.results[0]);
