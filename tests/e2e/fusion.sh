@@ -2,7 +2,7 @@
 # Fused kernels end to end: the GPT (with layer norms, and with Llama's RMSNorm as PyTorch exports
 # it) and the convnet train fused (`cleave compile --fusion on`, the default) with the unfused
 # plans' losses within 1e-5, alone and partitioned (dp, tp, pp and a mix against one unfused
-# device); a PyTorch Llama's RMSNorms run as rms_norm ops; gradient clipping folds into SGD's and
+# device); a PyTorch Llama's RMSNorms, and RMSNorm's other forms, run as rms_norm ops; gradient clipping folds into SGD's and
 # AdamW's updates (alone, dp and ZeRO); inspect lists the fused nodes and the bytes they save; bad
 # --fusion values and bad fused bodies are errors naming what is wrong.
 # Usage: bash fusion.sh PATH_TO_cleave SOURCE_DIR
@@ -86,6 +86,46 @@ assert updates > 0 and count("fused") == updates + 1 and count("mul") == count("
 PY
 done
 optimizer=sgd:lr=0.05,momentum=0.9
+
+# RMSNorm's other forms: 1 / sqrt written as pow(mean + eps, -0.5) (ln1), x / sqrt(mean + eps)
+# (ln2), and a final norm without a weight (torch.nn.RMSNorm(elementwise_affine=False)). All become
+# rms_norm ops, alone and over tp, with the unfused plan's losses; no piece of a norm is left.
+$python - "$tmp/gpt_rms.cir" "$tmp/gpt_forms.cir" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+text = re.sub(r"(%h\d+\.ln1)\.one = constant\(\) \{value = dense<f32\[\]: \[1\]>\}", r"\1.one = constant() {value = dense<f32[]: [-0.5]>}", text)
+text = re.sub(r"(%h\d+\.ln1)\.rsqrt = div\(\1\.one, \1\.sqrt\)", r"\1.rsqrt = pow(\1.add, \1.one)", text)
+text = re.sub(r"  (%h\d+\.ln1)\.sqrt = sqrt\(\1\.add\) : .*\n", "", text)
+text = re.sub(r"(%h\d+\.ln2)\.normalized = mul\((%[\w.]+), \1\.rsqrt\)", r"\1.normalized = div(\2, \1.sqrt)", text)
+text = re.sub(r"  (%h\d+\.ln2)\.one = .*\n  \1\.rsqrt = .*\n", "", text)
+text = re.sub(r"  param %ln_f\.weight : .*\n", "", text)
+text = re.sub(r"  %ln_f\.out = mul\(%ln_f\.weight, %ln_f\.normalized\) : .*\n", "", text)
+text = text.replace("%ln_f.out", "%ln_f.normalized")
+assert text.count(".rsqrt = pow(") == text.count(".normalized = div(") == 2 and "ln_f.weight" not in text, "the forms were not written"
+open(sys.argv[2], "w").write(text)
+PY
+train gpt_forms unfused --fusion off
+for flags in "" "--tp 2"; do
+  train gpt_forms "fused${flags// /}" $flags
+  same_losses gpt_forms unfused "$tmp/gpt_forms-fused${flags// /}.jsonl"
+  "$cleave" run "$tmp/gpt_forms-fused${flags// /}.cplan" --data synthetic --steps 1 --progress never \
+    --trace "$tmp/forms.json" >/dev/null || fail "gpt_forms $flags does not run with --trace"
+  "$cleave" inspect "$tmp/gpt_forms-fused${flags// /}.cplan" --json >"$tmp/forms.inspect.json"
+  $python - "$tmp/forms.json" "$tmp/forms.inspect.json" <<'PY' || fail "gpt_forms $flags: an RMSNorm form is not rms_norm"
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+runs = [e for e in events if e.get("ph") == "X" and "instruction" in e.get("args", {}) and e["pid"] == 0]
+ops = [e["name"] for e in runs]
+bodies = [n["body"] for n in json.load(open(sys.argv[2]))["ranks"][0]["fused_nodes"]]
+norms = ops.count("rms_norm") + sum("= rms_norm(" in body for body in bodies)
+gradients = ops.count("rms_norm_grad") + sum("= rms_norm_grad(" in body for body in bodies)
+# The model's own ops (the tensor split's vocabulary-parallel loss adds divs of its own).
+model_ops = [e["name"] for e in runs if " from gpt_forms.cir:" in e["args"]["instruction"]]
+left = {op: model_ops.count(op) for op in ("reduce_mean", "pow", "sqrt", "div")}
+assert norms == gradients == 5 and not any(left.values()), (norms, gradients, left)
+PY
+done
 
 # A Llama exported by PyTorch: its decomposed RMSNorms become rms_norm ops (5 forward, 4 of them
 # fused with the residual add before them; 5 rms_norm_grad backward, in fused nodes; no reduce_mean
