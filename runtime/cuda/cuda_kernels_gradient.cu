@@ -178,7 +178,8 @@ __global__ void layerNormInputGrad(const T* dy, const T* x, const T* scale, cons
       g_sum += static_cast<double>(g);
       g_xhat_sum += static_cast<double>(g * xhat);
     }
-    const T g_mean = static_cast<T>(blockSum(g_sum) / static_cast<double>(cols));
+    // rms: no mean of g (the flag is the whole block's, so every thread skips blockSum's barrier).
+    const T g_mean = rms ? T{0} : static_cast<T>(blockSum(g_sum) / static_cast<double>(cols));
     const T g_xhat_mean = static_cast<T>(blockSum(g_xhat_sum) / static_cast<double>(cols));
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
       const T g = dyr[i] * scale[i], xhat = (xr[i] - mean) * rstd;
