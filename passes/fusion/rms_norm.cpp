@@ -166,7 +166,7 @@ Expected<int> fuseRmsNorms(Graph& graph) {
       if (auto found = matcher.matchWeighted(y)) {
         matches.emplace_back(y, *found);
         for (ValueId v : graph.nodes[y].operands)
-          if (graph.values[v].producer >= 0) weighted[graph.values[v].producer] = true;
+          if (v != found->weight) weighted[graph.values[v].producer] = true;
       }
     for (int32_t n = 0; n < static_cast<int32_t>(graph.nodes.size()); ++n)
       if (!weighted[n])
