@@ -2,9 +2,9 @@
 # Fused kernels end to end: the GPT (with layer norms, and with Llama's RMSNorm as PyTorch exports
 # it) and the convnet train fused (`cleave compile --fusion on`, the default) with the unfused
 # plans' losses within 1e-5, alone and partitioned (dp, tp, pp and a mix against one unfused
-# device); a PyTorch Llama's RMSNorms, and RMSNorm's other forms, run as rms_norm ops; gradient clipping folds into SGD's and
-# AdamW's updates (alone, dp and ZeRO); inspect lists the fused nodes and the bytes they save; bad
-# --fusion values and bad fused bodies are errors naming what is wrong.
+# device); a PyTorch Llama's RMSNorms, and RMSNorm's other forms, run as rms_norm ops; gradient
+# clipping folds into SGD's and AdamW's updates (alone, dp and ZeRO); inspect lists the fused nodes
+# and the bytes they save; bad --fusion values and bad fused bodies are errors naming what is wrong.
 # Usage: bash fusion.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
 
