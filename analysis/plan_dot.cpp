@@ -117,14 +117,17 @@ struct Phase {
   int32_t first = 0, last = 0;
 };
 
+// sgd_matmul_update computes a weight's gradient in the backward pass and updates the weight there.
 bool isOptimizerUpdate(const planpb::Instruction& instruction) {
   return instruction.kind() == planpb::KERNEL && instruction.op().size() > 7 &&
-         instruction.op().compare(instruction.op().size() - 7, 7, "_update") == 0;
+         instruction.op().compare(instruction.op().size() - 7, 7, "_update") == 0 &&
+         instruction.op() != "sgd_matmul_update";
 }
 
 bool isGradientKernel(const planpb::Instruction& instruction) {
   return instruction.kind() == planpb::KERNEL &&
-         (instruction.backward() || instruction.op().find("_grad") != std::string::npos);
+         (instruction.backward() || instruction.op().find("_grad") != std::string::npos ||
+          instruction.op() == "sgd_matmul_update");
 }
 
 std::vector<Phase> programPhases(const planpb::Program& program, int rank) {

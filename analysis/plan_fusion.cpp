@@ -27,13 +27,18 @@ Expected<double> kernelBytes(const planpb::RankPlan& rank, std::string_view prog
 Expected<std::vector<FusedNodeReport>> fusedNodes(const planpb::RankPlan& rank, std::string_view program) {
   std::vector<FusedNodeReport> nodes;
   CLEAVE_TRY(forEachKernelOf(rank, program, [&](int i, const planpb::Instruction& instruction, const OpContext& ctx) {
-    if (ctx.def.id != OpId::fused) return;
+    if (ctx.def.id != OpId::fused && ctx.def.id != OpId::sgd_matmul_update) return;
     FusedNodeReport node;
     node.instruction = i;
-    node.body = ctx.getString("body");
     node.source = instruction.source();
     node.bytes = ctx.def.cost(ctx).bytes;
-    node.bytes_saved = ops::fusedBytesSaved(ctx);
+    if (ctx.def.id == OpId::fused) {
+      node.body = ctx.getString("body");
+      node.bytes_saved = ops::fusedBytesSaved(ctx);
+    } else {  // the weight gradient its matmul would write and its sgd_update read back
+      node.body = "sgd_matmul_update: the weight gradient op(a)·op(b) summed into its SGD update";
+      node.bytes_saved = 2.0 * static_cast<double>(ctx.operands[0].bytes());
+    }
     nodes.push_back(std::move(node));
   }));
   return nodes;

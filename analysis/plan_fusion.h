@@ -10,7 +10,8 @@
 
 namespace cleave {
 
-// One fused kernel instruction of a program.
+// One fused kernel instruction of a program: a fused node, or a weight gradient's product folded into
+// its SGD update (sgd_matmul_update).
 struct FusedNodeReport {
   int instruction = 0;      // its index in the program
   std::string body;         // the steps it computes (ir/ops/fused_body.h)
@@ -23,7 +24,7 @@ struct FusedNodeReport {
 // the op table's cost rules (the memory traffic fusion reduces). Errors as fusedNodes.
 Expected<double> kernelBytes(const planpb::RankPlan& rank, std::string_view program);
 
-// Every fused node of program `program` of `rank`, in program order (none when it has no such
+// Every fused node and sgd_matmul_update of program `program` of `rank`, in program order (none when it has no such
 // program). Errors: an instruction naming an unknown op or buffer.
 Expected<std::vector<FusedNodeReport>> fusedNodes(const planpb::RankPlan& rank, std::string_view program);
 

@@ -74,6 +74,54 @@ Expected<Types> adamwShape(const OpContext& c) {
   return Types{w, w, w};
 }
 
+// sgd_matmul_update(w, a, b, step, [buf]) -> w', [buf']: sgd_update(w, op(a)·op(b), step, [buf]) for
+// matrices a and b whose product has w's type, without weight decay or nesterov.
+Expected<Types> sgdMatmulShape(const OpContext& c) {
+  const TensorType& w = c.operands[0];
+  if (w.dtype != DType::kF32 && w.dtype != DType::kF64)
+    return Status::badInput("sgd_matmul_update: operand 0 (parameter) must be f32 or f64, got " + w.str());
+  for (int operand : {1, 2})
+    if (c.operands[static_cast<size_t>(operand)].rank() != 2)
+      return Status::badInput("sgd_matmul_update: operand " + std::to_string(operand) + " must be a matrix, got " +
+                              c.operands[static_cast<size_t>(operand)].str());
+  const OpDef& matmul = opDef(OpId::matmul);
+  const Types factors = {c.operands[1], c.operands[2]};
+  auto product = matmul.shape(OpContext{matmul, factors, {}, c.attrs});
+  if (!product) return Status::badInput("sgd_matmul_update: operands 1 and 2: " + product.status().message());
+  if ((*product)[0] != w)
+    return Status::badInput("sgd_matmul_update: the gradient op(a)·op(b) is " + (*product)[0].str() +
+                            ", it must match the parameter " + w.str());
+  CLEAVE_TRY(checkStep(c, 3));
+  const bool has_buffer = c.getFloat("momentum") != 0.0;
+  if (c.operands.size() != (has_buffer ? 5u : 4u))
+    return Status::badInput(std::string("sgd_matmul_update: ") + std::to_string(c.operands.size()) +
+                            " operands; it takes w, a, b, step" + (has_buffer ? " and the momentum buffer" : "") +
+                            (has_buffer ? " (momentum != 0)" : " (momentum 0)"));
+  if (has_buffer) CLEAVE_TRY(checkLike(c, 4, "momentum buffer"));
+  CLEAVE_TRY(checkLrScheduleAttrs(c));
+  return has_buffer ? Types{w, w} : Types{w};
+}
+
+// The product's 2·m·n·k FLOPs and the update's per element; every operand read, every result written.
+OpCost sgdMatmulCost(const OpContext& c) {
+  const TensorType& a = c.operands[1];
+  const double k = static_cast<double>(c.getInt("transpose_a") ? a.shape[0] : a.shape[1]);
+  const double elements = static_cast<double>(c.operands[0].numel());
+  return {2 * elements * k + 4 * elements, operandAndResultBytes(c, c.results)};
+}
+
+// m and n pass through from a and b to the parameter, its buffer and their new values; k cannot be
+// split (a partial product would update every shard's whole parameter by a part of the gradient).
+ShardingRule sgdMatmulSharding(const OpContext& c) {
+  ShardingRuleBuilder rule(c.operands, c.results);
+  const bool ta = c.getInt("transpose_a") == 1, tb = c.getInt("transpose_b") == 1;
+  const int kNo = ShardingRuleBuilder::kNoDim;
+  rule.addFactor({0, ta ? 1 : 0, kNo, kNo, 0}, {0, 0});                                // m
+  rule.addFactor({kNo, ta ? 0 : 1, tb ? 1 : 0}, {}, FactorKind::kNeedReplication);  // k
+  rule.addFactor({1, kNo, tb ? 0 : 1, kNo, 1}, {1, 1});                                // n
+  return rule.build();
+}
+
 OpCost updateCost(const OpContext& c) { return perElementCost(c, c.def.id == OpId::adamw_update ? 12 : 4); }
 
 // Every parameter-shaped operand and result shares the parameter's factors; step and the gradient
@@ -144,6 +192,35 @@ Expected<std::vector<TensorData>> adamwReference(const OpContext& c, std::span<c
                                  referenceTensor(c.results[2], v)};
 }
 
+// sgd_matmul_update: sgdReference's update of the gradient op(a)·op(b), summed in double.
+Expected<std::vector<TensorData>> sgdMatmulReference(const OpContext& c, std::span<const TensorData* const> operands) {
+  const std::vector<double> a = referenceValues(*operands[1]), b = referenceValues(*operands[2]);
+  const bool ta = c.getInt("transpose_a") == 1, tb = c.getInt("transpose_b") == 1;
+  const Shape& as = c.operands[1].shape;
+  const Shape& bs = c.operands[2].shape;
+  const int64_t m = c.operands[0].shape[0], n = c.operands[0].shape[1], k = ta ? as[0] : as[1];
+  std::vector<double> gradient(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += a[static_cast<size_t>(ta ? p * as[1] + i : i * as[1] + p)] *
+               b[static_cast<size_t>(tb ? j * bs[1] + p : p * bs[1] + j)];
+      gradient[static_cast<size_t>(i * n + j)] = sum;
+    }
+  // sgd_update(w, gradient, step, [buf]) with the same attributes (no weight decay, no nesterov).
+  const OpDef& sgd = opDef(OpId::sgd_update);
+  const TensorType gradient_type{DType::kF64, c.operands[0].shape};  // not rounded to w's dtype
+  std::vector<TensorType> types = {c.operands[0], gradient_type, c.operands[3]};
+  const TensorData gradient_tensor = referenceTensor(gradient_type, gradient);
+  std::vector<const TensorData*> sgd_operands = {operands[0], &gradient_tensor, operands[3]};
+  if (c.operands.size() == 5) {
+    types.push_back(c.operands[4]);
+    sgd_operands.push_back(operands[4]);
+  }
+  return sgdReference(OpContext{sgd, types, c.results, c.attrs}, sgd_operands);
+}
+
 // `attrs` followed by the learning-rate schedule's.
 std::vector<AttrSpec> withSchedule(std::vector<AttrSpec> attrs) {
   for (AttrSpec& spec : lrScheduleAttrSpecs()) attrs.push_back(std::move(spec));
@@ -175,9 +252,24 @@ void addOptimizerOps(std::vector<OpDef>& table) {
                                       {"eps", AttrKind::kFloat, false, 1e-8},
                                       {"weight_decay", AttrKind::kFloat, false, 1e-2}}),
                         checkedShapeRule<adamwShape>, checkedCostRule<updateCost>, checkedShardingRule<updateSharding>});
+  table.push_back(OpDef{OpId::sgd_matmul_update, "sgd_matmul_update",
+                        "one SGD step (momentum, dampening; no weight decay or nesterov) whose gradient is the "
+                        "matrix product op(a)·op(b), summed into the parameter or its momentum buffer: the fusion "
+                        "pass's fold of a weight gradient into its update (lr scheduled by step)",
+                        4, 5,
+                        withSchedule({{"lr", AttrKind::kFloat, true, 0.0},
+                                      {"momentum", AttrKind::kFloat, false, 0.0},
+                                      {"dampening", AttrKind::kFloat, false, 0.0},
+                                      {"transpose_a", AttrKind::kInt, false, int64_t{0}},
+                                      {"transpose_b", AttrKind::kInt, false, int64_t{0}}}),
+                        checkedShapeRule<sgdMatmulShape>, checkedCostRule<sgdMatmulCost>,
+                        checkedShardingRule<sgdMatmulSharding>});
   // The parameter and its states are updated in place.
   appendedDef(table, OpId::sgd_update).in_place = true;
   appendedDef(table, OpId::adamw_update).in_place = true;
+  appendedDef(table, OpId::sgd_matmul_update).in_place = true;
+  appendedDef(table, OpId::sgd_matmul_update).reference = sgdMatmulReference;
+  appendedDef(table, OpId::sgd_matmul_update).reference_supports = referenceDTypes;
   appendedDef(table, OpId::sgd_update).reference = sgdReference;
   appendedDef(table, OpId::adamw_update).reference = adamwReference;
   appendedDef(table, OpId::sgd_update).reference_supports = referenceDTypes;

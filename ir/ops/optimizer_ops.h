@@ -6,7 +6,8 @@
 // The family's ops as X(id, "text name"), in OpId order; ir/op_table.h builds OpId from every family's list.
 #define CLEAVE_OPTIMIZER_OPS(X) \
   X(sgd_update, "sgd_update") \
-  X(adamw_update, "adamw_update")
+  X(adamw_update, "adamw_update") \
+  X(sgd_matmul_update, "sgd_matmul_update")
 
 namespace cleave {
 struct OpDef;

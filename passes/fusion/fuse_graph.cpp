@@ -13,6 +13,7 @@ Status fuseGraph(Graph& graph, std::vector<int64_t>* node_group) {
   CLEAVE_TRY(fuseLossWithGradient(graph, node_group).status());
   CLEAVE_TRY(computeGeluSlopeInForward(graph, node_group).status());
   CLEAVE_TRY(foldGradientScalesIntoUpdates(graph, node_group).status());
+  CLEAVE_TRY(foldWeightGradientsIntoUpdates(graph, node_group).status());
   return fuseElementwise(graph, node_group).status();
 }
 

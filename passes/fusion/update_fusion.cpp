@@ -1,4 +1,5 @@
-// Update fusion: a scaled gradient's mul into the optimizer update that reads it.
+// Update fusion: a scaled gradient's mul into the optimizer update that reads it; a weight
+// gradient's matrix product into its SGD update.
 #include "passes/fusion/update_fusion.h"
 
 #include "ir/op_table.h"
@@ -48,6 +49,59 @@ Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* 
     update.operands[1] = gradient;
     update.operands.push_back(scale);
     dead[m] = true;
+    ++folded;
+  }
+  if (folded > 0) graph.eraseNodes(dead, node_group);
+  return folded;
+}
+
+Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>* node_group) {
+  const bool grouped = node_group && !node_group->empty();
+  if (grouped && node_group->size() != graph.nodes.size())
+    return Status::internal("update fusion: " + std::to_string(node_group->size()) + " node groups for " +
+                            std::to_string(graph.nodes.size()) + " nodes");
+  const std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  std::vector<bool> read_outside(graph.values.size(), false);  // graph outputs and state updates
+  for (ValueId v : graph.outputs) read_outside[v] = true;
+  for (const StateUpdate& update : graph.updates) read_outside[update.new_value] = true;
+  auto attr = [](const Node& node, const char* name) -> double {
+    auto it = node.attrs.find(name);
+    if (it == node.attrs.end()) return 0.0;
+    if (const double* value = std::get_if<double>(&it->second)) return *value;
+    if (const int64_t* value = std::get_if<int64_t>(&it->second)) return static_cast<double>(*value);
+    return 1.0;  // not a number: never plain SGD
+  };
+  std::vector<bool> dead(graph.nodes.size(), false);
+  int folded = 0;
+  for (int32_t u = 0; u < static_cast<int32_t>(graph.nodes.size()); ++u) {
+    const Node& update = graph.nodes[u];
+    // sgd_update(w, g, step, [buf]) without weight decay, nesterov or gradient scale.
+    const bool has_buffer = attr(update, "momentum") != 0.0;
+    if (update.op != OpId::sgd_update || update.operands.size() != (has_buffer ? 4u : 3u) ||
+        attr(update, "weight_decay") != 0.0 || attr(update, "nesterov") != 0.0)
+      continue;
+    const ValueId w = update.operands[0], gradient = update.operands[1], step = update.operands[2];
+    const int32_t m = graph.values[gradient].producer;
+    if (m < 0 || graph.nodes[m].op != OpId::matmul || read_outside[gradient] || users[gradient].size() != 1 ||
+        (grouped && (*node_group)[m] != (*node_group)[u]) || graph.values[step].producer >= m)
+      continue;
+    const Node& product = graph.nodes[m];
+    if (graph.values[product.operands[0]].type.rank() != 2 || graph.values[product.operands[1]].type.rank() != 2) continue;
+    // w and the buffer read at or after the product, but by the update, or the buffer made after it.
+    bool read_later = has_buffer && graph.values[update.operands[3]].producer >= m;
+    for (ValueId state : {w, has_buffer ? update.operands[3] : w})
+      for (int32_t reader : users[state]) read_later = read_later || (reader != u && reader >= m);
+    if (read_later) continue;
+    // The product's node becomes the update, with the update's learning rate and schedule.
+    AttrMap attrs = update.attrs;
+    for (const char* sgd_only : {"weight_decay", "nesterov"}) attrs.erase(sgd_only);
+    for (const char* flag : {"transpose_a", "transpose_b"})
+      if (auto it = product.attrs.find(flag); it != product.attrs.end()) attrs[flag] = it->second;
+    std::vector<ValueId> operands = {w, product.operands[0], product.operands[1], step};
+    if (has_buffer) operands.push_back(update.operands[3]);
+    Node fused{OpId::sgd_matmul_update, std::move(operands), update.results, std::move(attrs), product.loc};
+    graph.nodes[m] = std::move(fused);
+    dead[u] = true;
     ++folded;
   }
   if (folded > 0) graph.eraseNodes(dead, node_group);

@@ -1,5 +1,6 @@
 // Update fusion: a gradient scaled by a scalar (the clipping coefficient of --clip-grad-norm)
-// becomes the optimizer update's gradient scale operand, so the scaled gradient is never written.
+// becomes the optimizer update's gradient scale operand, so the scaled gradient is never written;
+// a weight gradient that is one matrix product, updated by plain SGD, is computed into the weight.
 #pragma once
 
 #include <cstdint>
@@ -16,5 +17,13 @@ namespace cleave {
 // empty, gives each node a group (a pipeline step): the two nodes must share one, and the vector is
 // updated to the new node list. Returns how many updates took their scale in.
 Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* node_group = nullptr);
+
+// Replaces sgd_update(w, matmul(a, b), step, [buf]) without weight decay, nesterov or gradient
+// scale, a and b matrices and the product read by the update alone, by sgd_matmul_update(w, a, b,
+// step, [buf]) in the product's place (ir/ops/optimizer_ops.h): the GEMM sums the gradient into w
+// (times −lr) or into the momentum buffer, so the gradient is never written nor read back. Folds only where every other reader of w comes before
+// the product, so that the lowering updates w in place there (and the gradient's buffer is never
+// needed). `node_group` as for foldGradientScalesIntoUpdates. Returns how many updates it folded.
+Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>* node_group = nullptr);
 
 }  // namespace cleave

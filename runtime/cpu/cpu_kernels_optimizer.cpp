@@ -11,9 +11,11 @@
 
 #include "ir/lr_schedule.h"
 #include "ir/ops/optimizer_ops.h"
+#include "runtime/cpu/cpu_gemm.h"
 #include "runtime/cpu/cpu_kernel_support.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_vector_math.h"
+#include "runtime/cpu/onednn_matmul.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -201,11 +203,71 @@ Status adamwUpdateKernel(const KernelCall& call) {
   });
 }
 
+// sgd_matmul_update(w, a, b, step, [buf]) -> w′, [buf′]: sgd_update of the gradient g = op(a)·op(b),
+// which is never written. Without momentum, one GEMM w′ = −lr·g + w. With momentum, the GEMM sums g
+// into the buffer, buf′ = (1 − dampening)·g + momentum·buf (on the first step buf′ = g), and one pass
+// makes w′ = w − lr·buf′ while buf′ is still in cache. f32 runs oneDNN's matmul with the scale and the
+// sum as post-ops (what the unfused weight gradient runs), f64 OpenBLAS (which scales the buffer by
+// beta first, as sgd_update's buf·momentum). Results may alias w and buf; otherwise they start as copies.
+Status sgdMatmulUpdateKernel(const KernelCall& call) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const Shape& a = call.op.operands[1].shape;
+    const Shape& b = call.op.operands[2].shape;
+    const bool transpose_a = call.op.getInt("transpose_a") != 0, transpose_b = call.op.getInt("transpose_b") != 0;
+    const int64_t m = call.op.operands[0].shape[0], n = call.op.operands[0].shape[1];
+    const int64_t k = transpose_a ? a[0] : a[1];
+    if (!fitsBlas({m, n, k, a[1], b[1]}))
+      return Status::badInput("sgd_matmul_update: a matrix dim exceeds 2^31-1, beyond OpenBLAS's 32-bit interface");
+    const int threads = threadCount(call);
+    const int64_t bytes = call.op.operands[0].bytes();
+    const int64_t step = *call.in<int64_t>(3);
+    const T negative_lr = static_cast<T>(-(call.op.getFloat("lr") * lrScheduleOf(call.op).factor(step)));
+    const bool has_momentum = call.op.getFloat("momentum") != 0.0;
+    T* w = call.out<T>(0);
+    if (w != call.in<T>(0)) parallelCopy(w, call.in<T>(0), bytes, threads);
+    // The GEMM's target and scales: w itself, or the momentum buffer.
+    T* target = w;
+    double alpha = negative_lr, beta = 1.0;
+    if (has_momentum) {
+      target = call.out<T>(1);
+      const bool first_step = step == 0;
+      if (target != call.in<T>(4) && !first_step) parallelCopy(target, call.in<T>(4), bytes, threads);
+      alpha = first_step ? 1.0 : static_cast<double>(static_cast<T>(1.0 - call.op.getFloat("dampening")));
+      beta = first_step ? 0.0 : static_cast<double>(static_cast<T>(call.op.getFloat("momentum")));
+    }
+    if (m == 0 || n == 0) return Status::ok();
+    if (k == 0) {  // a zero gradient: the GEMM's scaling alone
+      if (has_momentum) parallelFor(m * n, threads, kSgdWork, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) target[i] = beta == 0.0 ? T{0} : static_cast<T>(beta) * target[i];
+      });
+    } else {
+      std::optional<Status> done;
+      if constexpr (std::is_same_v<T, float>)
+        done = runOneDnnProductInto(call, target, alpha == 1.0 ? std::nullopt : std::optional<float>(alpha),
+                                    static_cast<float>(beta));
+      if (done) {
+        CLEAVE_TRY(*done);
+      } else {
+        parallelGemm<T>(transpose_a, transpose_b, m, n, k, alpha, call.in<T>(1), a[1], call.in<T>(2), b[1], beta, target,
+                        n, gemmThreads(threads));
+      }
+    }
+    if (!has_momentum) return Status::ok();
+    parallelFor(m * n, threads, kSgdWork, [&](int64_t begin, int64_t end) {
+      withWidestVectors([&] {
+        for (int64_t i = begin; i < end; ++i) w[i] = std::fma(target[i], negative_lr, w[i]);  // param.add_(buf, alpha=-lr)
+      });
+    });
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerOptimizerKernels(CpuKernelTable& table) {
   table[static_cast<int>(OpId::sgd_update)] = sgdUpdateKernel;
   table[static_cast<int>(OpId::adamw_update)] = adamwUpdateKernel;
+  table[static_cast<int>(OpId::sgd_matmul_update)] = sgdMatmulUpdateKernel;
 }
 
 }  // namespace cleave::runtime::cpu

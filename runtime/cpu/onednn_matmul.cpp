@@ -1,6 +1,7 @@
 // f32 matmul and gemm on oneDNN's matmul, constant weights packed once per weights tensor and thread.
 #include "runtime/cpu/onednn_matmul.h"
 
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -29,6 +30,10 @@ struct Product {
   bool transpose_a = false, transpose_b = false;
   bool has_bias = false;
   bool constant_weights = false;  // b is constant: packed once per generation
+  // Summing into the destination (sgd_matmul_update's): the product times a scale given at each call
+  // (a binary post-op), plus sum_scale times the destination's old value (0: not read).
+  bool scaled = false;
+  float sum_scale = 0.0f;
   // A fused_matmul's: the source, weights and destination as [batch..., rows, columns] with the
   // strides of the buffers they are read from and written to (empty for matmul and gemm).
   memory::dims src_dims, src_strides, weights_dims, weights_strides, dst_dims, dst_strides;
@@ -151,6 +156,8 @@ struct PreparedMatmul {
   bool supported = false;
   dnnl::matmul primitive;
   memory source, plain_weights, packed_weights, bias, destination, scratchpad;
+  float scale = 1.0f;  // the scaled product's scale, which `scale_memory` reads
+  memory scale_memory;
   dnnl::reorder pack;
   uint64_t packed_generation = 0;  // the constants_generation packed_weights holds
   std::unordered_map<int, memory> arguments;  // the primitive's arguments, made once: calls only set handles
@@ -183,6 +190,15 @@ void prepare(const Product& p, PreparedMatmul& out) {
   const memory::desc bias(bias_dims, f32, bias_strides);
   dnnl::primitive_attr attributes;
   attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // Post-ops: times the call's scale (a [1, 1] tensor broadcast, read at each call), then plus
+  // sum_scale times the old destination.
+  const memory::desc scale_desc(memory::dims(batched ? 3 : 2, 1), f32, batched ? Tag::abc : Tag::ab);
+  if (p.scaled || p.sum_scale != 0.0f) {
+    dnnl::post_ops post_ops;
+    if (p.scaled) post_ops.append_binary(dnnl::algorithm::binary_mul, scale_desc);
+    if (p.sum_scale != 0.0f) post_ops.append_sum(p.sum_scale);
+    attributes.set_post_ops(post_ops);
+  }
   const dnnl::matmul::primitive_desc pd(
       p.has_bias ? dnnl::matmul::desc(source, weights, bias, destination)
                  : dnnl::matmul::desc(source, weights, destination),
@@ -204,23 +220,26 @@ void prepare(const Product& p, PreparedMatmul& out) {
     out.bias = memory(bias, cpuEngine(), DNNL_MEMORY_NONE);
     out.arguments.emplace(DNNL_ARG_BIAS, out.bias);
   }
+  if (p.scaled) {
+    out.scale_memory = memory(scale_desc, cpuEngine(), &out.scale);
+    out.arguments.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, out.scale_memory);
+  }
   out.supported = true;
 }
 
-}  // namespace
-
-std::optional<Status> runOneDnnMatmul(const KernelCall& call) {
-  const std::optional<Product> product = productOf(call);
-  if (!product) return std::nullopt;
-  const Product& p = *product;
+// Runs product p of `call` (p.m etc. from its operands `a_index`, `a_index` + 1 and, with a bias,
+// + 2) into `destination`; `scale` is the scaled product's.
+std::optional<Status> runProduct(const KernelCall& call, const Product& p, int a_index, void* destination,
+                                 float scale) {
   const int threads = threadCount(call);
   OpenMpThreads omp_threads(threads);
+  const void* weights = call.inputs[static_cast<size_t>(a_index) + 1];
 
-  // One entry per shape, transposes and thread count; with constant weights, per weights tensor.
+  // One entry per shape, transposes, post-ops and thread count; with constant weights, per weights tensor.
   std::vector<int64_t> key = {
-      p.constant_weights ? static_cast<int64_t>(reinterpret_cast<intptr_t>(call.inputs[1])) : 0,
+      p.constant_weights ? static_cast<int64_t>(reinterpret_cast<intptr_t>(weights)) : 0,
       static_cast<int64_t>(call.op.def.id), p.batch, p.m, p.k, p.n, p.transpose_a, p.transpose_b, p.has_bias,
-      threads};
+      p.scaled, static_cast<int64_t>(std::bit_cast<uint32_t>(p.sum_scale)), threads};
   for (const memory::dims* layout : {&p.src_dims, &p.src_strides, &p.weights_dims, &p.weights_strides, &p.dst_dims,
                                      &p.dst_strides}) {
     key.push_back(static_cast<int64_t>(layout->size()));
@@ -240,20 +259,46 @@ std::optional<Status> runOneDnnMatmul(const KernelCall& call) {
 
   try {
     dnnl::stream& stream = threadStream();
-    entry->plain_weights.set_data_handle(const_cast<void*>(call.inputs[1]));
+    entry->plain_weights.set_data_handle(const_cast<void*>(weights));
     if (p.constant_weights && entry->packed_generation != call.constants_generation) {
       entry->pack.execute(stream, entry->plain_weights, entry->packed_weights);
       entry->packed_generation = call.constants_generation;
     }
-    entry->source.set_data_handle(const_cast<void*>(call.inputs[0]));
-    entry->destination.set_data_handle(call.outputs[0]);
-    if (p.has_bias) entry->bias.set_data_handle(const_cast<void*>(call.inputs[2]));
+    entry->source.set_data_handle(const_cast<void*>(call.inputs[static_cast<size_t>(a_index)]));
+    entry->destination.set_data_handle(destination);
+    if (p.has_bias) entry->bias.set_data_handle(const_cast<void*>(call.inputs[static_cast<size_t>(a_index) + 2]));
+    entry->scale = scale;
     entry->primitive.execute(stream, entry->arguments);
     stream.wait();
   } catch (const dnnl::error& e) {
     return Status::internal(std::string(call.op.def.name) + ": oneDNN failed: " + e.what());
   }
   return Status::ok();
+}
+
+}  // namespace
+
+std::optional<Status> runOneDnnMatmul(const KernelCall& call) {
+  const std::optional<Product> product = productOf(call);
+  if (!product) return std::nullopt;
+  return runProduct(call, *product, 0, call.outputs[0], 1.0f);
+}
+
+std::optional<Status> runOneDnnProductInto(const KernelCall& call, float* target, std::optional<float> scale,
+                                           float sum_scale) {
+  const Shape& a = call.op.operands[1].shape;
+  const Shape& b = call.op.operands[2].shape;
+  if (call.op.operands[1].dtype != DType::kF32 || a.size() != 2 || b.size() != 2) return std::nullopt;
+  Product p;
+  p.transpose_a = call.op.getInt("transpose_a") != 0;
+  p.transpose_b = call.op.getInt("transpose_b") != 0;
+  p.m = p.transpose_a ? a[1] : a[0];
+  p.k = p.transpose_a ? a[0] : a[1];
+  p.n = p.transpose_b ? b[0] : b[1];
+  if (p.m == 0 || p.n == 0 || p.k == 0) return std::nullopt;
+  p.scaled = scale.has_value();
+  p.sum_scale = sum_scale;
+  return runProduct(call, p, 1, target, scale.value_or(1.0f));
 }
 
 }  // namespace cleave::runtime::cpu

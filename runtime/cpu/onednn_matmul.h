@@ -20,4 +20,10 @@ namespace cleave::runtime::cpu {
 // thread, and packed again when the call's constants_generation changes.
 std::optional<Status> runOneDnnMatmul(const KernelCall& call);
 
+// sgd_matmul_update's product of its f32 matrices a and b (operands 1 and 2) summed into `target`:
+// target = scale·op(a)·op(b) + sum_scale·target (the product alone without a scale, and with
+// sum_scale 0 the target is not read). nullopt when oneDNN does not take it (the caller runs OpenBLAS).
+std::optional<Status> runOneDnnProductInto(const KernelCall& call, float* target, std::optional<float> scale,
+                                           float sum_scale);
+
 }  // namespace cleave::runtime::cpu

@@ -1,8 +1,9 @@
-// CUDA kernels of the optimizer ops, sgd_update and adamw_update: the CPU kernels' formulas in the
+// CUDA kernels of the optimizer ops, sgd_update, adamw_update and sgd_matmul_update (cuBLAS): the CPU kernels' formulas in the
 // same floating-point operation order, with fused multiply-adds exactly where the CPU uses std::fma
 // and explicitly rounded operations (__fmul_rn etc., which nvcc never contracts) everywhere else.
 // Results may alias their operands (parameters and optimizer state are updated in place). The step
 // counter lives in device memory, so the kernels read it there.
+#include <climits>
 #include <cmath>
 
 #include "ir/lr_schedule.h"
@@ -147,10 +148,100 @@ Status adamwUpdateKernel(const KernelCall& call, CudaContext& context) {
   });
 }
 
+// sgd_matmul_update's GEMM scales, which cuBLAS reads from the device (the step lives there):
+// alpha, beta = −lr, 1 without momentum (the GEMM sums into w); with momentum 1, 0 on the first step,
+// else 1 − dampening, momentum (it sums into the buffer). scalars[2] is −lr for the update of w.
+template <class T>
+__global__ void sgdMatmulScalars(const int64_t* step, double lr, LrSchedule schedule, bool has_momentum,
+                                 T one_minus_dampening, T momentum, T* scalars) {
+  const T negative_lr = static_cast<T>(-(lr * schedule.factor(*step)));
+  const bool first_step = *step == 0;
+  scalars[0] = !has_momentum ? negative_lr : first_step ? T{1} : one_minus_dampening;
+  scalars[1] = !has_momentum ? T{1} : first_step ? T{0} : momentum;
+  scalars[2] = negative_lr;
+}
+
+// w′ = w − lr·buf′, one element per thread (sgd_update's last step with momentum).
+template <class T>
+__global__ void sgdStepAlongBuffer(const T* buffer, const T* scalars, T* w, int64_t n) {
+  const T negative_lr = scalars[2];
+  CLEAVE_GRID_LOOP(i, n) w[i] = fused(buffer[i], negative_lr, w[i]);  // param.add_(buf, alpha=-lr)
+}
+
+// target = beta·target (beta = scalars[1]; 0 gives zeros): the GEMM of an empty product (k = 0).
+template <class T>
+__global__ void scaleByBeta(const T* scalars, T* target, int64_t n) {
+  const T beta = scalars[1];
+  CLEAVE_GRID_LOOP(i, n) target[i] = beta == T{0} ? T{0} : mul(beta, target[i]);
+}
+
+// sgd_matmul_update(w, a, b, step, [buf]) -> w′, [buf′]: the CPU kernel's steps, the GEMM on cuBLAS
+// (row-major w′ is column-major w′ᵀ = op(b)ᵀ·op(a)ᵀ). Results that do not alias w and buf start
+// as copies of them.
+Status sgdMatmulUpdateKernel(const KernelCall& call, CudaContext& context) {
+  return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
+    const Shape& a = call.op.operands[1].shape;
+    const Shape& b = call.op.operands[2].shape;
+    const bool transpose_a = call.op.getInt("transpose_a") != 0, transpose_b = call.op.getInt("transpose_b") != 0;
+    const int64_t m = call.op.operands[0].shape[0], n = call.op.operands[0].shape[1];
+    const int64_t k = transpose_a ? a[0] : a[1];
+    const bool has_momentum = call.op.getFloat("momentum") != 0.0;
+    const size_t bytes = static_cast<size_t>(call.op.operands[0].bytes());
+    auto copyIfApart = [&](T* to, const T* from) {
+      if (to == from) return Status::ok();
+      return cudaStatus(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, context.compute()),
+                        "sgd_matmul_update: cudaMemcpyAsync");
+    };
+    T* w = call.out<T>(0);
+    T* target = has_momentum ? call.out<T>(1) : w;
+    CLEAVE_TRY(copyIfApart(w, call.in<T>(0)));
+    if (has_momentum) CLEAVE_TRY(copyIfApart(target, call.in<T>(4)));
+    if (m == 0 || n == 0) return Status::ok();
+    for (int64_t dim : {m, n, k, a[1], b[1]})
+      if (dim > INT_MAX)
+        return Status::badInput("sgd_matmul_update: a matrix dim exceeds 2^31-1, beyond cuBLAS's 32-bit dims");
+    CLEAVE_ASSIGN_OR_RETURN(void* scratch, context.scratch(3 * static_cast<int64_t>(sizeof(T))));
+    T* scalars = static_cast<T*>(scratch);
+    sgdMatmulScalars<T><<<1, 1, 0, context.compute()>>>(
+        call.in<int64_t>(3), call.op.getFloat("lr"), lrScheduleOf(call.op), has_momentum,
+        static_cast<T>(1.0 - call.op.getFloat("dampening")), static_cast<T>(call.op.getFloat("momentum")), scalars);
+    CLEAVE_TRY(launchStatus(call));
+    if (k == 0) {  // a zero gradient: the GEMM's scaling alone, then the update
+      if (has_momentum) {
+        scaleByBeta<T><<<blocksFor(m * n), kBlockThreads, 0, context.compute()>>>(scalars, target, m * n);
+        CLEAVE_TRY(launchStatus(call));
+        sgdStepAlongBuffer<T><<<blocksFor(m * n), kBlockThreads, 0, context.compute()>>>(target, scalars, w, m * n);
+        return launchStatus(call);
+      }
+      return Status::ok();
+    }
+    cublasHandle_t handle = context.cublas();
+    CLEAVE_TRY(cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_DEVICE), "sgd_matmul_update: cublas"));
+    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+    const int lda = static_cast<int>(a[1]), ldb = static_cast<int>(b[1]);
+    cublasStatus_t status;
+    if constexpr (std::is_same_v<T, float>)
+      status = cublasSgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ldb, call.in<T>(1), lda, scalars + 1,
+                           target, in);
+    else
+      status = cublasDgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ldb, call.in<T>(1), lda, scalars + 1,
+                           target, in);
+    const Status restored = cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), "sgd_matmul_update: cublas");
+    CLEAVE_TRY(cublasStatus(status, "sgd_matmul_update: cublas gemm"));
+    CLEAVE_TRY(restored);
+    if (!has_momentum) return Status::ok();
+    sgdStepAlongBuffer<T><<<blocksFor(m * n), kBlockThreads, 0, context.compute()>>>(target, scalars, w, m * n);
+    return launchStatus(call);
+  });
+}
+
 }  // namespace
 
 void registerOptimizerKernels(CudaKernelTable& table) {
   table[static_cast<int>(OpId::sgd_update)] = sgdUpdateKernel;
+  table[static_cast<int>(OpId::sgd_matmul_update)] = sgdMatmulUpdateKernel;
   table[static_cast<int>(OpId::adamw_update)] = adamwUpdateKernel;
 }
 

@@ -2,8 +2,9 @@
 # Fused kernels end to end: the GPT (with layer norms, and with Llama's RMSNorm as PyTorch exports
 # it) and the convnet train fused (`cleave compile --fusion on`, the default) with the unfused
 # plans' losses within 1e-5, alone and partitioned (dp, tp, pp and a mix against one unfused
-# device); a PyTorch Llama's RMSNorms, and RMSNorm's other forms, run as rms_norm ops; gradient
-# clipping folds into SGD's and AdamW's updates (alone, dp and ZeRO); inspect lists the fused nodes
+# device); a PyTorch Llama's RMSNorms, and RMSNorm's other forms, run as rms_norm ops; weight
+# gradients fold into their SGD updates (alone and tp); gradient clipping folds into SGD's and
+# AdamW's updates (alone, dp and ZeRO); inspect lists the fused nodes
 # and the bytes they save; bad --fusion values and bad fused bodies are errors naming what is wrong.
 # Usage: bash fusion.sh PATH_TO_cleave SOURCE_DIR
 set -euo pipefail
@@ -56,6 +57,31 @@ for model in gpt gpt_rms cnn; do
     train "$model" "p${flags// /}" $flags
   done
   same_losses "$model" unfused "$tmp/$model"-fused.jsonl "$tmp/$model"-p*.jsonl
+done
+
+# Weight gradients: each of the GPT's 13 weight matrices (q, k, v, proj, fc1, fc2 per layer, the LM
+# head) takes its gradient's product as its SGD update (sgd_matmul_update: the gradient is never
+# written), alone and over tp, with momentum (above) and plain SGD with a cosine schedule; the unfused
+# plans' losses still hold. Over dp the gradients are all-reduced first, so nothing folds there.
+optimizer=sgd:lr=0.05
+train gpt plain-unfused --fusion off --lr-schedule cosine:warmup=2,total=6
+for flags in "" "--tp 2"; do
+  train gpt "plain${flags// /}" --lr-schedule cosine:warmup=2,total=6 $flags
+  same_losses gpt plain-unfused "$tmp/gpt-plain${flags// /}.jsonl"
+done
+optimizer=sgd:lr=0.05,momentum=0.9
+for plan in gpt-fused gpt-p--tp2 gpt-plain gpt-plain--tp2 gpt-p--dp2; do
+  "$cleave" run "$tmp/$plan.cplan" --data synthetic --steps 1 --progress never --trace "$tmp/updates.json" >/dev/null ||
+    fail "$plan does not run with --trace"
+  expected=13
+  [[ $plan == *dp2 ]] && expected=0
+  $python - "$tmp/updates.json" "$expected" <<'PY' || fail "$plan: the weight gradients are not folded into their updates"
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+ops = [e["name"] for e in events if e.get("ph") == "X" and "instruction" in e.get("args", {}) and e["pid"] == 0]
+assert ops.count("sgd_matmul_update") == int(sys.argv[2]), (ops.count("sgd_matmul_update"), ops.count("sgd_update"))
+PY
 done
 
 # Clipped gradients: each gradient's sum of squares is one fused node (no squares written) and each
