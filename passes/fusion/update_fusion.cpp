@@ -17,6 +17,14 @@ int gradientScaleOf(const Graph& graph, const Node& node) {
   return ops::gradientScaleOperand(OpContext{opDef(node.op), operands, results, node.attrs});
 }
 
+// A matmul, or a gemm without c and with alpha 1 (an ONNX Gemm's weight gradient): op(a)·op(b).
+bool isPlainProduct(const Node& node) {
+  if (node.op == OpId::matmul) return true;
+  if (node.op != OpId::gemm || node.operands.size() != 2) return false;
+  auto alpha = node.attrs.find("alpha");
+  return alpha == node.attrs.end() || alpha->second == Attribute(1.0);
+}
+
 }  // namespace
 
 Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* node_group) {
@@ -82,7 +90,7 @@ Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>*
       continue;
     const ValueId w = update.operands[0], gradient = update.operands[1], step = update.operands[2];
     const int32_t m = graph.values[gradient].producer;
-    if (m < 0 || graph.nodes[m].op != OpId::matmul || read_outside[gradient] || users[gradient].size() != 1 ||
+    if (m < 0 || !isPlainProduct(graph.nodes[m]) || read_outside[gradient] || users[gradient].size() != 1 ||
         (grouped && (*node_group)[m] != (*node_group)[u]) || graph.values[step].producer >= m)
       continue;
     const Node& product = graph.nodes[m];

@@ -19,7 +19,7 @@ namespace cleave {
 Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* node_group = nullptr);
 
 // Replaces sgd_update(w, matmul(a, b), step, [buf]) without weight decay, nesterov or gradient
-// scale, a and b matrices and the product read by the update alone, by sgd_matmul_update(w, a, b,
+// scale (or of gemm(a, b) without c, alpha 1: an ONNX Gemm's weight gradient), a and b matrices and the product read by the update alone, by sgd_matmul_update(w, a, b,
 // step, [buf]) in the product's place (ir/ops/optimizer_ops.h): the GEMM sums the gradient into w
 // (times −lr) or into the momentum buffer, so the gradient is never written nor read back. Folds only where every other reader of w comes before
 // the product, so that the lowering updates w in place there (and the gradient's buffer is never
