@@ -30,13 +30,13 @@ Expected<std::vector<FusedNodeReport>> fusedNodes(const planpb::RankPlan& rank, 
     if (ctx.def.id != OpId::fused && ctx.def.id != OpId::sgd_matmul_update) return;
     FusedNodeReport node;
     node.instruction = i;
+    node.op = std::string(ctx.def.name);
     node.source = instruction.source();
     node.bytes = ctx.def.cost(ctx).bytes;
     if (ctx.def.id == OpId::fused) {
       node.body = ctx.getString("body");
       node.bytes_saved = ops::fusedBytesSaved(ctx);
     } else {  // the weight gradient its matmul would write and its sgd_update read back
-      node.body = "sgd_matmul_update: the weight gradient op(a)·op(b) summed into its SGD update";
       node.bytes_saved = 2.0 * static_cast<double>(ctx.operands[0].bytes());
     }
     nodes.push_back(std::move(node));

@@ -14,7 +14,8 @@ namespace cleave {
 // its SGD update (sgd_matmul_update).
 struct FusedNodeReport {
   int instruction = 0;      // its index in the program
-  std::string body;         // the steps it computes (ir/ops/fused_body.h)
+  std::string op;           // fused or sgd_matmul_update
+  std::string body;         // a fused node's steps (ir/ops/fused_body.h); empty for sgd_matmul_update
   std::string source;       // the model node it ends (file:line:col)
   double bytes = 0;         // bytes it reads and writes per run
   double bytes_saved = 0;   // bytes its steps would move as separate kernels, less `bytes`

@@ -207,7 +207,9 @@ Expected<std::string> fusionText(const std::vector<const planpb::RankPlan*>& ran
   for (const FusedNodeReport& node : nodes) {
     std::snprintf(line, sizeof line, "%-6d %-12s %-12s ", node.instruction, bytesText(node.bytes).c_str(),
                   bytesText(node.bytes_saved).c_str());
-    text += line + node.body + " (" + node.source + ")\n";
+    const std::string what =
+        node.body.empty() ? node.op + ": the weight gradient op(a)·op(b) summed into its SGD update" : node.body;
+    text += line + what + " (" + node.source + ")\n";
   }
   return text;
 }
@@ -216,6 +218,7 @@ nlohmann::ordered_json fusedNodesJson(const std::vector<FusedNodeReport>& nodes)
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const FusedNodeReport& node : nodes)
     list.push_back({{"instruction", node.instruction},
+                    {"op", node.op},
                     {"body", node.body},
                     {"source", node.source},
                     {"bytes", std::llround(node.bytes)},
