@@ -25,8 +25,8 @@ struct FusedNodeReport {
 // the op table's cost rules (the memory traffic fusion reduces). Errors as fusedNodes.
 Expected<double> kernelBytes(const planpb::RankPlan& rank, std::string_view program);
 
-// Every fused node and sgd_matmul_update of program `program` of `rank`, in program order (none when it has no such
-// program). Errors: an instruction naming an unknown op or buffer.
+// Every fused node and sgd_matmul_update of program `program` of `rank`, in program order (none
+// when it has no such program). Errors: an instruction naming an unknown op or buffer.
 Expected<std::vector<FusedNodeReport>> fusedNodes(const planpb::RankPlan& rank, std::string_view program);
 
 }  // namespace cleave

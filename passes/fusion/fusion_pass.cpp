@@ -14,10 +14,10 @@ PassInfo makeFusionPass() {
       .name = "fusion",
       .summary = "fold bias adds and transposes into the matmuls around them (fused_matmul), merge a softmax "
                  "cross-entropy and its gradient into one node, compute a gelu's slope in the forward pass for its "
-                 "gradient, fold a gradient's scale (clipping) into its optimizer update and a weight gradient's matmul into its plain "
-                 "SGD update (sgd_matmul_update), then chains of fusable "
-                 "elementwise ops (one float dtype and shape) into fused nodes, scalar constants becoming literals of "
-                 "their bodies, ending in column sums or a total sum, and lone column sums",
+                 "gradient, fold a gradient's scale (clipping) into its optimizer update and a weight gradient's "
+                 "matmul into its SGD update (sgd_matmul_update), then chains of fusable elementwise ops (one "
+                 "float dtype and shape) into fused nodes, scalar constants becoming literals of their bodies, "
+                 "ending in column sums or a total sum, and lone column sums",
       .options = {},
       .run = fuse,
   };

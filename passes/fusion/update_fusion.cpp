@@ -77,7 +77,7 @@ Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>*
     if (it == node.attrs.end()) return 0.0;
     if (const double* value = std::get_if<double>(&it->second)) return *value;
     if (const int64_t* value = std::get_if<int64_t>(&it->second)) return static_cast<double>(*value);
-    return 1.0;  // not a number: never plain SGD
+    return 1.0;  // not a number: never folded
   };
   std::vector<bool> dead(graph.nodes.size(), false);
   int folded = 0;
@@ -94,7 +94,9 @@ Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>*
         (grouped && (*node_group)[m] != (*node_group)[u]) || graph.values[step].producer >= m)
       continue;
     const Node& product = graph.nodes[m];
-    if (graph.values[product.operands[0]].type.rank() != 2 || graph.values[product.operands[1]].type.rank() != 2) continue;
+    const bool matrices =
+        graph.values[product.operands[0]].type.rank() == 2 && graph.values[product.operands[1]].type.rank() == 2;
+    if (!matrices) continue;
     // w and the buffer read at or after the product, but by the update, or the buffer made after it.
     bool read_later = has_buffer && graph.values[update.operands[3]].producer >= m;
     for (ValueId state : {w, has_buffer ? update.operands[3] : w})

@@ -255,7 +255,8 @@ Status sgdMatmulUpdateKernel(const KernelCall& call) {
     if (!has_momentum) return Status::ok();
     parallelFor(m * n, threads, kSgdWork, [&](int64_t begin, int64_t end) {
       withWidestVectors([&] {
-        for (int64_t i = begin; i < end; ++i) w[i] = std::fma(target[i], negative_lr, w[i]);  // param.add_(buf, alpha=-lr)
+        // param.add_(buf, alpha=-lr)
+        for (int64_t i = begin; i < end; ++i) w[i] = std::fma(target[i], negative_lr, w[i]);
       });
     });
     return Status::ok();

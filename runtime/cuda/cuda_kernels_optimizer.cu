@@ -1,8 +1,9 @@
-// CUDA kernels of the optimizer ops, sgd_update, adamw_update and sgd_matmul_update (cuBLAS): the CPU kernels' formulas in the
-// same floating-point operation order, with fused multiply-adds exactly where the CPU uses std::fma
-// and explicitly rounded operations (__fmul_rn etc., which nvcc never contracts) everywhere else.
-// Results may alias their operands (parameters and optimizer state are updated in place). The step
-// counter lives in device memory, so the kernels read it there.
+// CUDA kernels of the optimizer ops, sgd_update, adamw_update and sgd_matmul_update (its GEMM on
+// cuBLAS): the CPU kernels' formulas in the same floating-point operation order, with fused
+// multiply-adds exactly where the CPU uses std::fma and explicitly rounded operations (__fmul_rn
+// etc., which nvcc never contracts) everywhere else. Results may alias their operands (parameters
+// and optimizer state are updated in place). The step counter lives in device memory, so the
+// kernels read it there.
 #include <climits>
 #include <cmath>
 
@@ -228,7 +229,8 @@ Status sgdMatmulUpdateKernel(const KernelCall& call, CudaContext& context) {
     else
       status = cublasDgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ldb, call.in<T>(1), lda, scalars + 1,
                            target, in);
-    const Status restored = cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), "sgd_matmul_update: cublas");
+    const Status restored =
+        cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), "sgd_matmul_update: cublas");
     CLEAVE_TRY(cublasStatus(status, "sgd_matmul_update: cublas gemm"));
     CLEAVE_TRY(restored);
     if (!has_momentum) return Status::ok();

@@ -52,7 +52,8 @@ CaseList optimizerCases() {
             {{"lr", 0.1}, {"transpose_a", int64_t{1}}, {"transpose_b", int64_t{1}}, {"lr_decay", std::string("cosine")},
              {"total_steps", int64_t{5}}, {"warmup", int64_t{1}}});
       // An empty product (k = 0): a zero gradient.
-      b.add(OpId::sgd_matmul_update, label + " momentum, k = 0", {w2, b.uniform(dtype, {37, 0}), b.uniform(dtype, {0, 53}), step, buffer2},
+      const TensorData a_empty = b.uniform(dtype, {37, 0}), b_empty = b.uniform(dtype, {0, 53});
+      b.add(OpId::sgd_matmul_update, label + " momentum, k = 0", {w2, a_empty, b_empty, step, buffer2},
             {{"lr", 0.05}, {"momentum", 0.9}});
     }
     b.add(OpId::adamw_update, dt + " empty parameter",
