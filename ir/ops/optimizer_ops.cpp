@@ -104,8 +104,7 @@ Expected<Types> sgdMatmulShape(const OpContext& c) {
 
 // The product's 2·m·n·k FLOPs and the update's per element; every operand read, every result written.
 OpCost sgdMatmulCost(const OpContext& c) {
-  const TensorType& a = c.operands[1];
-  const double k = static_cast<double>(c.getInt("transpose_a") ? a.shape[0] : a.shape[1]);
+  const double k = static_cast<double>(sgdMatmulGemm(c).k);
   const double elements = static_cast<double>(c.operands[0].numel());
   return {2 * elements * k + 4 * elements, operandAndResultBytes(c, c.results)};
 }
@@ -195,18 +194,15 @@ Expected<std::vector<TensorData>> adamwReference(const OpContext& c, std::span<c
 // sgd_matmul_update: sgdReference's update of the gradient op(a)·op(b), summed in double.
 Expected<std::vector<TensorData>> sgdMatmulReference(const OpContext& c, std::span<const TensorData* const> operands) {
   const std::vector<double> a = referenceValues(*operands[1]), b = referenceValues(*operands[2]);
-  const bool ta = c.getInt("transpose_a") == 1, tb = c.getInt("transpose_b") == 1;
-  const Shape& as = c.operands[1].shape;
-  const Shape& bs = c.operands[2].shape;
-  const int64_t m = c.operands[0].shape[0], n = c.operands[0].shape[1], k = ta ? as[0] : as[1];
-  std::vector<double> gradient(static_cast<size_t>(m * n));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
+  const SgdMatmulGemm g = sgdMatmulGemm(c);
+  std::vector<double> gradient(static_cast<size_t>(g.m * g.n));
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j) {
       double sum = 0;
-      for (int64_t p = 0; p < k; ++p)
-        sum += a[static_cast<size_t>(ta ? p * as[1] + i : i * as[1] + p)] *
-               b[static_cast<size_t>(tb ? j * bs[1] + p : p * bs[1] + j)];
-      gradient[static_cast<size_t>(i * n + j)] = sum;
+      for (int64_t p = 0; p < g.k; ++p)
+        sum += a[static_cast<size_t>(g.transpose_a ? p * g.lda + i : i * g.lda + p)] *
+               b[static_cast<size_t>(g.transpose_b ? j * g.ldb + p : p * g.ldb + j)];
+      gradient[static_cast<size_t>(i * g.n + j)] = sum;
     }
   // sgd_update(w, gradient, step, [buf]) with the same attributes (no weight decay, no nesterov).
   const OpDef& sgd = opDef(OpId::sgd_update);
@@ -228,6 +224,18 @@ std::vector<AttrSpec> withSchedule(std::vector<AttrSpec> attrs) {
 }
 
 }  // namespace
+
+SgdMatmulGemm sgdMatmulGemm(const OpContext& c) {
+  SgdMatmulGemm gemm;
+  gemm.transpose_a = c.getInt("transpose_a") != 0;
+  gemm.transpose_b = c.getInt("transpose_b") != 0;
+  gemm.m = c.operands[0].shape[0];
+  gemm.n = c.operands[0].shape[1];
+  gemm.lda = c.operands[1].shape[1];
+  gemm.ldb = c.operands[2].shape[1];
+  gemm.k = gemm.transpose_a ? c.operands[1].shape[0] : gemm.lda;
+  return gemm;
+}
 
 int gradientScaleOperand(const OpContext& c) {
   size_t own = 5;  // adamw_update(w, g, m, v, step)

@@ -25,17 +25,28 @@ bool isPlainProduct(const Node& node) {
   return alpha == node.attrs.end() || alpha->second == Attribute(1.0);
 }
 
+// An error unless `node_group` is absent, empty or one group per node.
+Status checkNodeGroups(const Graph& graph, const std::vector<int64_t>* node_group) {
+  if (!node_group || node_group->empty() || node_group->size() == graph.nodes.size()) return Status::ok();
+  return Status::internal("update fusion: " + std::to_string(node_group->size()) + " node groups for " +
+                          std::to_string(graph.nodes.size()) + " nodes");
+}
+
+// Per value: whether something after the nodes reads it (a graph output, a state update's new value).
+std::vector<bool> valuesReadOutside(const Graph& graph) {
+  std::vector<bool> read_outside(graph.values.size(), false);
+  for (ValueId v : graph.outputs) read_outside[v] = true;
+  for (const StateUpdate& update : graph.updates) read_outside[update.new_value] = true;
+  return read_outside;
+}
+
 }  // namespace
 
 Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* node_group) {
   const bool grouped = node_group && !node_group->empty();
-  if (grouped && node_group->size() != graph.nodes.size())
-    return Status::internal("update fusion: " + std::to_string(node_group->size()) + " node groups for " +
-                            std::to_string(graph.nodes.size()) + " nodes");
+  CLEAVE_TRY(checkNodeGroups(graph, node_group));
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
-  std::vector<bool> read_outside(graph.values.size(), false);  // graph outputs and state updates
-  for (ValueId v : graph.outputs) read_outside[v] = true;
-  for (const StateUpdate& update : graph.updates) read_outside[update.new_value] = true;
+  const std::vector<bool> read_outside = valuesReadOutside(graph);
   std::vector<bool> dead(graph.nodes.size(), false);
   int folded = 0;
   for (int32_t u = 0; u < static_cast<int32_t>(graph.nodes.size()); ++u) {
@@ -65,13 +76,9 @@ Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* 
 
 Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>* node_group) {
   const bool grouped = node_group && !node_group->empty();
-  if (grouped && node_group->size() != graph.nodes.size())
-    return Status::internal("update fusion: " + std::to_string(node_group->size()) + " node groups for " +
-                            std::to_string(graph.nodes.size()) + " nodes");
+  CLEAVE_TRY(checkNodeGroups(graph, node_group));
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
-  std::vector<bool> read_outside(graph.values.size(), false);  // graph outputs and state updates
-  for (ValueId v : graph.outputs) read_outside[v] = true;
-  for (const StateUpdate& update : graph.updates) read_outside[update.new_value] = true;
+  const std::vector<bool> read_outside = valuesReadOutside(graph);
   auto attr = [](const Node& node, const char* name) -> double {
     auto it = node.attrs.find(name);
     if (it == node.attrs.end()) return 0.0;

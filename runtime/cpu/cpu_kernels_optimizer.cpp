@@ -211,12 +211,8 @@ Status adamwUpdateKernel(const KernelCall& call) {
 // beta first, as sgd_update's buf·momentum). Results may alias w and buf; otherwise they start as copies.
 Status sgdMatmulUpdateKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
-    const Shape& a = call.op.operands[1].shape;
-    const Shape& b = call.op.operands[2].shape;
-    const bool transpose_a = call.op.getInt("transpose_a") != 0, transpose_b = call.op.getInt("transpose_b") != 0;
-    const int64_t m = call.op.operands[0].shape[0], n = call.op.operands[0].shape[1];
-    const int64_t k = transpose_a ? a[0] : a[1];
-    if (!fitsBlas({m, n, k, a[1], b[1]}))
+    const auto [m, n, k, lda, ldb, transpose_a, transpose_b] = ops::sgdMatmulGemm(call.op);
+    if (!fitsBlas({m, n, k, lda, ldb}))
       return Status::badInput("sgd_matmul_update: a matrix dim exceeds 2^31-1, beyond OpenBLAS's 32-bit interface");
     const int threads = threadCount(call);
     const int64_t bytes = call.op.operands[0].bytes();
@@ -248,8 +244,8 @@ Status sgdMatmulUpdateKernel(const KernelCall& call) {
       if (done) {
         CLEAVE_TRY(*done);
       } else {
-        parallelGemm<T>(transpose_a, transpose_b, m, n, k, alpha, call.in<T>(1), a[1], call.in<T>(2), b[1], beta, target,
-                        n, gemmThreads(threads));
+        parallelGemm<T>(transpose_a, transpose_b, m, n, k, alpha, call.in<T>(1), lda, call.in<T>(2), ldb, beta, target, n,
+                        gemmThreads(threads));
       }
     }
     if (!has_momentum) return Status::ok();

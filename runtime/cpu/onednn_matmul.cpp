@@ -286,15 +286,14 @@ std::optional<Status> runOneDnnMatmul(const KernelCall& call) {
 
 std::optional<Status> runOneDnnProductInto(const KernelCall& call, float* target, std::optional<float> scale,
                                            float sum_scale) {
-  const Shape& a = call.op.operands[1].shape;
-  const Shape& b = call.op.operands[2].shape;
-  if (call.op.operands[1].dtype != DType::kF32 || a.size() != 2 || b.size() != 2) return std::nullopt;
+  if (call.op.operands[1].dtype != DType::kF32) return std::nullopt;
+  const ops::SgdMatmulGemm gemm = ops::sgdMatmulGemm(call.op);
   Product p;
-  p.transpose_a = call.op.getInt("transpose_a") != 0;
-  p.transpose_b = call.op.getInt("transpose_b") != 0;
-  p.m = p.transpose_a ? a[1] : a[0];
-  p.k = p.transpose_a ? a[0] : a[1];
-  p.n = p.transpose_b ? b[0] : b[1];
+  p.transpose_a = gemm.transpose_a;
+  p.transpose_b = gemm.transpose_b;
+  p.m = gemm.m;
+  p.k = gemm.k;
+  p.n = gemm.n;
   if (p.m == 0 || p.n == 0 || p.k == 0) return std::nullopt;
   p.scaled = scale.has_value();
   p.sum_scale = sum_scale;

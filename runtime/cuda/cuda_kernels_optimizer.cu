@@ -181,11 +181,7 @@ __global__ void scaleByBeta(const T* scalars, T* target, int64_t n) {
 // as copies of them.
 Status sgdMatmulUpdateKernel(const KernelCall& call, CudaContext& context) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
-    const Shape& a = call.op.operands[1].shape;
-    const Shape& b = call.op.operands[2].shape;
-    const bool transpose_a = call.op.getInt("transpose_a") != 0, transpose_b = call.op.getInt("transpose_b") != 0;
-    const int64_t m = call.op.operands[0].shape[0], n = call.op.operands[0].shape[1];
-    const int64_t k = transpose_a ? a[0] : a[1];
+    const auto [m, n, k, lda, ldb, transpose_a, transpose_b] = ops::sgdMatmulGemm(call.op);
     const bool has_momentum = call.op.getFloat("momentum") != 0.0;
     const size_t bytes = static_cast<size_t>(call.op.operands[0].bytes());
     auto copyIfApart = [&](T* to, const T* from) {
@@ -198,7 +194,7 @@ Status sgdMatmulUpdateKernel(const KernelCall& call, CudaContext& context) {
     CLEAVE_TRY(copyIfApart(w, call.in<T>(0)));
     if (has_momentum) CLEAVE_TRY(copyIfApart(target, call.in<T>(4)));
     if (m == 0 || n == 0) return Status::ok();
-    for (int64_t dim : {m, n, k, a[1], b[1]})
+    for (int64_t dim : {m, n, k, lda, ldb})
       if (dim > INT_MAX)
         return Status::badInput("sgd_matmul_update: a matrix dim exceeds 2^31-1, beyond cuBLAS's 32-bit dims");
     CLEAVE_ASSIGN_OR_RETURN(void* scratch, context.scratch(3 * static_cast<int64_t>(sizeof(T))));
@@ -221,14 +217,14 @@ Status sgdMatmulUpdateKernel(const KernelCall& call, CudaContext& context) {
     const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
-    const int lda = static_cast<int>(a[1]), ldb = static_cast<int>(b[1]);
+    const int ilda = static_cast<int>(lda), ildb = static_cast<int>(ldb);
     cublasStatus_t status;
     if constexpr (std::is_same_v<T, float>)
-      status = cublasSgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ldb, call.in<T>(1), lda, scalars + 1,
-                           target, in);
+      status = cublasSgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ildb, call.in<T>(1), ilda,
+                           scalars + 1, target, in);
     else
-      status = cublasDgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ldb, call.in<T>(1), lda, scalars + 1,
-                           target, in);
+      status = cublasDgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ildb, call.in<T>(1), ilda,
+                           scalars + 1, target, in);
     const Status restored =
         cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), "sgd_matmul_update: cublas");
     CLEAVE_TRY(cublasStatus(status, "sgd_matmul_update: cublas gemm"));
