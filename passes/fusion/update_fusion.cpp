@@ -20,9 +20,8 @@ int gradientScaleOf(const Graph& graph, const Node& node) {
 // A matmul, or a gemm without c and with alpha 1 (an ONNX Gemm's weight gradient): op(a)·op(b).
 bool isPlainProduct(const Node& node) {
   if (node.op == OpId::matmul) return true;
-  if (node.op != OpId::gemm || node.operands.size() != 2) return false;
-  auto alpha = node.attrs.find("alpha");
-  return alpha == node.attrs.end() || alpha->second == Attribute(1.0);
+  return node.op == OpId::gemm && node.operands.size() == 2 &&
+         OpContext{opDef(node.op), {}, {}, node.attrs}.getFloat("alpha") == 1.0;
 }
 
 // An error unless `node_group` is absent, empty or one group per node.
@@ -79,22 +78,15 @@ Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>*
   CLEAVE_TRY(checkNodeGroups(graph, node_group));
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
   const std::vector<bool> read_outside = valuesReadOutside(graph);
-  auto attr = [](const Node& node, const char* name) -> double {
-    auto it = node.attrs.find(name);
-    if (it == node.attrs.end()) return 0.0;
-    if (const double* value = std::get_if<double>(&it->second)) return *value;
-    if (const int64_t* value = std::get_if<int64_t>(&it->second)) return static_cast<double>(*value);
-    return 1.0;  // not a number: never folded
-  };
   std::vector<bool> dead(graph.nodes.size(), false);
   int folded = 0;
   for (int32_t u = 0; u < static_cast<int32_t>(graph.nodes.size()); ++u) {
     const Node& update = graph.nodes[u];
     // sgd_update(w, g, step, [buf]) without weight decay, nesterov or gradient scale.
-    const bool has_buffer = attr(update, "momentum") != 0.0;
-    if (update.op != OpId::sgd_update || update.operands.size() != (has_buffer ? 4u : 3u) ||
-        attr(update, "weight_decay") != 0.0 || attr(update, "nesterov") != 0.0)
-      continue;
+    if (update.op != OpId::sgd_update || gradientScaleOf(graph, update) >= 0) continue;
+    const OpContext sgd{opDef(update.op), {}, {}, update.attrs};
+    if (sgd.getFloat("weight_decay") != 0.0 || sgd.getInt("nesterov") != 0) continue;
+    const bool has_buffer = sgd.getFloat("momentum") != 0.0;
     const ValueId w = update.operands[0], gradient = update.operands[1], step = update.operands[2];
     const int32_t m = graph.values[gradient].producer;
     if (m < 0 || !isPlainProduct(graph.nodes[m]) || read_outside[gradient] || users[gradient].size() != 1 ||
@@ -104,10 +96,14 @@ Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>*
     const bool matrices =
         graph.values[product.operands[0]].type.rank() == 2 && graph.values[product.operands[1]].type.rank() == 2;
     if (!matrices) continue;
-    // w and the buffer read at or after the product, but by the update, or the buffer made after it.
-    bool read_later = has_buffer && graph.values[update.operands[3]].producer >= m;
-    for (ValueId state : {w, has_buffer ? update.operands[3] : w})
+    // w and its buffer: made before the product, and read at or after it by the update alone.
+    std::vector<ValueId> states = {w};
+    if (has_buffer) states.push_back(update.operands[3]);
+    bool read_later = false;
+    for (ValueId state : states) {
+      read_later = read_later || graph.values[state].producer >= m;
       for (int32_t reader : users[state]) read_later = read_later || (reader != u && reader >= m);
+    }
     if (read_later) continue;
     // The product's node becomes the update, with the update's learning rate and schedule.
     AttrMap attrs = update.attrs;

@@ -176,9 +176,30 @@ __global__ void scaleByBeta(const T* scalars, T* target, int64_t n) {
   CLEAVE_GRID_LOOP(i, n) target[i] = beta == T{0} ? T{0} : mul(beta, target[i]);
 }
 
+// Row-major target = alpha·op(a)·op(b) + beta·target, alpha and beta read from the device
+// (scalars[0], scalars[1]): column-major cuBLAS computes targetᵀ = op(b)ᵀ·op(a)ᵀ. The handle is back in
+// host pointer mode on return.
+template <class T>
+Status cublasGemmInto(cublasHandle_t handle, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                      const T* a, int64_t lda, const T* b, int64_t ldb, const T* scalars, T* target) {
+  CLEAVE_TRY(cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_DEVICE), "sgd_matmul_update: cublas"));
+  const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+  const int ilda = static_cast<int>(lda), ildb = static_cast<int>(ldb);
+  cublasStatus_t status;
+  if constexpr (std::is_same_v<T, float>)
+    status = cublasSgemm(handle, op_b, op_a, in, im, ik, scalars, b, ildb, a, ilda, scalars + 1, target, in);
+  else
+    status = cublasDgemm(handle, op_b, op_a, in, im, ik, scalars, b, ildb, a, ilda, scalars + 1, target, in);
+  const Status restored =
+      cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), "sgd_matmul_update: cublas");
+  CLEAVE_TRY(cublasStatus(status, "sgd_matmul_update: cublas gemm"));
+  return restored;
+}
+
 // sgd_matmul_update(w, a, b, step, [buf]) -> w′, [buf′]: the CPU kernel's steps, the GEMM on cuBLAS
-// (row-major w′ is column-major w′ᵀ = op(b)ᵀ·op(a)ᵀ). Results that do not alias w and buf start
-// as copies of them.
+// (cublasGemmInto). Results that do not alias w and buf start as copies of them.
 Status sgdMatmulUpdateKernel(const KernelCall& call, CudaContext& context) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     const auto [m, n, k, lda, ldb, transpose_a, transpose_b] = ops::sgdMatmulGemm(call.op);
@@ -203,32 +224,15 @@ Status sgdMatmulUpdateKernel(const KernelCall& call, CudaContext& context) {
         call.in<int64_t>(3), call.op.getFloat("lr"), lrScheduleOf(call.op), has_momentum,
         static_cast<T>(1.0 - call.op.getFloat("dampening")), static_cast<T>(call.op.getFloat("momentum")), scalars);
     CLEAVE_TRY(launchStatus(call));
-    if (k == 0) {  // a zero gradient: the GEMM's scaling alone, then the update
+    if (k == 0) {  // a zero gradient: the GEMM's scaling alone (without momentum, beta 1 keeps w)
       if (has_momentum) {
         scaleByBeta<T><<<blocksFor(m * n), kBlockThreads, 0, context.compute()>>>(scalars, target, m * n);
         CLEAVE_TRY(launchStatus(call));
-        sgdStepAlongBuffer<T><<<blocksFor(m * n), kBlockThreads, 0, context.compute()>>>(target, scalars, w, m * n);
-        return launchStatus(call);
       }
-      return Status::ok();
+    } else {
+      CLEAVE_TRY(cublasGemmInto<T>(context.cublas(), transpose_a, transpose_b, m, n, k, call.in<T>(1), lda,
+                                   call.in<T>(2), ldb, scalars, target));
     }
-    cublasHandle_t handle = context.cublas();
-    CLEAVE_TRY(cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_DEVICE), "sgd_matmul_update: cublas"));
-    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
-    const int ilda = static_cast<int>(lda), ildb = static_cast<int>(ldb);
-    cublasStatus_t status;
-    if constexpr (std::is_same_v<T, float>)
-      status = cublasSgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ildb, call.in<T>(1), ilda,
-                           scalars + 1, target, in);
-    else
-      status = cublasDgemm(handle, op_b, op_a, in, im, ik, scalars, call.in<T>(2), ildb, call.in<T>(1), ilda,
-                           scalars + 1, target, in);
-    const Status restored =
-        cublasStatus(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), "sgd_matmul_update: cublas");
-    CLEAVE_TRY(cublasStatus(status, "sgd_matmul_update: cublas gemm"));
-    CLEAVE_TRY(restored);
     if (!has_momentum) return Status::ok();
     sgdStepAlongBuffer<T><<<blocksFor(m * n), kBlockThreads, 0, context.compute()>>>(target, scalars, w, m * n);
     return launchStatus(call);
