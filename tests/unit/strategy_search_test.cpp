@@ -231,9 +231,11 @@ TEST(StrategySearch, NoStrategyFitsNamesTheLeastMemoryNeeded) {
       << result.status().message();
 }
 
-// Search-time bounds hold for optimised builds; instrumented ones (sanitizers) run several times slower.
+// Search-time bounds hold for optimised builds; instrumented ones (sanitizers) run several times slower,
+// and tools/check_sanitizers.sh runs its steps side by side (the search took 6.3x its optimised time
+// there with the equivalence test beside it).
 #ifdef CLEAVE_SANITIZED
-constexpr double kTimeScale = 5.0;
+constexpr double kTimeScale = 15.0;
 #else
 constexpr double kTimeScale = 1.0;
 #endif
