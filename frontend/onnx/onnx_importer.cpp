@@ -54,6 +54,16 @@ void tieTransposedInitializers(OnnxImportContext& ctx, const std::vector<std::pa
   }
 }
 
+// A one-element initializer named as the exporters name the constants they make, not PyTorch's
+// parameters (those keep their module path): torch.onnx's dynamo exporter's val_<n>, the
+// TorchScript exporter's onnx::<op>_<n>. GELU's √2, 1 and 0.5, an attention scale: never trained.
+bool isExporterScalar(const std::string& name, const TensorData& data) {
+  if (data.type.numel() != 1) return false;
+  if (name.rfind("onnx::", 0) == 0) return true;
+  return name.size() > 4 && name.rfind("val_", 0) == 0 &&
+         std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // Float initializers become parameters on first use (the model's weights); others are constants.
 Status importInitializers(OnnxImportContext& ctx, const onnx::GraphProto& onnx_graph) {
   std::vector<std::pair<std::string, TensorPtr>> floats;
@@ -61,7 +71,7 @@ Status importInitializers(OnnxImportContext& ctx, const onnx::GraphProto& onnx_g
     auto data = tensorFromOnnx(initializer, ctx.path());
     if (!data) return data.status();
     // Float initializers are the model's weights; integer ones are shapes and indices.
-    if (isFloat((*data)->type.dtype)) {
+    if (isFloat((*data)->type.dtype) && !isExporterScalar(initializer.name(), **data)) {
       ctx.bindParameter(initializer.name(), *data);
       floats.emplace_back(initializer.name(), *data);
     } else {

@@ -558,10 +558,10 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
     graph = std::move(*micro);
   }
   // Transposes a matmul or gemm reads through itself (passes/cleanup/absorb_transposes.h); with
-  // fusion, decomposed RMSNorms as rms_norm ops (passes/fusion/rms_norm.h: before autodiff and
-  // partitioning, which then see one op); the nodes left unread.
-  CLEAVE_ASSIGN_OR_RETURN(Pipeline cleanup,
-                          parsePipeline(options.fusion ? "absorb-transposes,rms-norm,dce" : "absorb-transposes,dce"));
+  // fusion, decomposed RMSNorms and GELUs as rms_norm and gelu ops (passes/fusion/rms_norm.h,
+  // gelu_recognition.h: before autodiff and partitioning, which then see one op); the nodes left unread.
+  CLEAVE_ASSIGN_OR_RETURN(Pipeline cleanup, parsePipeline(options.fusion ? "absorb-transposes,rms-norm,gelu,dce"
+                                                                         : "absorb-transposes,dce"));
   if (Status absorbed = PassManager(std::move(cleanup)).run(graph); !absorbed)
     return absorbed.withContext(options.model_file + ": ");
 

@@ -2,7 +2,8 @@
 # Fused kernels end to end: the GPT (with layer norms, and with Llama's RMSNorm as PyTorch exports
 # it) and the convnet train fused (`cleave compile --fusion on`, the default) with the unfused
 # plans' losses within 1e-5, alone and partitioned (dp, tp, pp and a mix against one unfused
-# device); a PyTorch Llama's RMSNorms, and RMSNorm's other forms, run as rms_norm ops; weight
+# device); a PyTorch Llama's RMSNorms, and RMSNorm's other forms, run as rms_norm ops, and the
+# GELUs of PyTorch's BERT and GPT-2 exports as gelu ops; weight
 # gradients fold into their SGD updates (alone and tp); gradient clipping folds into SGD's and
 # AdamW's updates (alone, dp and ZeRO); inspect lists the fused nodes
 # and the bytes they save; bad --fusion values and bad fused bodies are errors naming what is wrong.
@@ -182,6 +183,39 @@ fused = sum("= rms_norm(" in body for body in bodies), sum("= rms_norm_grad(" in
 counts = {op: ops.count(op) for op in ("rms_norm", "rms_norm_grad", "reduce_mean", "pow", "sqrt")}
 assert fused == (4, 5) and counts == {"rms_norm": 1, "rms_norm_grad": 0, "reduce_mean": 0, "pow": 0, "sqrt": 0}, (fused, counts)
 PY
+done
+
+# PyTorch exports whose GELU is written out op by op: BERT from the dynamo exporter at opset 18
+# (erf, its scalars as val_<n> initializers) and GPT-2's gelu_new from the TorchScript exporter
+# (tanh, x·x·x). Each GELU becomes a gelu (no exporter scalar is a trained weight), so the forward
+# runs one fused node returning the GELU and its slope, and the backward no erf, tanh or their
+# gradients; fused follows unfused, alone and over tp.
+for export in bert_dynamo18 gpt2_legacy17; do
+  model=$source_dir/tests/fixtures/modern/$export/model.onnx
+  for flags in "" "--tp 2"; do
+    label=$export${flags// /}
+    for fusion in off on; do
+      "$cleave" compile "$model" --train --loss softmax_cross_entropy --optimizer sgd:lr=0.05 $flags --fusion $fusion \
+        -o "$tmp/$label-$fusion.cplan" >/dev/null || fail "compile $export $flags --fusion $fusion"
+      "$cleave" run "$tmp/$label-$fusion.cplan" --data synthetic --steps 6 --progress never \
+        --metrics "$tmp/$label-$fusion.jsonl" --trace "$tmp/$label-$fusion.json" >/dev/null ||
+        fail "run $export $flags --fusion $fusion"
+    done
+    same_losses "$label" off "$tmp/$label-on.jsonl"
+    "$cleave" inspect "$tmp/$label-on.cplan" --json >"$tmp/$label-on.inspect.json"
+    $python - "$tmp/$label-on.json" "$tmp/$label-on.inspect.json" <<'PY' || fail "$export $flags: its GELUs are not gelu ops"
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+ops = [e["name"].split(" ")[0] for e in events if e.get("ph") == "X" and e.get("pid") == 0]
+rank = json.load(open(sys.argv[2]))["ranks"][0]
+gelus = [n["body"] for n in rank["fused_nodes"] if "= erf(" in n["body"] or "= tanh(" in n["body"]]
+scalars = [w["name"] for w in rank["weights"] if w["name"].startswith("val_") and w["shape"] in ([], [1])]
+left = {op: ops.count(op) for op in ("erf", "tanh", "tanh_grad", "gelu", "gelu_grad", "pow")}
+assert len(gelus) == 2 and all(len(b.split("return ")[1].split(", ")) == 2 for b in gelus), gelus
+assert not any(left.values()) and not scalars, (left, scalars)
+PY
+  done
 done
 
 # 2. inspect lists the fused nodes (text and JSON) and what they save; unfused plans have none.

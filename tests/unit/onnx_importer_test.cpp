@@ -265,6 +265,27 @@ TEST(OnnxImporter, TransposedTiedWeightsStayOneParameter) {
   EXPECT_GT(opCounts(graph)["transpose"], 0);
 }
 
+// torch.onnx's dynamo exporter writes the scalars of a decomposed GELU (√2, 1, 0.5) and attention's
+// scale as initializers named val_<n>: they are constants, not parameters to train; the model's
+// weights (module paths, and the transposed copies tied to them) are.
+TEST(OnnxImporter, ExporterScalarsAreConstantsNotParameters) {
+  for (const std::string& name : {"modern/bert_dynamo18", "modern/vit_dynamo18"}) {
+    Graph graph = importOk(name, 2);
+    for (const Param& param : graph.params) {
+      const std::string& value = graph.values[param.value].name;
+      EXPECT_FALSE(value.rfind("val_", 0) == 0 && graph.values[param.value].type.numel() == 1) << name << ": " << value;
+    }
+    int scalars = 0;
+    for (const Node& node : graph.nodes) {
+      if (node.op != OpId::constant) continue;
+      const std::string& value = graph.values[node.results[0]].name;
+      scalars += value.rfind("val_", 0) == 0 && graph.values[node.results[0]].type.numel() == 1;
+    }
+    EXPECT_GE(scalars, 3) << name;  // the GELU's √2, 1 and 0.5 at least
+    EXPECT_EQ(opCounts(graph)["erf"], 2) << name;
+  }
+}
+
 // Training-mode BatchNormalization: batch statistics, and the running statistics become buffers
 // (non-trainable parameters) that each step updates.
 TEST(OnnxImporter, TrainingBatchNormUpdatesItsRunningStatistics) {
