@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Training steps with fused kernels against the same plans unfused (`cleave compile --fusion on|off`),
 in the same run: the GPT of bench/peers/train_throughput.py (4 layers, 256 wide, seq 64, batch 8),
-the fashion convnet (examples/fashion_cnn.cir, batch 64), and (--models gpt_rms) the GPT with Llama's
-RMSNorm as PyTorch exports it, at 1 and 2 threads. Runs alternate
+the fashion convnet (examples/fashion_cnn.cir, batch 64), and (--models gpt_rms, gpt_gelu) the GPT
+with Llama's RMSNorm, or with its GELU, as PyTorch exports it, at 1 and 2 threads. Runs alternate
 (unfused, fused, ...) and each figure is the median of --reps runs; the speed-up is the ratio of the
 medians, and "paired" the median of each round's fused/unfused ratio (the two runs of a round, back to
 back, share the host's load of the moment); the load average is printed beside.
@@ -11,7 +11,7 @@ Also: the losses of both plans step by step, the largest relative difference ove
 as training goes on, as between runs at 1 and 2 threads), and the
 bytes the kernels move per step by the cost model (`cleave inspect --json`: kernel_bytes, fused_nodes).
 Needs only the build (no PyTorch). Usage: bench/fusion_speedup.py [--reps 5] [--threads 1,2]
-[--models gpt,cnn,gpt_rms] [--breakdown] -> $OUT/fusion_speedup.json and a table on stdout. --breakdown also
+[--models gpt,cnn,gpt_rms,gpt_gelu] [--breakdown] -> $OUT/fusion_speedup.json and a table on stdout. --breakdown also
 prints each plan's milliseconds per step in matrix products and in the rest, by op (cleave run --trace)."""
 import argparse
 import json
@@ -31,6 +31,10 @@ MODELS = {  # name: (batch, timed steps, gen args or None for the example convne
     # mul), which the fused plan runs as rms_norm and rms_norm_grad inside fused nodes.
     "gpt_rms": (8, 30, ["gpt", "--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "64", "--vocab", "1024",
                         "--batch", "8", "--rms-norm"]),
+    # The GPT with its GELU as PyTorch exports it below opset 20 (div by sqrt 2, erf, add, mul, mul),
+    # which the fused plan runs as gelu with its slope, as the gpt model's.
+    "gpt_gelu": (8, 30, ["gpt", "--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "64", "--vocab", "1024",
+                         "--batch", "8", "--exported-gelu"]),
 }
 WARMUP = 10
 PRODUCTS = ("matmul", "gemm", "fused_matmul", "sgd_matmul_update")  # ops whose time is mostly a GEMM

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <memory>
+#include <numbers>
 #include <string>
 #include <utility>
 
@@ -96,6 +97,16 @@ class GraphBuilder {
     ValueId reciprocal = op(OpId::div, {scalar(prefix + ".one", 1.0f), root}, prefix + ".rsqrt");
     ValueId normalized = op(OpId::mul, {x, reciprocal}, prefix + ".normalized");
     return op(OpId::mul, {weight, normalized}, prefix + ".out");
+  }
+
+  // GELU (erf form) decomposed as PyTorch's ONNX exports below opset 20 write it
+  // (GptSpec::exported_gelu): x · (0.5 · (erf(x / √2) + 1)).
+  ValueId exportedGelu(const std::string& prefix, ValueId x) {
+    ValueId scaled = op(OpId::div, {x, scalar(prefix + ".sqrt2", static_cast<float>(std::numbers::sqrt2))}, prefix + ".div");
+    ValueId erf = op(OpId::erf, {scaled}, prefix + ".erf");
+    ValueId shifted = op(OpId::add, {erf, scalar(prefix + ".one", 1.0f)}, prefix + ".add");
+    ValueId cdf = op(OpId::mul, {scalar(prefix + ".half", 0.5f), shifted}, prefix + ".cdf");
+    return op(OpId::mul, {x, cdf}, prefix);
   }
 
   // Layer norm over the last dimension with scale `prefix.weight` (ones) and `prefix.bias` (zeros).
@@ -209,7 +220,7 @@ ValueId gptBlock(GraphBuilder& b, const GptSpec& s, int64_t ffn, int64_t layer, 
   // 4. MLP: fc1 -> gelu -> fc2, add the residual.
   ValueId normed2 = norm(b, p + "ln2", attended, s);
   ValueId fc1 = b.linear(p + "mlp.fc1", normed2, s.hidden, ffn, p + "mlp.fc1.out");
-  ValueId activated = b.op(OpId::gelu, {fc1}, p + "mlp.gelu");
+  ValueId activated = s.exported_gelu ? b.exportedGelu(p + "mlp.gelu", fc1) : b.op(OpId::gelu, {fc1}, p + "mlp.gelu");
   ValueId fc2 = b.linear(p + "mlp.fc2", activated, ffn, s.hidden, p + "mlp.fc2.out");
   return b.op(OpId::add, {attended, fc2}, p + "out");
 }

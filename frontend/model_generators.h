@@ -38,6 +38,9 @@ struct GptSpec {
   // Llama's RMSNorm instead of layer norm (weight ones, no bias), written as PyTorch exports it:
   // pow(x, 2), reduce_mean over the last dim, add 1e-6, sqrt, div(1, .), mul by x, mul by the weight.
   bool rms_norm = false;
+  // GELU as PyTorch's ONNX exports write it below opset 20 (nn.GELU in BERT, ViT, Whisper):
+  // div(x, √2), erf, add 1, mul by 0.5, mul by x, the constants scalars.
+  bool exported_gelu = false;
 };
 
 // Sizes of a multilayer perceptron with relu between layers (default 784-512-512-10).

@@ -92,6 +92,8 @@ void addGenCommands(CLI::App& app, GenFlags& flags) {
   gpt->add_option("--seed", flags.gpt.seed, "Base seed of the parameter initializers")->capture_default_str();
   gpt->add_flag("--rms-norm", flags.gpt.rms_norm,
                 "Llama's RMSNorm instead of layer norm, decomposed as PyTorch exports it (pow, reduce_mean, ...)");
+  gpt->add_flag("--exported-gelu", flags.gpt.exported_gelu,
+                "GELU decomposed as PyTorch exports it below opset 20 (div by sqrt 2, erf, add, mul, mul)");
   gpt->add_option("-o,--output", flags.output, "Output .cir file (default: standard output)");
 
   CLI::App* mlp = gen->add_subcommand("mlp", "A multilayer perceptron with relu between layers");

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "ir/verifier.h"
+#include "passes/fusion/gelu_recognition.h"
 #include "passes/fusion/rms_norm.h"
 
 namespace cleave {
@@ -125,6 +126,23 @@ TEST(ModelGenerators, GptWithRmsNormWritesTheExportedFormThatRmsNormFusionRecogn
   EXPECT_EQ(*fused, 5);
   EXPECT_EQ(count(OpId::rms_norm), 5);
   EXPECT_EQ(typeOf(*graph, "ln_f.out"), (TensorType{DType::kF32, {2, 16, 64}}));
+}
+
+// --exported-gelu writes each GELU as PyTorch's exports below opset 20 do, which the gelu pass then
+// recognises, every one.
+TEST(ModelGenerators, GptWithExportedGeluWritesTheFormThatGeluRecognitionRecognises) {
+  GptSpec spec{.layers = 2, .hidden = 64, .heads = 4, .seq = 16, .vocab = 100, .batch = 2, .exported_gelu = true};
+  auto graph = generateGpt(spec);
+  ASSERT_TRUE(graph) << graph.status().message();
+  ASSERT_TRUE(verifyGraph(*graph).isOk()) << verifyGraph(*graph).message();
+  auto count = [&](OpId op) { return std::count_if(graph->nodes.begin(), graph->nodes.end(), [&](const Node& n) { return n.op == op; }); };
+  EXPECT_EQ(count(OpId::erf), 2);
+  EXPECT_EQ(count(OpId::gelu), 0);
+  auto fused = fuseGelus(*graph);
+  ASSERT_TRUE(fused) << fused.status().message();
+  EXPECT_EQ(*fused, 2);
+  EXPECT_EQ(count(OpId::gelu), 2);
+  EXPECT_EQ(typeOf(*graph, "h1.mlp.gelu"), (TensorType{DType::kF32, {2, 16, 256}}));
 }
 
 TEST(ModelGenerators, RandomInitializersHaveDistinctDeterministicSeeds) {
