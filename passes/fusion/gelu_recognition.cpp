@@ -10,6 +10,7 @@
 
 #include "ir/constant_eval.h"
 #include "ir/op_table.h"
+#include "passes/fusion/single_reader_chain.h"
 
 namespace cleave {
 namespace {
@@ -19,11 +20,7 @@ constexpr double kKappa = 0.044715;
 
 class GeluMatcher {
  public:
-  explicit GeluMatcher(const Graph& graph) : graph_(graph), users_(graph.computeUsers()) {
-    is_root_.assign(graph.values.size(), false);
-    for (ValueId v : graph.outputs) is_root_[v] = true;
-    for (const StateUpdate& update : graph.updates) is_root_[update.new_value] = true;
-  }
+  explicit GeluMatcher(const Graph& graph) : graph_(graph), chain_(graph) {}
 
   struct Match {
     ValueId x;
@@ -38,7 +35,7 @@ class GeluMatcher {
     const TensorType& type = graph_.values[node.results[0]].type;
     if (type.dtype != DType::kF32 && type.dtype != DType::kF64) return std::nullopt;
     for (size_t k = 0; k < 2; ++k) {
-      const int32_t inner = producerReadOnlyBy(node.operands[k], OpId::mul, y);
+      const int32_t inner = chain_.producerReadOnlyBy(node.operands[k], OpId::mul, y);
       if (inner < 0 || graph_.nodes[inner].operands.size() != 2) continue;
       const std::vector<ValueId>& pair = graph_.nodes[inner].operands;
       // Each factor with the node that reads it.
@@ -50,16 +47,10 @@ class GeluMatcher {
   }
 
  private:
-  // The node producing `v` when it is an `op` whose one result only `reader` reads; else -1.
-  int32_t producerReadOnlyBy(ValueId v, OpId op, int32_t reader) const {
-    const int32_t p = graph_.values[v].producer;
-    if (p < 0 || graph_.nodes[p].op != op || is_root_[v] || users_[v].size() != 1 || users_[v][0] != reader) return -1;
-    return p;
-  }
-
+  // `v` is a scalar constant equal to `expected` at f32 precision (the exporters write f32 constants).
   bool isConstant(ValueId v, double expected) const {
     const std::optional<double> value = scalarConstantValue(graph_, v);
-    return value && static_cast<float>(*value) == static_cast<float>(expected);  // exporters write f32 constants
+    return value && static_cast<float>(*value) == static_cast<float>(expected);
   }
 
   // One factor the constant 0.5, one p = 1 + erf(…) or 1 + tanh(…) of x, the third x itself (of y's type).
@@ -79,14 +70,14 @@ class GeluMatcher {
 
   // Whether `p` (read by `reader` alone) is 1 + erf(x/√2) (false) or 1 + tanh(β(x + κx³)) (true).
   std::optional<bool> onePlusOf(ValueId p, int32_t reader, ValueId x) const {
-    const int32_t add = producerReadOnlyBy(p, OpId::add, reader);
+    const int32_t add = chain_.producerReadOnlyBy(p, OpId::add, reader);
     if (add < 0) return std::nullopt;
     const std::vector<ValueId>& operands = graph_.nodes[add].operands;
     for (size_t k = 0; k < 2; ++k) {
       if (!isConstant(operands[1 - k], 1.0)) continue;
-      if (const int32_t erf = producerReadOnlyBy(operands[k], OpId::erf, add); erf >= 0) {
+      if (const int32_t erf = chain_.producerReadOnlyBy(operands[k], OpId::erf, add); erf >= 0) {
         if (isScaledBySqrtHalf(graph_.nodes[erf].operands[0], erf, x)) return false;
-      } else if (const int32_t tanh = producerReadOnlyBy(operands[k], OpId::tanh, add); tanh >= 0) {
+      } else if (const int32_t tanh = chain_.producerReadOnlyBy(operands[k], OpId::tanh, add); tanh >= 0) {
         if (isTanhArgument(graph_.nodes[tanh].operands[0], tanh, x)) return true;
       }
     }
@@ -95,7 +86,7 @@ class GeluMatcher {
 
   // `u` = x / √2 or x · (1/√2) (either order), read by `reader` alone.
   bool isScaledBySqrtHalf(ValueId u, int32_t reader, ValueId x) const {
-    if (const int32_t div = producerReadOnlyBy(u, OpId::div, reader); div >= 0) {
+    if (const int32_t div = chain_.producerReadOnlyBy(u, OpId::div, reader); div >= 0) {
       const std::vector<ValueId>& operands = graph_.nodes[div].operands;
       return operands[0] == x && isConstant(operands[1], std::numbers::sqrt2);
     }
@@ -104,17 +95,17 @@ class GeluMatcher {
 
   // `v` = β · (x + κ · x³), each mul and add in either order, read by `reader` alone.
   bool isTanhArgument(ValueId v, int32_t reader, ValueId x) const {
-    const int32_t scale = producerReadOnlyBy(v, OpId::mul, reader);
+    const int32_t scale = chain_.producerReadOnlyBy(v, OpId::mul, reader);
     if (scale < 0) return false;
     const std::vector<ValueId>& scaled = graph_.nodes[scale].operands;
     for (size_t k = 0; k < 2; ++k) {
       if (!isConstant(scaled[1 - k], kBeta)) continue;
-      const int32_t sum = producerReadOnlyBy(scaled[k], OpId::add, scale);
+      const int32_t sum = chain_.producerReadOnlyBy(scaled[k], OpId::add, scale);
       if (sum < 0) return false;
       const std::vector<ValueId>& terms = graph_.nodes[sum].operands;
       for (size_t t = 0; t < 2; ++t) {
         if (terms[t] != x) continue;
-        const int32_t cubic = producerReadOnlyBy(terms[1 - t], OpId::mul, sum);
+        const int32_t cubic = chain_.producerReadOnlyBy(terms[1 - t], OpId::mul, sum);
         if (cubic < 0) continue;
         const std::vector<ValueId>& parts = graph_.nodes[cubic].operands;
         for (size_t c = 0; c < 2; ++c)
@@ -126,7 +117,7 @@ class GeluMatcher {
 
   // `v` = x · constant (either order), read by `reader` alone.
   bool isProduct(ValueId v, int32_t reader, ValueId x, double constant) const {
-    const int32_t mul = producerReadOnlyBy(v, OpId::mul, reader);
+    const int32_t mul = chain_.producerReadOnlyBy(v, OpId::mul, reader);
     if (mul < 0) return false;
     const std::vector<ValueId>& operands = graph_.nodes[mul].operands;
     return (operands[0] == x && isConstant(operands[1], constant)) ||
@@ -135,24 +126,23 @@ class GeluMatcher {
 
   // `c` = pow(x, 3), or (x · x) · x in either order, read by `reader` alone.
   bool isCube(ValueId c, int32_t reader, ValueId x) const {
-    if (const int32_t pow = producerReadOnlyBy(c, OpId::pow, reader); pow >= 0) {
+    if (const int32_t pow = chain_.producerReadOnlyBy(c, OpId::pow, reader); pow >= 0) {
       const std::vector<ValueId>& operands = graph_.nodes[pow].operands;
       return operands[0] == x && isConstant(operands[1], 3.0);
     }
-    const int32_t mul = producerReadOnlyBy(c, OpId::mul, reader);
+    const int32_t mul = chain_.producerReadOnlyBy(c, OpId::mul, reader);
     if (mul < 0) return false;
     const std::vector<ValueId>& operands = graph_.nodes[mul].operands;
     for (size_t k = 0; k < 2; ++k) {
       if (operands[1 - k] != x) continue;
-      const int32_t square = producerReadOnlyBy(operands[k], OpId::mul, mul);
+      const int32_t square = chain_.producerReadOnlyBy(operands[k], OpId::mul, mul);
       if (square >= 0 && graph_.nodes[square].operands[0] == x && graph_.nodes[square].operands[1] == x) return true;
     }
     return false;
   }
 
   const Graph& graph_;
-  std::vector<std::vector<int32_t>> users_;
-  std::vector<bool> is_root_;
+  SingleReaderChain chain_;
 };
 
 }  // namespace

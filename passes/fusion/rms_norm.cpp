@@ -8,24 +8,14 @@
 
 #include "ir/constant_eval.h"
 #include "ir/op_table.h"
+#include "passes/fusion/single_reader_chain.h"
 
 namespace cleave {
 namespace {
 
 class RmsNormMatcher {
  public:
-  explicit RmsNormMatcher(const Graph& graph) : graph_(graph), users_(graph.computeUsers()) {
-    is_root_.assign(graph.values.size(), false);
-    for (ValueId v : graph.outputs) is_root_[v] = true;
-    for (const StateUpdate& update : graph.updates) is_root_[update.new_value] = true;
-  }
-
-  // The node producing `v` when it is an `op` whose one result only `reader` reads; else -1.
-  int32_t producerReadOnlyBy(ValueId v, OpId op, int32_t reader) const {
-    const int32_t p = graph_.values[v].producer;
-    if (p < 0 || graph_.nodes[p].op != op || is_root_[v] || users_[v].size() != 1 || users_[v][0] != reader) return -1;
-    return p;
-  }
+  explicit RmsNormMatcher(const Graph& graph) : graph_(graph), chain_(graph) {}
 
   // What node `n` computes when it ends a decomposed RMSNorm: rms_norm(x, weight)[axis, epsilon],
   // weight kNoValue for a norm without one.
@@ -42,7 +32,7 @@ class RmsNormMatcher {
     for (size_t k = 0; k < 2; ++k) {
       const ValueId normalized = scale_mul.operands[k], weight = scale_mul.operands[1 - k];
       const int32_t p = graph_.values[normalized].producer;
-      if (p < 0 || producerReadOnlyBy(normalized, graph_.nodes[p].op, y) < 0) continue;
+      if (p < 0 || chain_.producerReadOnlyBy(normalized, graph_.nodes[p].op, y) < 0) continue;
       auto found = matchNormalized(p);
       if (!found) continue;
       const TensorType& x = graph_.values[found->x].type;
@@ -74,7 +64,7 @@ class RmsNormMatcher {
         mean = graph_.nodes[a].operands[1 - e];
       }
       if (!epsilon || *epsilon < 0) continue;
-      const int32_t m = producerReadOnlyBy(mean, OpId::reduce_mean, a);
+      const int32_t m = chain_.producerReadOnlyBy(mean, OpId::reduce_mean, a);
       if (m < 0) continue;
       const std::optional<int64_t> axis = meanedTrailingDims(graph_.nodes[m], type.rank());
       if (!axis || !isSquareOf(graph_.nodes[m].operands[0], x, m)) continue;
@@ -86,23 +76,23 @@ class RmsNormMatcher {
  private:
   // The add node a of `r` = div(1, sqrt(a)) or pow(a, -0.5), r read by `reader` alone; else -1.
   int32_t shiftedMeanUnderReciprocalRoot(ValueId r, int32_t reader) const {
-    if (const int32_t d = producerReadOnlyBy(r, OpId::div, reader); d >= 0) {
+    if (const int32_t d = chain_.producerReadOnlyBy(r, OpId::div, reader); d >= 0) {
       const Node& divide = graph_.nodes[d];
       if (scalarConstantValue(graph_, divide.operands[0]) != 1.0) return -1;
       return shiftedMeanUnderRoot(divide.operands[1], d);
     }
-    if (const int32_t p = producerReadOnlyBy(r, OpId::pow, reader); p >= 0) {
+    if (const int32_t p = chain_.producerReadOnlyBy(r, OpId::pow, reader); p >= 0) {
       const Node& power = graph_.nodes[p];
       if (scalarConstantValue(graph_, power.operands[1]) != -0.5) return -1;
-      return producerReadOnlyBy(power.operands[0], OpId::add, p);
+      return chain_.producerReadOnlyBy(power.operands[0], OpId::add, p);
     }
     return -1;
   }
 
   // The add node a of `s` = sqrt(a), s read by `reader` alone; else -1.
   int32_t shiftedMeanUnderRoot(ValueId s, int32_t reader) const {
-    const int32_t root = producerReadOnlyBy(s, OpId::sqrt, reader);
-    return root < 0 ? -1 : producerReadOnlyBy(graph_.nodes[root].operands[0], OpId::add, root);
+    const int32_t root = chain_.producerReadOnlyBy(s, OpId::sqrt, reader);
+    return root < 0 ? -1 : chain_.producerReadOnlyBy(graph_.nodes[root].operands[0], OpId::add, root);
   }
 
   // The first dim of a reduce_mean over the last dims of a rank-`rank` operand, keeping them
@@ -126,19 +116,18 @@ class RmsNormMatcher {
 
   // `p` is pow(x, 2) or mul(x, x), read by `reader` alone.
   bool isSquareOf(ValueId p, ValueId x, int32_t reader) const {
-    if (const int32_t pow = producerReadOnlyBy(p, OpId::pow, reader); pow >= 0) {
+    if (const int32_t pow = chain_.producerReadOnlyBy(p, OpId::pow, reader); pow >= 0) {
       const Node& node = graph_.nodes[pow];
       auto exponent = scalarConstantValue(graph_, node.operands[1]);
       return node.operands[0] == x && exponent && *exponent == 2.0;
     }
-    if (const int32_t mul = producerReadOnlyBy(p, OpId::mul, reader); mul >= 0)
+    if (const int32_t mul = chain_.producerReadOnlyBy(p, OpId::mul, reader); mul >= 0)
       return graph_.nodes[mul].operands[0] == x && graph_.nodes[mul].operands[1] == x;
     return false;
   }
 
   const Graph& graph_;
-  std::vector<std::vector<int32_t>> users_;
-  std::vector<bool> is_root_;
+  SingleReaderChain chain_;
 };
 
 // A tensor of ones of `type` (f32 or f64): the weight of a norm written without one.
