@@ -133,6 +133,7 @@ Expected<StageAssignment> balanceStages(const Graph& forward, const CompileOptio
   model.schedule = schedule;
   model.num_microbatches = options.microbatches;
   model.memory_limit_bytes = options.memory_limit_bytes;
+  model.avoid_skipped_stages = options.stages_are_virtual;
   // Where the strategy search split the stages (within memory, as it estimates it), when every
   // start names a node of this graph; else balanced by time here.
   if (!options.stage_start_nodes.empty())

@@ -440,6 +440,24 @@ DataUnits dataUnits(const Graph& graph, const StageCostModel& model) {
   return result;
 }
 
+// For each unit index i, the last unit that reads a value computed in a unit before i (-1: none):
+// a stage [i, end) is skipped by some value exactly when end <= this.
+std::vector<int64_t> lastReaderOfEarlierValues(const Graph& graph, const std::vector<WorkUnit>& units) {
+  std::vector<int64_t> unit_of(graph.nodes.size(), -1);
+  for (size_t u = 0; u < units.size(); ++u)
+    for (int32_t node : units[u].nodes) unit_of[node] = static_cast<int64_t>(u);
+  const std::vector<std::vector<int32_t>> users = graph.computeUsers();
+  std::vector<int64_t> last(units.size() + 1, -1);
+  for (size_t u = 0; u < units.size(); ++u) {
+    int64_t latest = last[u];
+    for (int32_t node : units[u].nodes)
+      for (ValueId r : graph.nodes[node].results)
+        for (int32_t reader : users[r]) latest = std::max(latest, unit_of[reader]);
+    last[u + 1] = latest;
+  }
+  return last;
+}
+
 }  // namespace
 
 std::vector<int64_t> parameterBytesByFirstUser(const Graph& graph) {
@@ -469,11 +487,20 @@ Expected<StageAssignment> assignStages(const Graph& graph, int num_stages, const
     return Status::badInput("pipeline stages: cannot split graph '" + graph.name + "' into " +
                             std::to_string(num_stages) + " stages: only " + std::to_string(units.size()) +
                             " of its nodes that depend on an input have work (a cost above 0)");
-  // 2. The split minimising the slowest stage among those within the memory limit.
+  // 2. The split minimising the slowest stage among those within the memory limit (for virtual
+  //    stages, first among those where no value skips a stage).
   const UnitSums sums(units, model, num_stages);
-  std::vector<size_t> starts = minimaxSplit(
-      units.size(), num_stages, [&](int, size_t begin, size_t end) { return sums.cost(begin, end); },
-      [&](int stage, size_t begin, size_t end) { return sums.fits(stage, begin, end); });
+  const auto cost = [&](int, size_t begin, size_t end) { return sums.cost(begin, end); };
+  std::vector<size_t> starts;
+  if (model.avoid_skipped_stages) {
+    const std::vector<int64_t> last_reader = lastReaderOfEarlierValues(graph, units);
+    starts = minimaxSplit(units.size(), num_stages, cost, [&](int stage, size_t begin, size_t end) {
+      return sums.fits(stage, begin, end) && last_reader[begin] < static_cast<int64_t>(end);
+    });
+  }
+  if (starts.empty())
+    starts = minimaxSplit(units.size(), num_stages, cost,
+                          [&](int stage, size_t begin, size_t end) { return sums.fits(stage, begin, end); });
   if (starts.empty()) return memoryLimitError(graph, num_stages, model, sums, units.size());
   return assignmentAt(graph, num_stages, units, sums, starts, data_nodes);
 }

@@ -22,6 +22,10 @@ struct StageCostModel {
   PipelineScheduleKind schedule = PipelineScheduleKind::kOneForwardOneBackward;
   int num_microbatches = 1;                    // with the schedule: activations of how many microbatches a stage keeps
   int64_t memory_limit_bytes = 0;              // per device; 0: no limit
+  // Interleaved (virtual) stages: prefer, among splits within memory, those where no value skips a
+  // stage (is read after the stage that follows its own), as a residual read past a whole stage
+  // would be a message between two virtual stages of one rank (lowering/virtual_stage_merge.h).
+  bool avoid_skipped_stages = false;
 };
 
 // The stage of every node of a forward graph, and what each stage costs.
@@ -48,8 +52,9 @@ std::vector<int64_t> nodeResultBytes(const Graph& graph);
 // Splits the program order of `graph`'s nodes that depend on a graph input into `num_stages`
 // contiguous stages by dynamic programming: the slowest stage's cost is as small as possible, and
 // each stage s holds param_memory_factor x its parameter bytes + microbatchesInFlight(s) x its
-// activation bytes within the memory limit. Stages start at nodes with work (cost > 0); nodes
-// without work join the next node with work. Errors: vectors not sized to the nodes, fewer nodes
+// activation bytes within the memory limit (and, with avoid_skipped_stages, where it can, no value
+// skips a stage). Stages start at nodes with work (cost > 0); nodes without work join the next node
+// with work. Errors: vectors not sized to the nodes, fewer nodes
 // with work than stages, or no split within the memory limit (naming the least memory any split needs).
 Expected<StageAssignment> assignStages(const Graph& graph, int num_stages, const StageCostModel& model);
 

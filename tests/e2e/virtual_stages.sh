@@ -108,8 +108,16 @@ expect_error 2 "takes --schedule 1f1b" gpt.cir --train --pp 2 --virtual-stages 2
 # The search weighs the virtual stages it is given.
 "$cleave" compile gpt.cir --train --strategy auto --devices 4 --virtual-stages 2 -o auto.cplan >auto.log 2>&1 ||
   { cat auto.log >&2; fail "--strategy auto --virtual-stages 2"; }
+# The split keeps every value within the next stage where it can: a 1-layer GPT over 6 virtual
+# stages interleaves (each residual reaches the next stage only) with one device's losses. Over 8,
+# no split can: a residual skips a stage, read by the rank's next virtual stage, an error.
 "$cleave" gen gpt --layers 1 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 -o small.cir >/dev/null
-expect_error 1 "between two virtual stages of this rank" small.cir --train --pp 2 --virtual-stages 3 --microbatches 2
+compile small-one small.cir "${optimizer[@]}"
+train small-one synthetic
+compile small-v3 small.cir "${optimizer[@]}" --pp 2 --virtual-stages 3 --microbatches 2
+train small-v3 synthetic
+same_losses small-one small-v3 1e-5
+expect_error 1 "between two virtual stages of this rank" small.cir --train --pp 2 --virtual-stages 4 --microbatches 2
 # LLaMA's exported rotary frequencies are a parameter every layer reads: two virtual stages of a
 # rank would each hold and update it.
 dir=$fixtures/modern/llama_dynamo18

@@ -185,6 +185,33 @@ TEST(AssignStages, NodesWithoutWorkJoinTheNextNodeWithWork) {
             "have work (a cost above 0)");
 }
 
+// For virtual stages the split keeps each value within the stage after its own where some split
+// within memory can: a = relu(x) read 3 nodes later (a residual) over 3 stages. Where none can, the
+// balanced split stands (the virtual stage merge then names the value).
+TEST(AssignStages, VirtualStagesAvoidValuesThatSkipAStage) {
+  Graph graph;
+  const ValueId x = *graph.addInput("x", {DType::kF32, {2, 4}});
+  const ValueId a = (*graph.addNode(OpId::relu, {x}))[0];
+  const ValueId b = (*graph.addNode(OpId::relu, {a}))[0];
+  const ValueId c = (*graph.addNode(OpId::relu, {b}))[0];
+  const ValueId d = (*graph.addNode(OpId::relu, {c}))[0];
+  const ValueId e = (*graph.addNode(OpId::add, {a, d}))[0];
+  graph.outputs = {(*graph.addNode(OpId::relu, {e}))[0]};
+  StageCostModel model;
+  model.node_costs = {1, 1, 1, 1, 1, 1};
+  auto balanced = assignStages(graph, 3, model);
+  ASSERT_TRUE(balanced) << balanced.status().message();
+  EXPECT_EQ(balanced->node_stage, (std::vector<int>{0, 0, 1, 1, 2, 2}));  // a, made in 0, read in 2
+  model.avoid_skipped_stages = true;
+  auto kept = assignStages(graph, 3, model);
+  ASSERT_TRUE(kept) << kept.status().message();
+  EXPECT_EQ(kept->node_stage, (std::vector<int>{0, 0, 1, 1, 1, 2}));  // a read in 0 (b) and 1 (e)
+  // Over 5 stages every split leaves e two stages or more after a: a balanced split all the same.
+  auto fallback = assignStages(graph, 5, model);
+  ASSERT_TRUE(fallback) << fallback.status().message();
+  EXPECT_EQ(*std::max_element(fallback->stage_cost.begin(), fallback->stage_cost.end()), 2);
+}
+
 // Stages split where the strategy search split them, named by their first node, whatever the
 // balance by time would do.
 TEST(AssignStages, AtGivenStartsSplitsThere) {
