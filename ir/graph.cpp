@@ -205,6 +205,13 @@ std::vector<std::vector<int32_t>> Graph::computeUsers() const {
   return users;
 }
 
+std::vector<bool> Graph::valuesReadAfterNodes() const {
+  std::vector<bool> read(values.size(), false);
+  for (ValueId v : outputs) read[v] = true;
+  for (const StateUpdate& update : updates) read[update.new_value] = true;
+  return read;
+}
+
 bool Graph::trains() const {
   for (const Node& node : nodes)
     if (opDef(node.op).family == OpFamily::kGradient || opDef(node.op).family == OpFamily::kOptimizer) return true;

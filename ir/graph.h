@@ -121,6 +121,9 @@ class Graph {
   void compact();
   // For each value, the indices of the nodes that use it (a node using it twice appears twice).
   std::vector<std::vector<int32_t>> computeUsers() const;
+  // For each value, whether the graph reads it after its nodes: a graph output or a state update's
+  // new value (what a pass may not rewrite away or retype).
+  std::vector<bool> valuesReadAfterNodes() const;
 
   // Sum of parameter elements.
   int64_t parameterCount() const;

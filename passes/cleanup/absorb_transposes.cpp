@@ -10,9 +10,7 @@ namespace cleave {
 
 Expected<int> absorbTransposesIntoProducts(Graph& graph) {
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
-  std::vector<bool> is_root(graph.values.size(), false);  // outputs and updated state: types stay
-  for (ValueId v : graph.outputs) is_root[v] = true;
-  for (const StateUpdate& update : graph.updates) is_root[update.new_value] = true;
+  const std::vector<bool> is_root = graph.valuesReadAfterNodes();  // outputs and updated state: types stay
   int rewritten = 0;
   for (Node& product : graph.nodes) {
     if (product.op != OpId::matmul && product.op != OpId::gemm) continue;

@@ -7,9 +7,7 @@ namespace {
 Status eliminateDeadCode(Graph& graph, const PassOptions&) {
   // 1. Outputs and updated values are live; walking nodes backwards, a node with a live result
   //    makes its operands live.
-  std::vector<bool> live_value(graph.values.size(), false);
-  for (ValueId v : graph.outputs) live_value[v] = true;
-  for (const StateUpdate& update : graph.updates) live_value[update.new_value] = true;
+  std::vector<bool> live_value = graph.valuesReadAfterNodes();
   std::vector<bool> dead_node(graph.nodes.size(), true);
   for (size_t i = graph.nodes.size(); i-- > 0;) {
     const Node& node = graph.nodes[i];

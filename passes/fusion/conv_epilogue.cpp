@@ -8,10 +8,7 @@ class ConvEpilogueFusion {
  public:
   ConvEpilogueFusion(Graph& graph, std::vector<int64_t>* node_group)
       : graph_(graph), node_group_(node_group && !node_group->empty() ? node_group : nullptr),
-        users_(graph.computeUsers()), is_root_(graph.values.size(), false) {
-    for (ValueId v : graph.outputs) is_root_[v] = true;
-    for (const StateUpdate& update : graph.updates) is_root_[update.new_value] = true;
-  }
+        users_(graph.computeUsers()), is_root_(graph.valuesReadAfterNodes()) {}
 
   int run() {
     if (graph_.trains()) return 0;

@@ -23,11 +23,8 @@ struct FusionGroup {
 class ElementwiseFusion {
  public:
   ElementwiseFusion(Graph& graph, std::vector<int64_t>* node_group)
-      : graph_(graph), node_group_(node_group), users_(graph.computeUsers()), group_of_(graph.nodes.size(), -1) {
-    is_root_.assign(graph.values.size(), false);
-    for (ValueId v : graph.outputs) is_root_[v] = true;
-    for (const StateUpdate& update : graph.updates) is_root_[update.new_value] = true;
-  }
+      : graph_(graph), node_group_(node_group), users_(graph.computeUsers()), group_of_(graph.nodes.size(), -1),
+        is_root_(graph.valuesReadAfterNodes()) {}
 
   Expected<FusionReport> run() {
     // 1. Grow groups in program order.

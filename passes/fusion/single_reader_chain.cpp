@@ -3,11 +3,8 @@
 
 namespace cleave {
 
-SingleReaderChain::SingleReaderChain(const Graph& graph) : graph_(graph), users_(graph.computeUsers()) {
-  is_root_.assign(graph.values.size(), false);
-  for (ValueId v : graph.outputs) is_root_[v] = true;
-  for (const StateUpdate& update : graph.updates) is_root_[update.new_value] = true;
-}
+SingleReaderChain::SingleReaderChain(const Graph& graph)
+    : graph_(graph), users_(graph.computeUsers()), is_root_(graph.valuesReadAfterNodes()) {}
 
 int32_t SingleReaderChain::producerReadOnlyBy(ValueId v, OpId op, int32_t reader) const {
   const int32_t p = graph_.values[v].producer;

@@ -31,21 +31,13 @@ Status checkNodeGroups(const Graph& graph, const std::vector<int64_t>* node_grou
                           std::to_string(graph.nodes.size()) + " nodes");
 }
 
-// Per value: whether something after the nodes reads it (a graph output, a state update's new value).
-std::vector<bool> valuesReadOutside(const Graph& graph) {
-  std::vector<bool> read_outside(graph.values.size(), false);
-  for (ValueId v : graph.outputs) read_outside[v] = true;
-  for (const StateUpdate& update : graph.updates) read_outside[update.new_value] = true;
-  return read_outside;
-}
-
 }  // namespace
 
 Expected<int> foldGradientScalesIntoUpdates(Graph& graph, std::vector<int64_t>* node_group) {
   const bool grouped = node_group && !node_group->empty();
   CLEAVE_TRY(checkNodeGroups(graph, node_group));
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
-  const std::vector<bool> read_outside = valuesReadOutside(graph);
+  const std::vector<bool> read_outside = graph.valuesReadAfterNodes();
   std::vector<bool> dead(graph.nodes.size(), false);
   int folded = 0;
   for (int32_t u = 0; u < static_cast<int32_t>(graph.nodes.size()); ++u) {
@@ -77,7 +69,7 @@ Expected<int> foldWeightGradientsIntoUpdates(Graph& graph, std::vector<int64_t>*
   const bool grouped = node_group && !node_group->empty();
   CLEAVE_TRY(checkNodeGroups(graph, node_group));
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
-  const std::vector<bool> read_outside = valuesReadOutside(graph);
+  const std::vector<bool> read_outside = graph.valuesReadAfterNodes();
   std::vector<bool> dead(graph.nodes.size(), false);
   int folded = 0;
   for (int32_t u = 0; u < static_cast<int32_t>(graph.nodes.size()); ++u) {

@@ -440,12 +440,18 @@ DataUnits dataUnits(const Graph& graph, const StageCostModel& model) {
   return result;
 }
 
-// For each unit index i, the last unit that reads a value computed in a unit before i (-1: none):
-// a stage [i, end) is skipped by some value exactly when end <= this.
-std::vector<int64_t> lastReaderOfEarlierValues(const Graph& graph, const std::vector<WorkUnit>& units) {
+// The unit of each node, -1 for nodes in none (those depending on no input).
+std::vector<int64_t> unitOfEachNode(const Graph& graph, const std::vector<WorkUnit>& units) {
   std::vector<int64_t> unit_of(graph.nodes.size(), -1);
   for (size_t u = 0; u < units.size(); ++u)
     for (int32_t node : units[u].nodes) unit_of[node] = static_cast<int64_t>(u);
+  return unit_of;
+}
+
+// For each unit index i, the last unit that reads a value computed in a unit before i (-1: none):
+// a stage [i, end) is skipped by some value exactly when end <= this.
+std::vector<int64_t> lastReaderOfEarlierValues(const Graph& graph, const std::vector<WorkUnit>& units) {
+  const std::vector<int64_t> unit_of = unitOfEachNode(graph, units);
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
   std::vector<int64_t> last(units.size() + 1, -1);
   for (size_t u = 0; u < units.size(); ++u) {
@@ -491,16 +497,15 @@ Expected<StageAssignment> assignStages(const Graph& graph, int num_stages, const
   //    stages, first among those where no value skips a stage).
   const UnitSums sums(units, model, num_stages);
   const auto cost = [&](int, size_t begin, size_t end) { return sums.cost(begin, end); };
+  const auto fits = [&](int stage, size_t begin, size_t end) { return sums.fits(stage, begin, end); };
   std::vector<size_t> starts;
   if (model.avoid_skipped_stages) {
     const std::vector<int64_t> last_reader = lastReaderOfEarlierValues(graph, units);
     starts = minimaxSplit(units.size(), num_stages, cost, [&](int stage, size_t begin, size_t end) {
-      return sums.fits(stage, begin, end) && last_reader[begin] < static_cast<int64_t>(end);
+      return fits(stage, begin, end) && last_reader[begin] < static_cast<int64_t>(end);
     });
   }
-  if (starts.empty())
-    starts = minimaxSplit(units.size(), num_stages, cost,
-                          [&](int stage, size_t begin, size_t end) { return sums.fits(stage, begin, end); });
+  if (starts.empty()) starts = minimaxSplit(units.size(), num_stages, cost, fits);
   if (starts.empty()) return memoryLimitError(graph, num_stages, model, sums, units.size());
   return assignmentAt(graph, num_stages, units, sums, starts, data_nodes);
 }
@@ -512,9 +517,7 @@ Expected<StageAssignment> assignStagesAt(const Graph& graph, int num_stages, con
     return Status::internal("pipeline stages: " + std::to_string(first_nodes.size()) + " stage starts for " +
                             std::to_string(num_stages) + " stages");
   const auto [data_nodes, units] = dataUnits(graph, model);
-  std::vector<int> unit_of(graph.nodes.size(), -1);
-  for (size_t u = 0; u < units.size(); ++u)
-    for (int32_t node : units[u].nodes) unit_of[node] = static_cast<int>(u);
+  const std::vector<int64_t> unit_of = unitOfEachNode(graph, units);
   std::vector<size_t> starts = {0};
   for (const std::string& name : first_nodes) {
     const ValueId v = graph.findValue(name);

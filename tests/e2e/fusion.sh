@@ -157,19 +157,30 @@ done
 # A Llama exported by PyTorch: its decomposed RMSNorms become rms_norm ops (5 forward, 4 of them
 # fused with the residual add before them; 5 rms_norm_grad backward, in fused nodes; no reduce_mean
 # left), alone and over tp, with the unfused plan's losses.
-llama=$source_dir/tests/fixtures/modern/llama_dynamo18/model.onnx
-for flags in "" "--tp 2"; do
-  label=${flags// /}
+# train_export EXPORT FLAGS...: tests/fixtures/modern/EXPORT trained 6 steps unfused and fused with
+# FLAGS, the fused losses those of the unfused plan; $tmp/LABEL-on.json is the fused run's trace and
+# $tmp/LABEL-on.inspect.json its plan's inspect --json (LABEL: EXPORT and FLAGS without spaces).
+train_export() {
+  local export=$1 fusion
+  shift
+  local flags="$*"
+  local label=$export${flags// /} model=$source_dir/tests/fixtures/modern/$export/model.onnx
   for fusion in off on; do
-    "$cleave" compile "$llama" --train --loss softmax_cross_entropy --optimizer sgd:lr=0.05 $flags --fusion $fusion \
-      -o "$tmp/llama$label-$fusion.cplan" >/dev/null || fail "compile llama $flags --fusion $fusion"
-    "$cleave" run "$tmp/llama$label-$fusion.cplan" --data synthetic --steps 6 --progress never \
-      --metrics "$tmp/llama$label-$fusion.jsonl" --trace "$tmp/llama$label-$fusion.json" >/dev/null ||
-      fail "run llama $flags --fusion $fusion"
+    "$cleave" compile "$model" --train --loss softmax_cross_entropy --optimizer sgd:lr=0.05 "$@" --fusion $fusion \
+      -o "$tmp/$label-$fusion.cplan" >/dev/null || fail "compile $export $* --fusion $fusion"
+    "$cleave" run "$tmp/$label-$fusion.cplan" --data synthetic --steps 6 --progress never \
+      --metrics "$tmp/$label-$fusion.jsonl" --trace "$tmp/$label-$fusion.json" >/dev/null ||
+      fail "run $export $* --fusion $fusion"
   done
-  same_losses "llama$label" off "$tmp/llama$label-on.jsonl"
-  "$cleave" inspect "$tmp/llama$label-on.cplan" --json >"$tmp/llama$label-on.inspect.json"
-  $python - "$tmp/llama$label-on.json" "$tmp/llama$label-on.inspect.json" <<'PY' || fail "llama $flags: the RMSNorms are not rms_norm"
+  same_losses "$label" off "$tmp/$label-on.jsonl"
+  "$cleave" inspect "$tmp/$label-on.cplan" --json >"$tmp/$label-on.inspect.json"
+}
+
+for flags in "" "--tp 2"; do
+  # shellcheck disable=SC2086
+  train_export llama_dynamo18 $flags
+  label=llama_dynamo18${flags// /}
+  $python - "$tmp/$label-on.json" "$tmp/$label-on.inspect.json" <<'PY' || fail "llama $flags: the RMSNorms are not rms_norm"
 import json, sys
 events = json.load(open(sys.argv[1]))
 events = events["traceEvents"] if isinstance(events, dict) else events
@@ -191,18 +202,10 @@ done
 # runs one fused node returning the GELU and its slope, and the backward no erf, tanh or their
 # gradients; fused follows unfused, alone and over tp.
 for export in bert_dynamo18 gpt2_legacy17; do
-  model=$source_dir/tests/fixtures/modern/$export/model.onnx
   for flags in "" "--tp 2"; do
+    # shellcheck disable=SC2086
+    train_export "$export" $flags
     label=$export${flags// /}
-    for fusion in off on; do
-      "$cleave" compile "$model" --train --loss softmax_cross_entropy --optimizer sgd:lr=0.05 $flags --fusion $fusion \
-        -o "$tmp/$label-$fusion.cplan" >/dev/null || fail "compile $export $flags --fusion $fusion"
-      "$cleave" run "$tmp/$label-$fusion.cplan" --data synthetic --steps 6 --progress never \
-        --metrics "$tmp/$label-$fusion.jsonl" --trace "$tmp/$label-$fusion.json" >/dev/null ||
-        fail "run $export $flags --fusion $fusion"
-    done
-    same_losses "$label" off "$tmp/$label-on.jsonl"
-    "$cleave" inspect "$tmp/$label-on.cplan" --json >"$tmp/$label-on.inspect.json"
     $python - "$tmp/$label-on.json" "$tmp/$label-on.inspect.json" <<'PY' || fail "$export $flags: its GELUs are not gelu ops"
 import json, sys
 events = json.load(open(sys.argv[1]))

@@ -36,6 +36,11 @@ double arg(const Initializer& init, const std::string& name) {
   return it == init.args.end() ? NAN : std::get<double>(it->second);
 }
 
+// The nodes of `graph` that are `op`.
+int64_t countOps(const Graph& graph, OpId op) {
+  return std::count_if(graph.nodes.begin(), graph.nodes.end(), [&](const Node& n) { return n.op == op; });
+}
+
 TEST(ModelGenerators, MlpHasThePyTorchShapeAndParameterCount) {
   auto graph = generateMlp(MlpSpec{});
   ASSERT_TRUE(graph) << graph.status().message();
@@ -116,15 +121,14 @@ TEST(ModelGenerators, GptWithRmsNormWritesTheExportedFormThatRmsNormFusionRecogn
   auto graph = generateGpt(spec);
   ASSERT_TRUE(graph) << graph.status().message();
   ASSERT_TRUE(verifyGraph(*graph).isOk()) << verifyGraph(*graph).message();
-  auto count = [&](OpId op) { return std::count_if(graph->nodes.begin(), graph->nodes.end(), [&](const Node& n) { return n.op == op; }); };
-  EXPECT_EQ(count(OpId::reduce_mean), 5);
-  EXPECT_EQ(count(OpId::layer_norm), 0);
+  EXPECT_EQ(countOps(*graph, OpId::reduce_mean), 5);
+  EXPECT_EQ(countOps(*graph, OpId::layer_norm), 0);
   EXPECT_EQ(graph->findValue("h0.ln1.bias"), kNoValue);
   EXPECT_EQ(paramNamed(*graph, "h0.ln1.weight").init.kind, "ones");
   auto fused = fuseRmsNorms(*graph);
   ASSERT_TRUE(fused) << fused.status().message();
   EXPECT_EQ(*fused, 5);
-  EXPECT_EQ(count(OpId::rms_norm), 5);
+  EXPECT_EQ(countOps(*graph, OpId::rms_norm), 5);
   EXPECT_EQ(typeOf(*graph, "ln_f.out"), (TensorType{DType::kF32, {2, 16, 64}}));
 }
 
@@ -135,13 +139,12 @@ TEST(ModelGenerators, GptWithExportedGeluWritesTheFormThatGeluRecognitionRecogni
   auto graph = generateGpt(spec);
   ASSERT_TRUE(graph) << graph.status().message();
   ASSERT_TRUE(verifyGraph(*graph).isOk()) << verifyGraph(*graph).message();
-  auto count = [&](OpId op) { return std::count_if(graph->nodes.begin(), graph->nodes.end(), [&](const Node& n) { return n.op == op; }); };
-  EXPECT_EQ(count(OpId::erf), 2);
-  EXPECT_EQ(count(OpId::gelu), 0);
+  EXPECT_EQ(countOps(*graph, OpId::erf), 2);
+  EXPECT_EQ(countOps(*graph, OpId::gelu), 0);
   auto fused = fuseGelus(*graph);
   ASSERT_TRUE(fused) << fused.status().message();
   EXPECT_EQ(*fused, 2);
-  EXPECT_EQ(count(OpId::gelu), 2);
+  EXPECT_EQ(countOps(*graph, OpId::gelu), 2);
   EXPECT_EQ(typeOf(*graph, "h1.mlp.gelu"), (TensorType{DType::kF32, {2, 16, 256}}));
 }
 
