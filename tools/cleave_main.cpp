@@ -256,6 +256,11 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
   compile->add_flag("--train", flags.train, "Add a loss, the backward pass and an optimizer");
   compile->add_option("--loss", flags.loss, "Loss head")->check(CLI::IsMember({"softmax_cross_entropy", "mse"}))->capture_default_str();
   compile->add_option("--optimizer", flags.optimizer, "sgd:lr=0.1,momentum=0.9 or adamw:lr=1e-3,wd=0.01")->capture_default_str();
+  compile->add_option("--freeze", flags.freeze,
+                      "Training: keep the parameters whose names match these globs as loaded (no gradient, no "
+                      "optimizer state), e.g. 'embed.*' or 'model.rotary_emb.inv_freq'; repeatable, or comma-separated. "
+                      "torch.export's buffers are frozen already; a glob that matches no parameter is an error")
+      ->delimiter(',');
   compile->add_option("--lr-schedule", flags.lr_schedule,
                       "Learning rate per step, as torch.optim.lr_scheduler: constant|linear|cosine|step[:warmup=N,"
                       "warmup_start=F,total=T,final=F,step_size=N,gamma=G] (default constant)");

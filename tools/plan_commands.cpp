@@ -19,6 +19,7 @@
 #include "passes/training/loss_head.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
+#include "passes/training/parameter_freezing.h"
 #include "analysis/plan_prediction.h"
 #include "passes/partition/strategy_choice.h"
 #include "passes/partition/strategy_search.h"
@@ -36,17 +37,23 @@
 namespace cleave::cli {
 namespace {
 
-// The model at `path`: cleave text IR, or ONNX imported at `batch` and `seq_len`.
-Expected<Graph> loadModel(const std::string& path, int64_t batch, int64_t seq_len) {
+// The model at `path`: cleave text IR, or ONNX imported at `batch` and `seq_len`; the parameters
+// that `freeze` names (globs) frozen.
+Expected<Graph> loadModel(const std::string& path, int64_t batch, int64_t seq_len,
+                          const std::vector<std::string>& freeze) {
+  Expected<Graph> model = Status::internal("compile: no model loaded");
   if (endsWith(path, ".onnx")) {
     OnnxImportOptions options;
     options.batch = batch;
     options.seq_len = seq_len;
-    return importOnnxModel(path, options);
-  }
-  if (!endsWith(path, ".cir"))
+    model = importOnnxModel(path, options);
+  } else if (endsWith(path, ".cir")) {
+    model = loadGraphFile(path);
+  } else {
     return Status::badInput("cannot compile '" + path + "': expected a model file (.cir or .onnx)");
-  return loadGraphFile(path);
+  }
+  if (model && !freeze.empty()) CLEAVE_TRY(freezeParameters(*model, freeze).status().withContext(path + ": "));
+  return model;
 }
 
 // Instructions and bytes moved by collectives, per rank.
@@ -125,13 +132,14 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
     if (!loaded) return reportError(loaded.status());
     cluster = std::move(*loaded);
   }
-  auto model = loadModel(flags.model, flags.batch, flags.seq_len);
+  if (!flags.freeze.empty() && !flags.train) return reportError(Status::usage("--freeze needs --train"));
+  auto model = loadModel(flags.model, flags.batch, flags.seq_len, flags.freeze);
   if (!model) return reportError(model.status());
   // An ONNX model is imported again for each batch a program sees, so the shape arithmetic its
   // exporter wrote is evaluated at that batch.
   ModelBuilder model_at_batch;
   if (endsWith(flags.model, ".onnx"))
-    model_at_batch = [&flags](int64_t batch) { return loadModel(flags.model, batch, flags.seq_len); };
+    model_at_batch = [&flags](int64_t batch) { return loadModel(flags.model, batch, flags.seq_len, flags.freeze); };
 
   CompileOptions options;
   options.model_file = flags.model;
@@ -215,6 +223,8 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
             << plan->devices() << " device(s), batch " << plan->global_batch() << ", " << countRank(rank).instructions
             << " instructions, arena " << mibText(memory.arena_bytes) << " (parameters " << mibText(memory.param_bytes)
             << ", optimizer state " << mibText(memory.optimizer_state_bytes) << ")\n";
+  if (const std::string frozen = frozenParametersSummary(*model); flags.train && !frozen.empty())
+    std::cout << "frozen (no gradient, no optimizer state): " << frozen << "\n";
   if (cluster) {
     auto prediction = predictPlan(*plan, CostModel(*cluster));
     if (!prediction) return reportError(prediction.status().withContext(flags.output + ": "));

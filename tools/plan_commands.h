@@ -36,6 +36,7 @@ struct CompileFlags {
   int grad_accum = 0;          // --grad-accum: microbatches accumulated per step; 0: not given
   std::string precision;       // --precision f32|bf16; empty: f32
   std::string recompute;       // --recompute none|selective|full; empty: none
+  std::vector<std::string> freeze;  // --freeze: globs on the names of parameters kept as loaded
   std::string cluster;
   int64_t memory_limit = 0;  // bytes per device (--memory-limit); 0: no limit
 };

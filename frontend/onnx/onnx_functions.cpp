@@ -1,31 +1,15 @@
 // Model-local ONNX functions (ModelProto.functions, which PyTorch's torch.export exporter writes) inlined into the graph.
 #include "frontend/onnx/onnx_functions.h"
 
-#include <google/protobuf/unknown_field_set.h>
-
 #include <map>
 #include <set>
 #include <unordered_map>
 #include <vector>
 
+#include "frontend/onnx/onnx_newer_fields.h"
+
 namespace cleave {
 namespace {
-
-// Fields newer than Debian's libonnx 1.12 schema (IR version 9 and 10), which its classes keep as
-// unknown fields: NodeProto.overload, FunctionProto.overload and FunctionProto.attribute_proto.
-constexpr int kNodeOverloadField = 8;
-constexpr int kFunctionOverloadField = 13;
-constexpr int kFunctionAttributeProtoField = 11;
-
-// The length-delimited unknown fields numbered `number` of `message`, in order.
-std::vector<std::string> unknownStrings(const google::protobuf::Message& message, int number) {
-  std::vector<std::string> values;
-  const auto& unknown = message.GetReflection()->GetUnknownFields(message);
-  for (int i = 0; i < unknown.field_count(); ++i)
-    if (unknown.field(i).number() == number && unknown.field(i).type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
-      values.push_back(unknown.field(i).length_delimited());
-  return values;
-}
 
 std::string overloadOf(const google::protobuf::Message& message, int number) {
   auto values = unknownStrings(message, number);

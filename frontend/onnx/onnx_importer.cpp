@@ -13,11 +13,13 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_set>
 
 #include "frontend/onnx/onnx_converters.h"
 #include "frontend/onnx/onnx_functions.h"
 #include "frontend/onnx/onnx_import_context.h"
 #include "frontend/onnx/onnx_library_checks.h"
+#include "frontend/onnx/onnx_newer_fields.h"
 #include "frontend/onnx/onnx_tensors.h"
 
 namespace cleave {
@@ -62,6 +64,25 @@ bool isExporterScalar(const std::string& name, const TensorData& data) {
   if (name.rfind("onnx::", 0) == 0) return true;
   return name.size() > 4 && name.rfind("val_", 0) == 0 &&
          std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The initializers torch.export's ONNX exporter marks as buffers or constant tensors, not parameters
+// (its value_info metadata "pkg.torch.export.graph_signature.InputSpec.kind"): Llama's rotary
+// inv_freq, a registered mask. PyTorch does not train them, so cleave keeps them frozen. Other
+// exporters do not mark them; `cleave compile --freeze` names such weights.
+std::unordered_set<std::string> torchExportBuffers(const onnx::GraphProto& onnx_graph) {
+  std::unordered_set<std::string> buffers;
+  auto collect = [&buffers](const onnx::ValueInfoProto& info) {
+    for (const std::string& bytes : unknownStrings(info, kValueInfoMetadataPropsField)) {
+      onnx::StringStringEntryProto property;
+      if (property.ParseFromString(bytes) && property.key() == "pkg.torch.export.graph_signature.InputSpec.kind" &&
+          (property.value() == "BUFFER" || property.value() == "CONSTANT_TENSOR"))
+        buffers.insert(info.name());
+    }
+  };
+  for (const auto& info : onnx_graph.value_info()) collect(info);
+  for (const auto& info : onnx_graph.input()) collect(info);
+  return buffers;
 }
 
 // Float initializers become parameters on first use (the model's weights); others are constants.
@@ -374,6 +395,7 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
                             ", and older ones through libonnx's version converter)");
 
   CLEAVE_TRY(checkOutputsDefined(model.graph(), path));
+  const std::unordered_set<std::string> buffers = torchExportBuffers(model.graph());  // before value_info may go
   const ExportDims fixed = setInputDims(model, options);
 
   // 3. libonnx's checker, its version converter for opsets below kMinOnnxOpset, and its shape
@@ -398,6 +420,7 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
   // 5. Convert.
   OnnxImportContext ctx(path, options, opset);
   ctx.setExportBatch(fixed.batch);
+  for (const std::string& name : buffers) ctx.markBuffer(name);
   auto imported = importGraph(ctx, model.graph());
   if (!imported && (fixed.batch > 0 || fixed.seq_len > 0))
     return Status::badInput(imported.status().message() + fixedDimsNote(fixed, options));

@@ -286,6 +286,22 @@ TEST(OnnxImporter, ExporterScalarsAreConstantsNotParameters) {
   }
 }
 
+// torch.export's exporter marks buffers in its value_info metadata (a field newer than libonnx's
+// schema): Llama's and Qwen2's rotary inv_freq is frozen, every parameter it marks PARAMETER trains.
+// The TorchScript exporter marks nothing, so its exports keep every float weight trainable.
+TEST(OnnxImporter, TorchExportBuffersAreFrozen) {
+  for (const std::string& name : {"modern/llama_dynamo18", "modern/qwen2_dynamo21"}) {
+    Graph graph = importOk(name, 2);
+    std::vector<std::string> frozen;
+    for (const Param& param : graph.params)
+      if (!param.trainable) frozen.push_back(graph.values[param.value].name);
+    EXPECT_EQ(frozen, std::vector<std::string>{"model.model.rotary_emb.inv_freq"}) << name;
+    EXPECT_GT(graph.params.size(), 20u) << name;
+  }
+  Graph legacy = importOk("modern/llama_legacy17", 2);
+  for (const Param& param : legacy.params) EXPECT_TRUE(param.trainable) << legacy.values[param.value].name;
+}
+
 // Training-mode BatchNormalization: batch statistics, and the running statistics become buffers
 // (non-trainable parameters) that each step updates.
 TEST(OnnxImporter, TrainingBatchNormUpdatesItsRunningStatistics) {

@@ -1,0 +1,35 @@
+// The freeze pass: parameters named by globs stop training (see passes/training/parameter_freezing.h).
+#include "passes/core/pass_manager.h"
+#include "passes/training/parameter_freezing.h"
+
+namespace cleave {
+namespace {
+
+// "a*|b" -> {"a*", "b"}.
+std::vector<std::string> patternsOf(const std::string& text) {
+  std::vector<std::string> patterns;
+  size_t start = 0;
+  for (size_t bar = text.find('|'); ; bar = text.find('|', start)) {
+    patterns.push_back(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    if (bar == std::string::npos) return patterns;
+    start = bar + 1;
+  }
+}
+
+Status freeze(Graph& graph, const PassOptions& options) {
+  return freezeParameters(graph, patternsOf(options.getString("params"))).status();
+}
+
+}  // namespace
+
+PassInfo makeFreezePass() {
+  return PassInfo{
+      .name = "freeze",
+      .summary = "parameters whose names match one of the globs (params=\"a.*|b\") become frozen: no gradient, "
+                 "no optimizer state, kept as loaded (cleave compile --freeze); a glob that matches none is an error",
+      .options = {{"params", std::string(), "globs on parameter names, separated by '|'"}},
+      .run = freeze,
+  };
+}
+
+}  // namespace cleave
