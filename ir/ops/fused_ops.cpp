@@ -2,6 +2,7 @@
 #include "ir/ops/fused_ops.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "ir/op_table.h"
 #include "ir/ops/fused_body.h"
@@ -168,13 +169,66 @@ ShardingRule fusedShardingRule(const OpContext& ctx) {
 
 }  // namespace
 
+namespace {
+
+// The bytes the steps would move as separate kernels. A run of pointwise steps that are functions
+// of one tensor alone (and literals) counts as one kernel, which reads that tensor and writes what
+// leaves the run: the formulas a GELU and its slope are written as (passes/fusion/gelu_slope.h, 12
+// steps) are the work of one gelu kernel, not of 12. (So a model's own unary chains, SiLU's
+// x·sigmoid(x), count as one kernel too: the saving is never overstated.)
+double separateKernelBytes(const TypedBody& typed, std::span<const TensorType> operands) {
+  const std::vector<FusedStep>& steps = typed.body.steps;
+  // The tensor a step's run reads: an operand (>= 0) or a step (-1 - s); kNone for other steps.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+  std::vector<int64_t> run_source(steps.size(), kNone);
+  auto sourceOf = [&](const FusedArg& arg) -> int64_t {
+    if (arg.kind == FusedArg::Kind::kOperand) return arg.index;
+    return run_source[arg.index] != kNone ? run_source[arg.index] : -1 - static_cast<int64_t>(arg.index);
+  };
+  double bytes = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const FusedStep& step = steps[s];
+    if (step.result > 0) continue;
+    const bool continued = s + 1 < steps.size() && steps[s + 1].result > 0;
+    const bool pointwise = !continued && !isPerColumn(step) && !isTotalSum(step) && !opDef(step.op).fusable_along_last_axis;
+    int64_t source = kNone;
+    bool one_source = pointwise;
+    for (const FusedArg& arg : step.args) {
+      if (!one_source || arg.kind == FusedArg::Kind::kLiteral) continue;
+      const int64_t of_arg = sourceOf(arg);
+      if (source != kNone && of_arg != source) one_source = false;
+      source = of_arg;
+    }
+    if (one_source && source != kNone) {
+      run_source[s] = source;
+    } else {
+      bytes += stepCost(typed, operands, s).bytes;
+    }
+  }
+  // Each run reads its source once and writes the steps read outside it or returned.
+  std::vector<bool> written(steps.size(), false);
+  for (int r : typed.body.returned) written[r] = true;
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (const FusedArg& arg : steps[s].args)
+      if (arg.kind == FusedArg::Kind::kStep && run_source[s] == kNone) written[arg.index] = true;
+  std::vector<int64_t> sources_read;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (run_source[s] == kNone) continue;
+    if (written[s]) bytes += static_cast<double>(typed.step_types[s].bytes());
+    const int64_t source = run_source[s];
+    if (std::find(sources_read.begin(), sources_read.end(), source) != sources_read.end()) continue;
+    sources_read.push_back(source);
+    bytes += static_cast<double>(source >= 0 ? operands[source].bytes() : typed.step_types[-1 - source].bytes());
+  }
+  return bytes;
+}
+
+}  // namespace
+
 double fusedBytesSaved(const OpContext& ctx) {
   auto typed = typedBody(ctx);
   if (!typed) return 0;
-  double unfused = 0;
-  for (size_t s = 0; s < typed->body.steps.size(); ++s)
-    if (typed->body.steps[s].result == 0) unfused += stepCost(*typed, ctx.operands, s).bytes;
-  return std::max(0.0, unfused - fusedCost(ctx).bytes);
+  return std::max(0.0, separateKernelBytes(*typed, ctx.operands) - fusedCost(ctx).bytes);
 }
 
 void addFusedOps(std::vector<OpDef>& table) {
