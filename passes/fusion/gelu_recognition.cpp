@@ -93,7 +93,8 @@ class GeluMatcher {
     return isProduct(u, reader, x, std::numbers::sqrt2 / 2);
   }
 
-  // `v` = β · (x + κ · x³), each mul and add in either order, read by `reader` alone.
+  // `v` = β · (x + κ · x³), or (x · β) · (1 + κ · x²) as Hugging Face's FastGELUActivation and
+  // BLOOM's gelu write it, each mul and add in either order, read by `reader` alone.
   bool isTanhArgument(ValueId v, int32_t reader, ValueId x) const {
     const int32_t scale = chain_.producerReadOnlyBy(v, OpId::mul, reader);
     if (scale < 0) return false;
@@ -112,7 +113,33 @@ class GeluMatcher {
           if (isConstant(parts[1 - c], kKappa) && isCube(parts[c], cubic, x)) return true;
       }
     }
+    for (size_t k = 0; k < 2; ++k)
+      if (isProduct(scaled[k], scale, x, kBeta) && isOnePlusKappaSquare(scaled[1 - k], scale, x)) return true;
     return false;
+  }
+
+  // `v` = 1 + κ · x², κ · x² as (κ · x) · x or κ · (x · x), each in either order, read by `reader` alone.
+  bool isOnePlusKappaSquare(ValueId v, int32_t reader, ValueId x) const {
+    const int32_t sum = chain_.producerReadOnlyBy(v, OpId::add, reader);
+    if (sum < 0) return false;
+    const std::vector<ValueId>& terms = graph_.nodes[sum].operands;
+    for (size_t t = 0; t < 2; ++t) {
+      if (!isConstant(terms[1 - t], 1.0)) continue;
+      const int32_t product = chain_.producerReadOnlyBy(terms[t], OpId::mul, sum);
+      if (product < 0) continue;
+      const std::vector<ValueId>& parts = graph_.nodes[product].operands;
+      for (size_t p = 0; p < 2; ++p) {
+        if (parts[1 - p] == x && isProduct(parts[p], product, x, kKappa)) return true;
+        if (isConstant(parts[1 - p], kKappa) && isSquare(parts[p], product, x)) return true;
+      }
+    }
+    return false;
+  }
+
+  // `v` = x · x, read by `reader` alone.
+  bool isSquare(ValueId v, int32_t reader, ValueId x) const {
+    const int32_t square = chain_.producerReadOnlyBy(v, OpId::mul, reader);
+    return square >= 0 && graph_.nodes[square].operands[0] == x && graph_.nodes[square].operands[1] == x;
   }
 
   // `v` = x · constant (either order), read by `reader` alone.
@@ -133,11 +160,8 @@ class GeluMatcher {
     const int32_t mul = chain_.producerReadOnlyBy(c, OpId::mul, reader);
     if (mul < 0) return false;
     const std::vector<ValueId>& operands = graph_.nodes[mul].operands;
-    for (size_t k = 0; k < 2; ++k) {
-      if (operands[1 - k] != x) continue;
-      const int32_t square = chain_.producerReadOnlyBy(operands[k], OpId::mul, mul);
-      if (square >= 0 && graph_.nodes[square].operands[0] == x && graph_.nodes[square].operands[1] == x) return true;
-    }
+    for (size_t k = 0; k < 2; ++k)
+      if (operands[1 - k] == x && isSquare(operands[k], mul, x)) return true;
     return false;
   }
 

@@ -197,11 +197,12 @@ PY
 done
 
 # PyTorch exports whose GELU is written out op by op: BERT from the dynamo exporter at opset 18
-# (erf, its scalars as val_<n> initializers) and GPT-2's gelu_new from the TorchScript exporter
-# (tanh, x·x·x). Each GELU becomes a gelu (no exporter scalar is a trained weight), so the forward
+# (erf, its scalars as val_<n> initializers), GPT-2's gelu_new from the TorchScript exporter
+# (tanh, x·x·x) and BLOOM's from the dynamo exporter (FastGELU's (x·β)·(1 + κ·x·x) inside the
+# tanh). Each GELU becomes a gelu (no exporter scalar is a trained weight), so the forward
 # runs one fused node returning the GELU and its slope, and the backward no erf, tanh or their
 # gradients; fused follows unfused, alone and over tp.
-for export in bert_dynamo18 gpt2_legacy17; do
+for export in bert_dynamo18 gpt2_legacy17 bloom_dynamo18; do
   for flags in "" "--tp 2"; do
     # shellcheck disable=SC2086
     train_export "$export" $flags

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end import of what current PyTorch (2.15) exports: Hugging Face LLaMA, Qwen2 (grouped-query
-# attention), GPT-2, BERT (and with its masked-LM head), T5 and Whisper encoders, torchvision ViT, ConvNeXt, EfficientNet and a ResNet
+# attention), BLOOM (ALiBi, FastGELU's formula), GPT-2, BERT (and with its masked-LM head), T5 and Whisper encoders, torchvision ViT, ConvNeXt, EfficientNet and a ResNet
 # with batch-statistics BatchNorm, each by the legacy exporter (opsets 14 and 17) and by torch.export's
 # (opsets 18 and 21; tests/fixtures/make_modern_onnx.py), and a hand-built model of opset 21's forms. Each imports, compiles, runs and matches
-# PyTorch's output within 1e-4 of its scale; the trainable ones (LLaMA, Qwen2, GPT-2, BERT-MLM, the ResNet)
+# PyTorch's output within 1e-4 of its scale; the trainable ones (LLaMA, Qwen2, BLOOM, GPT-2, BERT-MLM, the ResNet)
 # train 8 SGD steps to PyTorch's losses within 2e-3 relative (the ResNet's BatchNorm running
 # statistics to PyTorch's too), and two of them train alike under data and tensor parallelism.
 # Usage: bash onnx_modern.sh PATH_TO_cleave SOURCE_DIR
