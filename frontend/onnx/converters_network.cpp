@@ -277,6 +277,13 @@ Status convertLayerNormalization(OnnxImportContext& ctx, const onnx::NodeProto& 
   return wants_statistics ? layerNormStatistics(ctx, node, axis, epsilon) : Status::ok();
 }
 
+// RMSNormalization (opset 23): x / sqrt(mean(x²) + epsilon) over the dims from axis on, times scale.
+Status convertRmsNormalization(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  if (intAttr(node, "stash_type", 1) != 1) return ctx.nodeError(node, "stash_type other than 1 (f32) is not supported");
+  return ctx.emit(node, OpId::rms_norm, {node.input(0), node.input(1)},
+                  {{"axis", intAttr(node, "axis", -1)}, {"epsilon", floatAttr(node, "epsilon", 1e-5)}});
+}
+
 // (x - mean) / sqrt(var + epsilon) over the spatial axes, then a per-channel scale and bias.
 Status convertInstanceNormalization(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
@@ -549,6 +556,7 @@ constexpr OnnxConverter kNetworkConverters[] = {
     {"MatMul", convertMatMul},
     {"MaxPool", convertWindow<convertPool<OpId::max_pool2d>>},
     {"MeanVarianceNormalization", convertMeanVarianceNormalization},
+    {"RMSNormalization", convertRmsNormalization, 23},
     {"Resize", convertResize},
 };
 

@@ -12,7 +12,8 @@ namespace {
 std::vector<OnnxConverter> buildTable() {
   std::vector<OnnxConverter> table;
   for (auto part : {elementwiseConverters(), activationConverters(), reductionConverters(), networkConverters(),
-                    shapeConverters(), constantConverters(), einsumConverters(), sequenceConverters()})
+                    shapeConverters(), constantConverters(), einsumConverters(), sequenceConverters(),
+                    attentionConverters()})
     table.insert(table.end(), part.begin(), part.end());
   std::sort(table.begin(), table.end(), [](const OnnxConverter& a, const OnnxConverter& b) {
     return a.op_type != b.op_type ? a.op_type < b.op_type : a.first_opset < b.first_opset;

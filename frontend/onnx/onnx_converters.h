@@ -51,5 +51,6 @@ std::span<const OnnxConverter> shapeConverters();
 std::span<const OnnxConverter> constantConverters();
 std::span<const OnnxConverter> einsumConverters();
 std::span<const OnnxConverter> sequenceConverters();
+std::span<const OnnxConverter> attentionConverters();
 
 }  // namespace cleave

@@ -125,7 +125,8 @@ def model(weight_dims, opset, name):
     open(name, "wb").write(m.SerializeToString())
 model([3, 4], 13, "gemm13.onnx")
 model([3, 4], 18, "gemm18.onnx")
-model([3, 4], 22, "gemm22.onnx")
+model([3, 4], 23, "gemm23.onnx")
+model([3, 4], 24, "gemm24.onnx")
 model([3, 4], 9, "gemm9.onnx")
 model([3, 5], 13, "mismatch.onnx")
 # Opset 18 and newer go without libonnx's schema check: a node short of inputs, a local function that
@@ -142,8 +143,9 @@ PY
 expect 0 '' "$cleave" import gemm13.onnx -o gemm13.cir
 expect 0 '' "$cleave" import gemm9.onnx -o gemm9.cir  # upgraded by libonnx's version converter
 expect 0 '' "$cleave" import gemm18.onnx -o gemm18.cir  # checked by cleave's own rules (libonnx knows up to 17)
-expect 1 'gemm22\.onnx: ONNX opset 22 is not supported \(cleave imports opsets 11 to 21' \
-  "$cleave" import gemm22.onnx -o gemm22.cir
+expect 0 '' "$cleave" import gemm23.onnx -o gemm23.cir  # the newest opset cleave imports
+expect 1 'gemm24\.onnx: ONNX opset 24 is not supported \(cleave imports opsets 11 to 23' \
+  "$cleave" import gemm24.onnx -o gemm24.cir
 expect 1 "mismatch\.onnx \(node 'fc'\): gemm: operand 1 has shape \[3,5\]" "$cleave" compile mismatch.onnx -o mismatch.cplan
 expect 1 "short18\.onnx \(node 'fc'\): Gemm: malformed node \(1 inputs, 1 outputs\)" "$cleave" import short18.onnx -o short.cir
 expect 1 "recursive18\.onnx \(node 'call/Loop1'\): local function 'Loop1' calls itself" "$cleave" import recursive18.onnx -o rec.cir

@@ -290,7 +290,7 @@ TEST(OnnxImporter, ExporterScalarsAreConstantsNotParameters) {
 // schema): Llama's and Qwen2's rotary inv_freq is frozen, every parameter it marks PARAMETER trains.
 // The TorchScript exporter marks nothing, so its exports keep every float weight trainable.
 TEST(OnnxImporter, TorchExportBuffersAreFrozen) {
-  for (const std::string& name : {"modern/llama_dynamo18", "modern/qwen2_dynamo21"}) {
+  for (const char* name : {"modern/llama_dynamo18", "modern/qwen2_dynamo21"}) {
     Graph graph = importOk(name, 2);
     std::vector<std::string> frozen;
     for (const Param& param : graph.params)
