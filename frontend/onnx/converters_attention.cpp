@@ -1,7 +1,8 @@
-// ONNX's Attention (opset 23), which torch.export's exporter writes for scaled_dot_product_attention
-// (Hugging Face's default "sdpa" attention) from opset 23: composed of cleave's matmul, softmax and
-// elementwise ops, as the exporters below opset 23 write it, so that autodiff, tensor parallelism
-// (heads split), pipelines and fusion treat it as they treat those.
+// The attention ops of opset 23: Attention, which torch.export's exporter writes for
+// scaled_dot_product_attention (Hugging Face's default "sdpa" attention) from opset 23, and
+// RotaryEmbedding. Each is composed of cleave's matmul, softmax, shape and elementwise ops, as the
+// exporters below opset 23 write them, so that autodiff, tensor parallelism (heads split),
+// pipelines and fusion treat them as they treat those.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -13,7 +14,9 @@
 namespace cleave {
 namespace {
 
-constexpr int kQkMatmul = 0, kQkAfterSoftcap = 1, kQkWithBias = 2, kQkAfterSoftmax = 3;  // qk_matmul_output_mode
+// qk_matmul_output_mode: the scores (1, after the softcap, is the same value: ONNX's reference softcaps
+// the scores in place), with the bias added, after the softmax.
+constexpr int kQkMatmul = 0, kQkWithBias = 2, kQkAfterSoftmax = 3;
 
 // A 3-D input [batch, sequence, heads·size] as [batch, heads, sequence, size].
 Expected<std::string> splitHeads(OnnxComposite& c, const std::string& x, const TensorType& type, int64_t heads) {
@@ -174,8 +177,80 @@ Status convertAttention(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return c.finish(OpId::reshape, {merged}, {{"shape", std::vector<int64_t>{0, 0, q_heads * v_type.shape[3]}}});
 }
 
+// The last dim of `x` (4-D) from `begin` to `end` by `step`.
+Expected<std::string> lastDimSlice(OnnxComposite& c, const std::string& x, int64_t begin, int64_t end, int64_t step = 1) {
+  return c.apply(OpId::slice, {x}, {{"starts", std::vector<int64_t>{begin}}, {"ends", std::vector<int64_t>{end}},
+                                    {"axes", std::vector<int64_t>{3}}, {"steps", std::vector<int64_t>{step}}});
+}
+
+// RotaryEmbedding (opset 23): the first rotary_embedding_dim (default: all) of each head's values
+// rotated by the cos and sin of its position (caches indexed by position_ids, or given per batch
+// and position), as pairs of halves or, interleaved, of neighbours; the rest passed through. The
+// input is [batch, heads, sequence, size], or [batch, sequence, heads·size] with num_heads.
+Status convertRotaryEmbedding(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  const TensorType& x_type = c.xType();
+  if (x_type.rank() != 3 && x_type.rank() != 4) return c.fail("the input must be 3-D or 4-D, got " + x_type.str());
+  // 1. The input as 4-D, and the axis the caches' [batch, sequence, rotary/2] get for its heads.
+  std::string x = c.x();
+  int64_t heads_axis = 1;
+  int64_t size = x_type.rank() == 4 ? x_type.shape[3] : 0;
+  if (x_type.rank() == 3) {
+    const int64_t heads = intAttr(node, "num_heads", 0);
+    if (heads <= 0 || x_type.shape[2] % heads != 0)
+      return c.fail("a 3-D input of " + x_type.str() + " needs num_heads dividing its last dim");
+    size = x_type.shape[2] / heads;
+    CLEAVE_ASSIGN_OR_RETURN(x, c.apply(OpId::reshape, {x}, {{"shape", std::vector<int64_t>{0, 0, heads, size}}}));
+    heads_axis = 2;
+  }
+  const int64_t rotary = intAttr(node, "rotary_embedding_dim", 0) > 0 ? intAttr(node, "rotary_embedding_dim", 0) : size;
+  if (rotary > size || rotary % 2 != 0)
+    return c.fail("rotary_embedding_dim " + std::to_string(rotary) + " must be even and at most the head size " +
+                  std::to_string(size));
+  // 2. cos and sin of each position, [batch, sequence, rotary/2] with a heads axis of 1.
+  std::vector<std::string> caches;
+  for (int input = 1; input <= 2; ++input) {
+    std::string cache = node.input(input);
+    if (hasInput(node, 3)) {
+      CLEAVE_ASSIGN_OR_RETURN(cache, c.apply(OpId::gather, {cache, node.input(3)}, {{"axis", int64_t{0}}}));
+    }
+    CLEAVE_ASSIGN_OR_RETURN(cache, c.apply(OpId::unsqueeze, {cache}, {{"axes", std::vector<int64_t>{heads_axis}}}));
+    caches.push_back(cache);
+  }
+  const std::string &cos = caches[0], &sin = caches[1];
+  // 3. The rotated pairs: halves, or neighbours when interleaved.
+  const bool interleaved = intAttr(node, "interleaved", 0) != 0;
+  const int64_t half = rotary / 2;
+  CLEAVE_ASSIGN_OR_RETURN(std::string first, interleaved ? lastDimSlice(c, x, 0, rotary, 2) : lastDimSlice(c, x, 0, half));
+  CLEAVE_ASSIGN_OR_RETURN(std::string second, interleaved ? lastDimSlice(c, x, 1, rotary, 2) : lastDimSlice(c, x, half, rotary));
+  CLEAVE_ASSIGN_OR_RETURN(std::string first_cos, c.apply(OpId::mul, {cos, first}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string second_sin, c.apply(OpId::mul, {sin, second}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string real, c.apply(OpId::sub, {first_cos, second_sin}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string first_sin, c.apply(OpId::mul, {sin, first}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string second_cos, c.apply(OpId::mul, {cos, second}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string imaginary, c.apply(OpId::add, {first_sin, second_cos}));
+  std::string rotated;
+  if (interleaved) {
+    const AttrMap last{{"axes", std::vector<int64_t>{4}}};
+    CLEAVE_ASSIGN_OR_RETURN(std::string real_pairs, c.apply(OpId::unsqueeze, {real}, last));
+    CLEAVE_ASSIGN_OR_RETURN(std::string imaginary_pairs, c.apply(OpId::unsqueeze, {imaginary}, last));
+    CLEAVE_ASSIGN_OR_RETURN(std::string pairs, c.apply(OpId::concat, {real_pairs, imaginary_pairs}, {{"axis", int64_t{4}}}));
+    CLEAVE_ASSIGN_OR_RETURN(rotated, c.apply(OpId::reshape, {pairs}, {{"shape", std::vector<int64_t>{0, 0, 0, rotary}}}));
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(rotated, c.apply(OpId::concat, {real, imaginary}, {{"axis", int64_t{3}}}));
+  }
+  // 4. The values past rotary_embedding_dim after them, and the input's shape back.
+  if (rotary < size) {
+    CLEAVE_ASSIGN_OR_RETURN(std::string passed, lastDimSlice(c, x, rotary, size));
+    CLEAVE_ASSIGN_OR_RETURN(rotated, c.apply(OpId::concat, {rotated, passed}, {{"axis", int64_t{3}}}));
+  }
+  if (x_type.rank() == 4) return c.finish(OpId::identity, {rotated});
+  return c.finish(OpId::reshape, {rotated}, {{"shape", std::vector<int64_t>{0, 0, x_type.shape[2]}}});
+}
+
 constexpr OnnxConverter kAttentionConverters[] = {
     {"Attention", convertAttention, 23},
+    {"RotaryEmbedding", convertRotaryEmbedding, 23},
 };
 
 }  // namespace
