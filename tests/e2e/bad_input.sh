@@ -139,6 +139,11 @@ calls = helper.make_graph([helper.make_node("Loop1", ["x"], ["y"], domain="local
 recursive = helper.make_model(calls, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
                               functions=[loop])
 open("recursive18.onnx", "wb").write(recursive.SerializeToString())
+# ONNX's Attention (opset 23) on 3-D inputs without the head counts it needs to split them.
+q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, 4, 8])
+out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4, 8])
+attention = helper.make_graph([helper.make_node("Attention", ["q", "q", "q"], ["out"], name="sdpa")], "g", [q], [out])
+open("attention23.onnx", "wb").write(helper.make_model(attention, opset_imports=[helper.make_opsetid("", 23)]).SerializeToString())
 PY
 expect 0 '' "$cleave" import gemm13.onnx -o gemm13.cir
 expect 0 '' "$cleave" import gemm9.onnx -o gemm9.cir  # upgraded by libonnx's version converter
@@ -149,6 +154,8 @@ expect 1 'gemm24\.onnx: ONNX opset 24 is not supported \(cleave imports opsets 1
 expect 1 "mismatch\.onnx \(node 'fc'\): gemm: operand 1 has shape \[3,5\]" "$cleave" compile mismatch.onnx -o mismatch.cplan
 expect 1 "short18\.onnx \(node 'fc'\): Gemm: malformed node \(1 inputs, 1 outputs\)" "$cleave" import short18.onnx -o short.cir
 expect 1 "recursive18\.onnx \(node 'call/Loop1'\): local function 'Loop1' calls itself" "$cleave" import recursive18.onnx -o rec.cir
+expect 1 "attention23\.onnx \(node 'sdpa'\): Attention: a 3-D input of f32\[2,4,8\] needs q_num_heads and kv_num_heads" \
+  "$cleave" import attention23.onnx -o attention.cir
 
 # 3. Batches that do not split over data-parallel shards or microbatches (batch 8).
 expect 1 "input '%x' has batch 8, which does not divide into 3 data-parallel shards" \
