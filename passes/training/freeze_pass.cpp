@@ -25,7 +25,7 @@ Status freeze(Graph& graph, const PassOptions& options) {
 PassInfo makeFreezePass() {
   return PassInfo{
       .name = "freeze",
-      .summary = "parameters whose names match one of the globs (params=\"a.*|b\") become frozen: no gradient, "
+      .summary = "parameters whose names match one of the globs (freeze{params=a.*|b}) become frozen: no gradient, "
                  "no optimizer state, kept as loaded (cleave compile --freeze); a glob that matches none is an error",
       .options = {{"params", std::string(), "globs on parameter names, separated by '|'"}},
       .run = freeze,
