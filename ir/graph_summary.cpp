@@ -57,6 +57,10 @@ GraphSummary summarizeGraph(const Graph& graph) {
     ++summary.parameter_tensors;
     summary.parameter_count += type.numel();
     summary.parameter_bytes += type.bytes();
+    if (!param.trainable) {
+      ++summary.frozen_tensors;
+      summary.frozen_count += type.numel();
+    }
   }
   for (ValueId v : graph.inputs) summary.inputs.push_back(namedType(graph, v));
   for (ValueId v : graph.outputs) summary.outputs.push_back(namedType(graph, v));
@@ -72,7 +76,11 @@ std::string summaryText(const GraphSummary& s) {
   text += "  outputs:       " + typedValues(s.outputs) + "\n";
   text += "  nodes:         " + withThousands(s.node_count) + " (" + (ops.empty() ? "none" : ops) + ")\n";
   text += "  parameters:    " + withThousands(s.parameter_count) + " in " + withThousands(s.parameter_tensors) +
-          " tensors, " + withBinaryPrefix(static_cast<double>(s.parameter_bytes)) + "\n";
+          " tensors, " + withBinaryPrefix(static_cast<double>(s.parameter_bytes)) +
+          (s.frozen_tensors == 0 ? std::string()
+                                 : "; " + withThousands(s.frozen_count) + " in " + withThousands(s.frozen_tensors) +
+                                       (s.frozen_tensors == 1 ? " tensor" : " tensors") + " frozen") +
+          "\n";
   text += "  forward pass:  " + withMetricPrefix(s.forward_flops, "FLOP") + ", " +
           withBinaryPrefix(s.forward_bytes) + " moved\n";
   text += "  training step: " + withMetricPrefix(s.training_step_flops, "FLOP") + " (estimate: " +

@@ -24,6 +24,8 @@ struct GraphSummary {
   int64_t parameter_tensors = 0;
   int64_t parameter_count = 0;  // elements over all parameters
   int64_t parameter_bytes = 0;
+  int64_t frozen_tensors = 0;   // parameters that do not train (buffers, --freeze)
+  int64_t frozen_count = 0;     // their elements
   std::vector<NamedType> inputs;
   std::vector<NamedType> outputs;
   double forward_flops = 0;  // sum of every node's cost rule

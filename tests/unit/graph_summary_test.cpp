@@ -45,6 +45,19 @@ TEST(GraphSummary, TextNamesTheTotals) {
   EXPECT_NE(text.find("estimate"), std::string::npos) << text;
 }
 
+// Frozen parameters (buffers, --freeze) are counted apart, and named in the text only when there are any.
+TEST(GraphSummary, CountsFrozenParameters) {
+  auto graph = generateMlp(MlpSpec{});
+  ASSERT_TRUE(graph);
+  EXPECT_EQ(summaryText(summarizeGraph(*graph)).find("frozen"), std::string::npos);
+  graph->params[1].trainable = false;  // fc1's bias, 512 elements
+  GraphSummary s = summarizeGraph(*graph);
+  EXPECT_EQ(s.frozen_tensors, 1);
+  EXPECT_EQ(s.frozen_count, graph->values[graph->params[1].value].type.numel());
+  EXPECT_NE(summaryText(s).find("; " + withThousands(s.frozen_count) + " in 1 tensor frozen"), std::string::npos)
+      << summaryText(s);
+}
+
 TEST(GraphSummary, NumberFormats) {
   EXPECT_EQ(withThousands(0), "0");
   EXPECT_EQ(withThousands(999), "999");
