@@ -139,6 +139,7 @@ struct OpDef {
   // whose folded results the kernels reproduce exactly: elementwise, data movement, reductions).
   bool constant_foldable = false;
   bool view = false;          // the result is operand 0's bytes under another type: lowered as an alias
+  bool stops_gradient = false;  // the result is a constant to autodiff (detach): no gradient passes through
   bool in_place = false;      // the kernel may write its result over a same-typed operand
   bool reshape_like = false;  // only regroups operand 0's dims (reshape, flatten, squeeze, unsqueeze)
   // An elementwise op (f32 and bf16, operands broadcasting to its one result) that the fusion pass

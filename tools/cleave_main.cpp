@@ -262,6 +262,12 @@ void addCompileCommand(CLI::App& app, CompileFlags& flags) {
                       "optimizer state), e.g. 'embed.*' or 'model.rotary_emb.inv_freq'; repeatable, or comma-separated. "
                       "torch.export's buffers are frozen already; a glob that matches no parameter is an error")
       ->delimiter(',');
+  compile->add_option("--padding-idx", flags.padding_idx,
+                      "Training: TABLE=ID gives the embedding lookups of the parameters the glob TABLE names "
+                      "nn.Embedding's padding_idx ID (its row gets no gradient from them), which ONNX cannot carry: "
+                      "e.g. '*word_embeddings.weight=0' for BERT's [PAD]; torch.export's exports carry it already; "
+                      "repeatable, or comma-separated")
+      ->delimiter(',');
   compile->add_option("--lr-schedule", flags.lr_schedule,
                       "Learning rate per step, as torch.optim.lr_scheduler: constant|linear|cosine|step[:warmup=N,"
                       "warmup_start=F,total=T,final=F,step_size=N,gamma=G] (default constant)");

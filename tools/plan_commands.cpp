@@ -19,6 +19,7 @@
 #include "passes/training/loss_head.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
+#include "passes/training/embedding_padding.h"
 #include "passes/training/parameter_freezing.h"
 #include "analysis/plan_prediction.h"
 #include "passes/partition/strategy_choice.h"
@@ -38,9 +39,8 @@ namespace cleave::cli {
 namespace {
 
 // The model at `path`: cleave text IR, or ONNX imported at `batch` and `seq_len`; the parameters
-// that `freeze` names (globs) frozen.
-Expected<Graph> loadModel(const std::string& path, int64_t batch, int64_t seq_len,
-                          const std::vector<std::string>& freeze) {
+// that --freeze names (globs) frozen, the lookups --padding-idx names given their padding row.
+Expected<Graph> loadModel(const std::string& path, int64_t batch, int64_t seq_len, const CompileFlags& flags) {
   Expected<Graph> model = Status::internal("compile: no model loaded");
   if (endsWith(path, ".onnx")) {
     OnnxImportOptions options;
@@ -52,7 +52,14 @@ Expected<Graph> loadModel(const std::string& path, int64_t batch, int64_t seq_le
   } else {
     return Status::badInput("cannot compile '" + path + "': expected a model file (.cir or .onnx)");
   }
-  if (model && !freeze.empty()) CLEAVE_TRY(freezeParameters(*model, freeze).status().withContext(path + ": "));
+  if (!model) return model;
+  if (!flags.freeze.empty()) CLEAVE_TRY(freezeParameters(*model, flags.freeze).status().withContext(path + ": "));
+  std::vector<EmbeddingPadding> paddings;
+  for (const std::string& text : flags.padding_idx) {
+    CLEAVE_ASSIGN_OR_RETURN(EmbeddingPadding spec, parseEmbeddingPadding(text));
+    paddings.push_back(std::move(spec));
+  }
+  if (!paddings.empty()) CLEAVE_TRY(setEmbeddingPadding(*model, paddings).status().withContext(path + ": "));
   return model;
 }
 
@@ -132,14 +139,15 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
     if (!loaded) return reportError(loaded.status());
     cluster = std::move(*loaded);
   }
-  if (!flags.freeze.empty() && !flags.train) return reportError(Status::usage("--freeze needs --train"));
-  auto model = loadModel(flags.model, flags.batch, flags.seq_len, flags.freeze);
+  if ((!flags.freeze.empty() || !flags.padding_idx.empty()) && !flags.train)
+    return reportError(Status::usage(std::string(flags.freeze.empty() ? "--padding-idx" : "--freeze") + " needs --train"));
+  auto model = loadModel(flags.model, flags.batch, flags.seq_len, flags);
   if (!model) return reportError(model.status());
   // An ONNX model is imported again for each batch a program sees, so the shape arithmetic its
   // exporter wrote is evaluated at that batch.
   ModelBuilder model_at_batch;
   if (endsWith(flags.model, ".onnx"))
-    model_at_batch = [&flags](int64_t batch) { return loadModel(flags.model, batch, flags.seq_len, flags.freeze); };
+    model_at_batch = [&flags](int64_t batch) { return loadModel(flags.model, batch, flags.seq_len, flags); };
 
   CompileOptions options;
   options.model_file = flags.model;

@@ -37,6 +37,7 @@ struct CompileFlags {
   std::string precision;       // --precision f32|bf16; empty: f32
   std::string recompute;       // --recompute none|selective|full; empty: none
   std::vector<std::string> freeze;  // --freeze: globs on the names of parameters kept as loaded
+  std::vector<std::string> padding_idx;  // --padding-idx: TABLE=ID, nn.Embedding's padding_idx of a lookup
   std::string cluster;
   int64_t memory_limit = 0;  // bytes per device (--memory-limit); 0: no limit
 };

@@ -1,8 +1,10 @@
 // ONNX converters of data movement on static shapes: Reshape, Transpose, Concat, Split, Slice, Pad, Tile, ...
 #include <algorithm>
+#include <regex>
 
 #include "frontend/onnx/onnx_composite.h"
 #include "frontend/onnx/onnx_converters.h"
+#include "frontend/onnx/onnx_newer_fields.h"
 
 namespace cleave {
 namespace {
@@ -99,8 +101,22 @@ Status convertSlice(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return ctx.emit(node, OpId::slice, {node.input(0)}, attrs);
 }
 
+// The padding_idx of an nn.Embedding lookup, from the FX node torch.export's exporter records with
+// the Gather ("...aten.embedding.default](args = (%weight, %ids, 0), ..."); -1 when it has none.
+int64_t embeddingPaddingIndex(const onnx::NodeProto& node) {
+  static const std::regex kEmbedding(R"(aten\.embedding\.default\]\(args = \(%[^,()]+, %[^,()]+, (-?[0-9]+)[,)])");
+  const std::string fx_node = metadataProperty(node, kNodeMetadataPropsField, "pkg.torch.onnx.fx_node");
+  std::smatch match;
+  return std::regex_search(fx_node, match, kEmbedding) ? std::stoll(match[1].str()) : -1;
+}
+
+// Gather; an embedding lookup keeps nn.Embedding's padding_idx (torch.export's exports say it; ONNX's
+// Gather has no such attribute), whose row then gets no gradient from the lookup.
 Status convertGather(OnnxImportContext& ctx, const onnx::NodeProto& node) {
-  return ctx.emit(node, OpId::gather, {node.input(0), node.input(1)}, {{"axis", intAttr(node, "axis", 0)}});
+  AttrMap attrs{{"axis", intAttr(node, "axis", 0)}};
+  if (const int64_t padding = embeddingPaddingIndex(node); padding >= 0 && ctx.isParameter(node.input(0)))
+    attrs["padding_idx"] = padding;
+  return ctx.emit(node, OpId::gather, {node.input(0), node.input(1)}, attrs);
 }
 
 Status convertGatherElements(OnnxImportContext& ctx, const onnx::NodeProto& node) {

@@ -73,12 +73,9 @@ bool isExporterScalar(const std::string& name, const TensorData& data) {
 std::unordered_set<std::string> torchExportBuffers(const onnx::GraphProto& onnx_graph) {
   std::unordered_set<std::string> buffers;
   auto collect = [&buffers](const onnx::ValueInfoProto& info) {
-    for (const std::string& bytes : unknownStrings(info, kValueInfoMetadataPropsField)) {
-      onnx::StringStringEntryProto property;
-      if (property.ParseFromString(bytes) && property.key() == "pkg.torch.export.graph_signature.InputSpec.kind" &&
-          (property.value() == "BUFFER" || property.value() == "CONSTANT_TENSOR"))
-        buffers.insert(info.name());
-    }
+    const std::string kind =
+        metadataProperty(info, kValueInfoMetadataPropsField, "pkg.torch.export.graph_signature.InputSpec.kind");
+    if (kind == "BUFFER" || kind == "CONSTANT_TENSOR") buffers.insert(info.name());
   };
   for (const auto& info : onnx_graph.value_info()) collect(info);
   for (const auto& info : onnx_graph.input()) collect(info);

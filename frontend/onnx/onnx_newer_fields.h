@@ -13,8 +13,13 @@ inline constexpr int kNodeOverloadField = 8;              // NodeProto.overload
 inline constexpr int kFunctionOverloadField = 13;         // FunctionProto.overload
 inline constexpr int kFunctionAttributeProtoField = 11;   // FunctionProto.attribute_proto
 inline constexpr int kValueInfoMetadataPropsField = 4;    // ValueInfoProto.metadata_props
+inline constexpr int kNodeMetadataPropsField = 9;         // NodeProto.metadata_props
 
 // The length-delimited unknown fields numbered `number` of `message`, in order.
 std::vector<std::string> unknownStrings(const google::protobuf::Message& message, int number);
+
+// The value of metadata property `key` among the StringStringEntryProto fields numbered `number`
+// of `message` (metadata_props), or "" when it has none.
+std::string metadataProperty(const google::protobuf::Message& message, int number, const std::string& key);
 
 }  // namespace cleave

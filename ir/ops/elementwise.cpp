@@ -536,6 +536,7 @@ void addElementwiseReferences(std::vector<OpDef>& table) {
   setFoldingReference(table, OpId::cast, castReference, referenceDTypes);
   setFoldingReference(table, OpId::where, whereReference, referenceDTypes);
   setFoldingReference(table, OpId::identity, sameBytesReference, referenceDTypes);
+  setFoldingReference(table, OpId::detach, sameBytesReference, referenceDTypes);
 }
 
 }  // namespace
@@ -616,6 +617,13 @@ void addElementwiseOps(std::vector<OpDef>& table) {
                         .shape = checkedShapeRule<identityShape>,
                         .cost = identityCost,
                         .sharding = broadcastShardingRule});
+  table.push_back(OpDef{.id = OpId::detach,
+                        .name = "detach",
+                        .summary = "x unchanged, a constant to autodiff: no gradient passes through it (PyTorch's detach)",
+                        .attrs = {},
+                        .shape = checkedShapeRule<identityShape>,
+                        .cost = identityCost,
+                        .sharding = broadcastShardingRule});
 
   // Kernels that may write their result over a same-typed operand (see docs/ops.md).
   for (OpId id : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::neg, OpId::sqrt, OpId::exp, OpId::log,
@@ -626,6 +634,8 @@ void addElementwiseOps(std::vector<OpDef>& table) {
                   OpId::tanh, OpId::sigmoid, OpId::relu, OpId::gelu, OpId::clip})
     appendedDef(table, id).fusable = true;
   appendedDef(table, OpId::identity).view = true;
+  appendedDef(table, OpId::detach).view = true;
+  appendedDef(table, OpId::detach).stops_gradient = true;
   appendedDef(table, OpId::dropout).random = true;
   appendedDef(table, OpId::dropout).reference = copyReference;
 

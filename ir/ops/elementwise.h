@@ -42,7 +42,8 @@
   X(cast, "cast") \
   X(where, "where") \
   X(dropout, "dropout") \
-  X(identity, "identity")
+  X(identity, "identity") \
+  X(detach, "detach")
 
 namespace cleave {
 struct OpDef;

@@ -209,11 +209,16 @@ Expected<std::vector<TensorType>> sliceShape(const OpContext& ctx) {
   return std::vector<TensorType>{{ctx.operands[0].dtype, out}};
 }
 
-// gather: data (rank >= 1) indexed along axis by i64/i32 indices of any rank.
+// gather: data (rank >= 1) indexed along axis by i64/i32 indices of any rank; a padding_idx (an
+// embedding's, along axis 0) is a row of data.
 Expected<std::vector<TensorType>> gatherShape(const OpContext& ctx) {
   CLEAVE_TRY(requireRank(ctx, 0, 1));
   CLEAVE_TRY(requireIndexType(ctx, 1));
   CLEAVE_ASSIGN_OR_RETURN(int64_t axis, resolveAxis(ctx, "axis", ctx.operands[0].rank(), 0));
+  if (const int64_t padding = ctx.getInt("padding_idx");
+      padding != -1 && (axis != 0 || padding < 0 || padding >= ctx.operands[0].shape[0]))
+    return attrError(ctx, "padding_idx", "is " + std::to_string(padding) + ": -1 (none), or a row of operand 0 (" +
+                                             ctx.operands[0].str() + ") with axis 0");
   const Shape& data = ctx.operands[0].shape;
   const Shape& indices = ctx.operands[1].shape;
   Shape out(data.begin(), data.begin() + axis);
@@ -615,12 +620,23 @@ Status sliceGradient(GradientContext& g) {
 }
 
 // gather, gather_elements and gather_nd: dy is scatter-added where the forward op read (`kGrad`);
-// the indices get no gradient.
+// the indices get no gradient. A gather's padding_idx row gets nothing from the lookups of it
+// (nn.Embedding's padding_idx): dy is zeroed where the index is padding_idx first.
 template <OpId kGrad>
 Status gatherLikeGradient(GradientContext& g) {
   AttrMap attrs = copyAttrs(g, {"axis", "batch_dims"});
   attrs.emplace("data_shape", shapeOf(g, g.operand(0)));
-  g.operand_grads[0] = g.emit(kGrad, {dy(g), g.operand(1)}, std::move(attrs));
+  ValueId gradient = dy(g);
+  if (const int64_t padding = kGrad == OpId::gather_grad ? forwardAttrs(g).getInt("padding_idx") : -1; padding >= 0) {
+    const ValueId ids = g.operand(1);
+    const int64_t id_rank = static_cast<int64_t>(shapeOf(g, ids).size());
+    std::vector<int64_t> row_axes;
+    for (int64_t d = id_rank; d < static_cast<int64_t>(shapeOf(g, gradient).size()); ++d) row_axes.push_back(d);
+    ValueId is_padding = g.emit(OpId::equal, {ids, g.scalar(static_cast<double>(padding), dtypeOf(g, ids))});
+    if (!row_axes.empty()) is_padding = g.emit(OpId::unsqueeze, {is_padding}, {{"axes", row_axes}});
+    gradient = g.emit(OpId::where, {is_padding, g.scalar(0.0, dtypeOf(g, gradient)), gradient});
+  }
+  g.operand_grads[0] = g.emit(kGrad, {gradient, g.operand(1)}, std::move(attrs));
   return g.status;
 }
 
@@ -909,7 +925,8 @@ void addShapeOps(std::vector<OpDef>& table) {
                            optionalInts("axes", {}), optionalInts("steps", {})},
                           checkedShapeRule<sliceShape>, copyCost, sliceShardingRule));
   OpDef gather = shapeOp(OpId::gather, "gather", "picks entries of data along axis by indices",
-                         {optionalInt("axis", 0)}, checkedShapeRule<gatherShape>, gatherCost, gatherShardingRule);
+                         {optionalInt("axis", 0), optionalInt("padding_idx", -1)}, checkedShapeRule<gatherShape>,
+                         gatherCost, gatherShardingRule);
   gather.min_operands = gather.max_operands = 2;
   table.push_back(std::move(gather));
   OpDef gather_elements = shapeOp(OpId::gather_elements, "gather_elements",

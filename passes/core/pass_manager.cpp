@@ -202,6 +202,16 @@ const PassInfo* findPass(std::string_view name) {
   return nullptr;
 }
 
+std::vector<std::string> optionList(const std::string& text) {
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    const size_t bar = text.find('|', start);
+    items.push_back(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    if (bar == std::string::npos) return items;
+    start = bar + 1;
+  }
+}
+
 Expected<Pipeline> parsePipeline(std::string_view text) {
   CLEAVE_TRY(registry().problem);
   return PipelineParser(text).parse();

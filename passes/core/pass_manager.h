@@ -85,6 +85,10 @@ struct PassStep {
 };
 using Pipeline = std::vector<PassStep>;
 
+// The items of a list-valued string option, separated by '|' ("a.*|b" -> {"a.*", "b"}; "" -> {""}):
+// spaces and commas end an option's value, so lists use bars.
+std::vector<std::string> optionList(const std::string& text);
+
 // Parses "a,b{opt=1 other=x},c" (options separated by spaces or commas). An unknown pass or
 // option, a value of the wrong kind or one the pass's check_options rejects is a usage error;
 // unknown names come with the list of valid ones.

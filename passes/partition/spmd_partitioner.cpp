@@ -475,14 +475,27 @@ class DevicePartitioner {
     }
     const std::string& name = global_.values[y].name;
     CLEAVE_ASSIGN_OR_RETURN(LocalRows local_rows, localRows(local_of_[ids], rows, name));
+    // The lookup in the block; a padding_idx is a global row, kept for the masked lookup below.
+    AttrMap lookup_attrs = node.attrs;
+    const int64_t padding = lookup_attrs.count("padding_idx") ? std::get<int64_t>(lookup_attrs.at("padding_idx")) : -1;
+    lookup_attrs.erase("padding_idx");
     CLEAVE_ASSIGN_OR_RETURN(ValueId looked_up,
-                            emit(OpId::gather, {local_table, local_rows.index}, node.attrs, name + ".rows"));
+                            emit(OpId::gather, {local_table, local_rows.index}, lookup_attrs, name + ".rows"));
     const std::string float_name(dtypeName(global_.values[y].type.dtype));
     CLEAVE_ASSIGN_OR_RETURN(ValueId here_f, emit(OpId::cast, {local_rows.here}, {{"to", float_name}}, name + ".here_f"));
     const int64_t id_rank = static_cast<int64_t>(rankOf(ids));
     CLEAVE_ASSIGN_OR_RETURN(ValueId mask, emit(OpId::unsqueeze, {here_f}, {{"axes", std::vector<int64_t>{id_rank}}},
                                                 name + ".mask"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId local, emit(OpId::mul, {looked_up, mask}, {}, name + ".local"));
+    if (padding >= 0) {  // the padding row's lookups pass their value but no gradient (nn.Embedding's)
+      const DType id_dtype = local_.values[local_of_[ids]].type.dtype;
+      CLEAVE_ASSIGN_OR_RETURN(ValueId padding_id, scalarConstant(id_dtype, static_cast<double>(padding), name + ".padding_idx"));
+      CLEAVE_ASSIGN_OR_RETURN(ValueId is_padding, emit(OpId::equal, {local_of_[ids], padding_id}, {}, name + ".is_padding"));
+      CLEAVE_ASSIGN_OR_RETURN(ValueId padding_rows, emit(OpId::unsqueeze, {is_padding}, {{"axes", std::vector<int64_t>{id_rank}}},
+                                                          name + ".is_padding_row"));
+      CLEAVE_ASSIGN_OR_RETURN(ValueId constant, emit(OpId::detach, {local}, {}, name + ".constant"));
+      CLEAVE_ASSIGN_OR_RETURN(local, emit(OpId::where, {padding_rows, constant, local}, {}, name + ".padded"));
+    }
     ValueSharding out = replicatedLayout(y);
     for (size_t d = 0; d < ids_layout.dim_axis.size() && d < out.dim_axis.size(); ++d) out.dim_axis[d] = ids_layout.dim_axis[d];
     out.partial[tp_] = ValueSharding::Partial::kSum;

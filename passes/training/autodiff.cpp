@@ -124,6 +124,7 @@ class BackwardBuilder {
     }
     if (!any_gradient) return Status::ok();
     const OpDef& def = opDef(node.op);
+    if (def.stops_gradient) return Status::ok();  // detach: its operands get nothing from here
     if (!def.gradient) {
       ValueId on_path_result = node.results[0];
       for (ValueId r : node.results)

@@ -5,19 +5,8 @@
 namespace cleave {
 namespace {
 
-// "a*|b" -> {"a*", "b"}.
-std::vector<std::string> patternsOf(const std::string& text) {
-  std::vector<std::string> patterns;
-  size_t start = 0;
-  for (size_t bar = text.find('|'); ; bar = text.find('|', start)) {
-    patterns.push_back(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
-    if (bar == std::string::npos) return patterns;
-    start = bar + 1;
-  }
-}
-
 Status freeze(Graph& graph, const PassOptions& options) {
-  return freezeParameters(graph, patternsOf(options.getString("params"))).status();
+  return freezeParameters(graph, optionList(options.getString("params"))).status();
 }
 
 }  // namespace

@@ -484,6 +484,7 @@ void registerElementwiseKernels(CpuKernelTable& table) {
   set(OpId::where, whereKernel);
   set(OpId::dropout, copyKernel);
   set(OpId::identity, copyKernel);
+  set(OpId::detach, copyKernel);
 }
 
 }  // namespace cleave::runtime::cpu

@@ -337,6 +337,7 @@ void registerElementwiseKernels(CudaKernelTable& table) {
   set(OpId::where, whereKernel);
   set(OpId::dropout, copyKernel);
   set(OpId::identity, copyKernel);
+  set(OpId::detach, copyKernel);
 }
 
 }  // namespace cleave::runtime::cuda

@@ -60,7 +60,8 @@ PY
 # 1. Every strategy on LLaMA (rotary, RMSNorm, SwiGLU), Qwen2 (grouped-query attention: 4 query
 #    heads, 2 key/value heads), GPT-2 (Conv1D as gemm, a vocabulary-parallel embedding tied to the
 #    LM head, which pipeline stages share), BLOOM (ALiBi biases per head, FastGELU's tanh formula, a
-#    tied LM head), LLaMA and Qwen2 at opset 23 (ONNX's Attention op), BERT with its masked-LM head, the train()-mode ResNet
+#    tied LM head), LLaMA and Qwen2 at opset 23 (ONNX's Attention op), BERT with its masked-LM head
+#    (torch.export's: its word embedding's padding_idx over a vocabulary-parallel table), the train()-mode ResNet
 #    (conv channels split, BatchNorm statistics per channel block), exported by the legacy exporter
 #    and by torch.export's, a LLaMA exported at a fixed batch of 8 (whose microbatches the export
 #    never saw) and one with a symbolic length.
@@ -82,6 +83,7 @@ cases=(
   "modern/bert_mlm_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/llama_legacy17|--pp 2 --microbatches 4"
   "modern/bloom_legacy17|--tp 2" "modern/bloom_dynamo18|--dp 2 --tp 2 --pp 2 --microbatches 2"
   "modern/llama_sdpa_dynamo23|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/qwen2_sdpa_dynamo23|--tp 2"
+  "modern/bert_mlm_dynamo18|--tp 2" "modern/bert_mlm_dynamo21|--dp 2 --tp 2 --pp 2 --microbatches 2"
   "shaped/llama_dynseq_legacy17|--seq-len 16 --tp 2 --pp 2 --microbatches 2"
   "shaped/llama_fixed8_legacy17|--pp 2 --microbatches 4 --schedule gpipe"
   "shaped/llama_fixed8_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"

@@ -57,7 +57,8 @@ CaseList elementwiseCases() {
   for (const Shape& shape : {Shape{}, Shape{7}, Shape{3, 129}, Shape{0, 4}}) {
     for (DType dtype : {DType::kF32, DType::kF64}) {
       const std::string label = shapeStr(shape);
-      for (OpId op : {OpId::exp, OpId::neg, OpId::erf, OpId::tanh, OpId::sigmoid, OpId::gelu, OpId::identity})
+      for (OpId op : {OpId::exp, OpId::neg, OpId::erf, OpId::tanh, OpId::sigmoid, OpId::gelu, OpId::identity,
+                      OpId::detach})
         b.add(op, label, {b.uniform(dtype, shape, -3, 3)});
       for (OpId op : {OpId::sin, OpId::cos}) {
         b.add(op, label, {b.uniform(dtype, shape, -3.5, 3.5)});

@@ -41,6 +41,11 @@ CaseList shapeCases() {
     b.add(OpId::gather, dt + " i32 indices axis 1", {table, b.integers(DType::kI32, {5}, -6, 5)}, {{"axis", int64_t{1}}});
     b.add(OpId::gather, dt + " last axis", {x, b.integers(DType::kI32, {2, 2}, -5, 4)}, {{"axis", int64_t{3}}});
     b.add(OpId::gather, dt + " scalar index", {table, CaseBuilder::values(DType::kI64, {}, {-1})});
+    // An embedding's padding_idx leaves the lookup as it is; its gradient (dy zeroed at the padding
+    // row's ids, tests/lit/passes/padding-idx.cir) is on purpose not the finite difference.
+    b.addWithoutGradient(OpId::gather, dt + " padding_idx", {table, CaseBuilder::values(DType::kI64, {2, 3}, {0, 2, 2, 6, 0, 1})},
+                         {{"axis", int64_t{0}}, {"padding_idx", int64_t{2}}},
+                         "padding_idx's row gets no gradient on purpose (nn.Embedding's), unlike the finite difference");
     b.add(OpId::gather_elements, dt + " axis 0, fewer rows, negative indices", {table, b.integers(DType::kI64, {3, 6}, -7, 6)});
     b.add(OpId::gather_elements, dt + " i32 axis 1, narrower indices", {table, b.integers(DType::kI32, {7, 4}, -6, 5)},
           {{"axis", int64_t{1}}});
