@@ -302,6 +302,25 @@ TEST(OnnxImporter, TorchExportBuffersAreFrozen) {
   for (const Param& param : legacy.params) EXPECT_TRUE(param.trainable) << legacy.values[param.value].name;
 }
 
+// nn.Embedding's padding_idx: torch.export's exporter records aten.embedding.default's arguments in
+// the Gather's metadata and the importer keeps padding_idx (BERT's word embedding: 0; its position
+// and token-type embeddings have none); the TorchScript exporter records nothing.
+TEST(OnnxImporter, TorchExportEmbeddingsKeepTheirPaddingIndex) {
+  auto paddings = [](const Graph& graph) {
+    std::vector<int64_t> found;
+    for (const Node& node : graph.nodes)
+      if (node.op == OpId::gather && graph.findParam(node.operands[0]))
+        found.push_back(node.attrs.count("padding_idx") ? std::get<int64_t>(node.attrs.at("padding_idx")) : -1);
+    return found;
+  };
+  for (const char* name : {"modern/bert_mlm_dynamo18", "modern/bert_mlm_dynamo21"}) {
+    std::vector<int64_t> found = paddings(importOk(name, 2));
+    EXPECT_EQ(std::count(found.begin(), found.end(), 0), 1) << name;
+    EXPECT_EQ(std::count(found.begin(), found.end(), -1), static_cast<long>(found.size()) - 1) << name;
+  }
+  for (int64_t padding : paddings(importOk("modern/bert_mlm_legacy17", 2))) EXPECT_EQ(padding, -1);
+}
+
 // Training-mode BatchNormalization: batch statistics, and the running statistics become buffers
 // (non-trainable parameters) that each step updates.
 TEST(OnnxImporter, TrainingBatchNormUpdatesItsRunningStatistics) {
