@@ -38,28 +38,30 @@
 namespace cleave::cli {
 namespace {
 
-// The model at `path`: cleave text IR, or ONNX imported at `batch` and `seq_len`; the parameters
-// that --freeze names (globs) frozen, the lookups --padding-idx names given their padding row.
-Expected<Graph> loadModel(const std::string& path, int64_t batch, int64_t seq_len, const CompileFlags& flags) {
-  Expected<Graph> model = Status::internal("compile: no model loaded");
+// The model at `path`: cleave text IR, or ONNX imported at `batch` and `seq_len`.
+Expected<Graph> readModel(const std::string& path, int64_t batch, int64_t seq_len) {
   if (endsWith(path, ".onnx")) {
     OnnxImportOptions options;
     options.batch = batch;
     options.seq_len = seq_len;
-    model = importOnnxModel(path, options);
-  } else if (endsWith(path, ".cir")) {
-    model = loadGraphFile(path);
-  } else {
+    return importOnnxModel(path, options);
+  }
+  if (!endsWith(path, ".cir"))
     return Status::badInput("cannot compile '" + path + "': expected a model file (.cir or .onnx)");
-  }
-  if (!model) return model;
-  if (!flags.freeze.empty()) CLEAVE_TRY(freezeParameters(*model, flags.freeze).status().withContext(path + ": "));
-  std::vector<EmbeddingPadding> paddings;
-  for (const std::string& text : flags.padding_idx) {
-    CLEAVE_ASSIGN_OR_RETURN(EmbeddingPadding spec, parseEmbeddingPadding(text));
-    paddings.push_back(std::move(spec));
-  }
-  if (!paddings.empty()) CLEAVE_TRY(setEmbeddingPadding(*model, paddings).status().withContext(path + ": "));
+  return loadGraphFile(path);
+}
+
+// What --freeze and --padding-idx change in the model, each time it is read.
+struct ModelEdits {
+  std::vector<std::string> frozen;         // globs on parameter names
+  std::vector<EmbeddingPadding> paddings;  // embedding tables and their padding rows
+};
+
+// The model read, with `edits` applied.
+Expected<Graph> loadModel(const std::string& path, int64_t batch, int64_t seq_len, const ModelEdits& edits) {
+  CLEAVE_ASSIGN_OR_RETURN(Graph model, readModel(path, batch, seq_len));
+  if (!edits.frozen.empty()) CLEAVE_TRY(freezeParameters(model, edits.frozen).status().withContext(path + ": "));
+  if (!edits.paddings.empty()) CLEAVE_TRY(setEmbeddingPadding(model, edits.paddings).status().withContext(path + ": "));
   return model;
 }
 
@@ -141,13 +143,19 @@ int runCompile(const CompileFlags& flags, const std::string& producer) {
   }
   if ((!flags.freeze.empty() || !flags.padding_idx.empty()) && !flags.train)
     return reportError(Status::usage(std::string(flags.freeze.empty() ? "--padding-idx" : "--freeze") + " needs --train"));
-  auto model = loadModel(flags.model, flags.batch, flags.seq_len, flags);
+  ModelEdits edits{flags.freeze, {}};
+  for (const std::string& text : flags.padding_idx) {
+    auto spec = parseEmbeddingPadding(text);
+    if (!spec) return reportError(spec.status());
+    edits.paddings.push_back(std::move(*spec));
+  }
+  auto model = loadModel(flags.model, flags.batch, flags.seq_len, edits);
   if (!model) return reportError(model.status());
   // An ONNX model is imported again for each batch a program sees, so the shape arithmetic its
   // exporter wrote is evaluated at that batch.
   ModelBuilder model_at_batch;
   if (endsWith(flags.model, ".onnx"))
-    model_at_batch = [&flags](int64_t batch) { return loadModel(flags.model, batch, flags.seq_len, flags); };
+    model_at_batch = [&flags, edits](int64_t batch) { return loadModel(flags.model, batch, flags.seq_len, edits); };
 
   CompileOptions options;
   options.model_file = flags.model;

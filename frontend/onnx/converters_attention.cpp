@@ -126,17 +126,17 @@ Status convertAttention(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   std::string qk_output = scores;
 
   // 4. The bias: the mask (bool: 0 where true, -inf where false; float: as given), plus the causal bias.
-  std::string bias;
+  std::string bias, zero, minus_inf;  // the constants, with a mask
   const bool masked = hasInput(node, 3);
   if (masked) {
     CLEAVE_ASSIGN_OR_RETURN(TensorType mask_type, ctx.typeOf(node, node.input(3)));
     if (mask_type.rank() == 0 || mask_type.shape.back() != keys)
       return c.fail("attn_mask " + mask_type.str() + " must end in the " + std::to_string(keys) +
                     " keys (a shorter mask, padded, is not supported)");
+    CLEAVE_ASSIGN_OR_RETURN(zero, c.filled(0.0, q_type.dtype));
+    CLEAVE_ASSIGN_OR_RETURN(minus_inf, c.filled(-std::numeric_limits<double>::infinity(), q_type.dtype));
     bias = node.input(3);
     if (mask_type.dtype == DType::kBool) {
-      CLEAVE_ASSIGN_OR_RETURN(std::string zero, c.filled(0.0, q_type.dtype));
-      CLEAVE_ASSIGN_OR_RETURN(std::string minus_inf, c.filled(-std::numeric_limits<double>::infinity(), q_type.dtype));
       CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::where, {bias, zero, minus_inf}));
     } else if (mask_type.dtype != q_type.dtype) {
       return c.fail("attn_mask is " + std::string(dtypeName(mask_type.dtype)) + "; it must be bool or Q's type");
@@ -162,9 +162,7 @@ Status convertAttention(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   if (masked) {
     CLEAVE_ASSIGN_OR_RETURN(std::string largest,
                             c.apply(OpId::reduce_max, {bias}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}}));
-    CLEAVE_ASSIGN_OR_RETURN(std::string minus_inf, c.filled(-std::numeric_limits<double>::infinity(), q_type.dtype));
     CLEAVE_ASSIGN_OR_RETURN(std::string all_masked, c.apply(OpId::equal, {largest, minus_inf}));
-    CLEAVE_ASSIGN_OR_RETURN(std::string zero, c.filled(0.0, q_type.dtype));
     CLEAVE_ASSIGN_OR_RETURN(probabilities, c.apply(OpId::where, {all_masked, zero, probabilities}));
   }
   if (qk_mode == kQkAfterSoftmax) qk_output = probabilities;
@@ -203,7 +201,8 @@ Status convertRotaryEmbedding(OnnxImportContext& ctx, const onnx::NodeProto& nod
     CLEAVE_ASSIGN_OR_RETURN(x, c.apply(OpId::reshape, {x}, {{"shape", std::vector<int64_t>{0, 0, heads, size}}}));
     heads_axis = 2;
   }
-  const int64_t rotary = intAttr(node, "rotary_embedding_dim", 0) > 0 ? intAttr(node, "rotary_embedding_dim", 0) : size;
+  const int64_t rotary_attr = intAttr(node, "rotary_embedding_dim", 0);
+  const int64_t rotary = rotary_attr > 0 ? rotary_attr : size;
   if (rotary > size || rotary % 2 != 0)
     return c.fail("rotary_embedding_dim " + std::to_string(rotary) + " must be even and at most the head size " +
                   std::to_string(size));

@@ -167,10 +167,6 @@ ShardingRule fusedShardingRule(const OpContext& ctx) {
   return rule.build();
 }
 
-}  // namespace
-
-namespace {
-
 // The bytes the steps would move as separate kernels. A run of pointwise steps that are functions
 // of one tensor alone (and literals) counts as one kernel, which reads that tensor and writes what
 // leaves the run: the formulas a GELU and its slope are written as (passes/fusion/gelu_slope.h, 12

@@ -629,9 +629,9 @@ Status gatherLikeGradient(GradientContext& g) {
   ValueId gradient = dy(g);
   if (const int64_t padding = kGrad == OpId::gather_grad ? forwardAttrs(g).getInt("padding_idx") : -1; padding >= 0) {
     const ValueId ids = g.operand(1);
-    const int64_t id_rank = static_cast<int64_t>(shapeOf(g, ids).size());
+    const int64_t id_rank = g.typeOf(ids).rank(), rank = g.typeOf(gradient).rank();
     std::vector<int64_t> row_axes;
-    for (int64_t d = id_rank; d < static_cast<int64_t>(shapeOf(g, gradient).size()); ++d) row_axes.push_back(d);
+    for (int64_t d = id_rank; d < rank; ++d) row_axes.push_back(d);
     ValueId is_padding = g.emit(OpId::equal, {ids, g.scalar(static_cast<double>(padding), dtypeOf(g, ids))});
     if (!row_axes.empty()) is_padding = g.emit(OpId::unsqueeze, {is_padding}, {{"axes", row_axes}});
     gradient = g.emit(OpId::where, {is_padding, g.scalar(0.0, dtypeOf(g, gradient)), gradient});

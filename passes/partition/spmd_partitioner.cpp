@@ -476,8 +476,8 @@ class DevicePartitioner {
     const std::string& name = global_.values[y].name;
     CLEAVE_ASSIGN_OR_RETURN(LocalRows local_rows, localRows(local_of_[ids], rows, name));
     // The lookup in the block; a padding_idx is a global row, kept for the masked lookup below.
+    const int64_t padding = OpContext{opDef(node.op), {}, {}, node.attrs}.getInt("padding_idx");
     AttrMap lookup_attrs = node.attrs;
-    const int64_t padding = lookup_attrs.count("padding_idx") ? std::get<int64_t>(lookup_attrs.at("padding_idx")) : -1;
     lookup_attrs.erase("padding_idx");
     CLEAVE_ASSIGN_OR_RETURN(ValueId looked_up,
                             emit(OpId::gather, {local_table, local_rows.index}, lookup_attrs, name + ".rows"));
