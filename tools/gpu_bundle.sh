@@ -16,7 +16,7 @@ binaries=("$build/tools/cleave" "$build/tests/gpu/cleave_gpu_tests" "$build/test
 for binary in "${binaries[@]}"; do
   [ -x "$binary" ] || { echo "gpu_bundle: $binary is not built (tools/build.sh builds it)" >&2; exit 1; }
 done
-ldd "$build/tools/cleave" | grep -q libcublas ||
+ldd "$build/tools/cleave" | grep -q libcudart ||
   { echo "gpu_bundle: $build/tools/cleave was built without the CUDA path" >&2; exit 1; }
 
 rm -rf "$bundle"

@@ -3,6 +3,8 @@
 
 #include <memory>
 
+#include "runtime/cuda/cublas_library.h"
+
 namespace cleave::runtime {
 
 Status cudaStatus(cudaError_t error, std::string_view what) {
@@ -44,6 +46,7 @@ Expected<std::unique_ptr<CudaContext>> CudaContext::create(int ordinal) {
   CLEAVE_TRY(cudaStatus(cudaStreamCreateWithFlags(&context->compute_, cudaStreamNonBlocking), where + ": compute stream"));
   CLEAVE_TRY(cudaStatus(cudaStreamCreateWithFlags(&context->communication_, cudaStreamNonBlocking),
                         where + ": communication stream"));
+  CLEAVE_TRY(loadCublas().withContext(where));
   CLEAVE_TRY(cublasStatus(cublasCreate(&context->cublas_), where + ": cublasCreate"));
   CLEAVE_TRY(cublasStatus(cublasSetStream(context->cublas_, context->compute_), where + ": cublasSetStream"));
   // fp32 GEMMs stay fp32 (no TF32): results must match the CPU's within float tolerance.

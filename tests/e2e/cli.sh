@@ -42,6 +42,8 @@ expect 0 "$cleave" --help
 for sub in import compile inspect simulate calibrate run gen; do contains out "^  $sub "; done
 expect 0 "$cleave" --version
 contains out '^cleave 0\.1\.0$'
+# cuBLAS (with cuBLASLt, hundreds of MiB) is loaded when a GPU is first used, never at startup.
+if readelf -d "$cleave" | grep -q 'NEEDED.*libcublas'; then fail "cleave links libcublas: every process pays its load"; fi
 expect 0 "$cleave" compile --help
 for flag in --devices --dp --tp --pp --strategy --microbatches --schedule --batch --train --loss --optimizer --cluster; do
   contains out "(^ +|,)$flag( |$)"
