@@ -116,6 +116,33 @@ Status convertShrink(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return c.finish(OpId::where, {below, raised, upper});
 }
 
+// x·sigmoid(alpha·x), as PyTorch's SiLU exports it (alpha 1 multiplies nothing).
+Expected<std::string> swishOf(OnnxComposite& c, const std::string& x, double alpha) {
+  std::string scaled = x;
+  if (alpha != 1.0) {
+    CLEAVE_ASSIGN_OR_RETURN(std::string factor, c.filled(alpha, c.dtype()));
+    CLEAVE_ASSIGN_OR_RETURN(scaled, c.apply(OpId::mul, {x, factor}));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::string gate, c.apply(OpId::sigmoid, {scaled}));
+  return c.apply(OpId::mul, {x, gate});
+}
+
+// Swish (opset 24): x·sigmoid(alpha·x).
+Status convertSwish(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  CLEAVE_ASSIGN_OR_RETURN(std::string y, swishOf(c, c.x(), floatAttr(node, "alpha", 1.0)));
+  return c.finish(OpId::identity, {y});
+}
+
+// SwiGLU (opset 28): Swish(A)·B, A and B of one shape (Llama's gate and up projections).
+Status convertSwiGlu(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  CLEAVE_ASSIGN_OR_RETURN(TensorType b_type, ctx.typeOf(node, node.input(1)));
+  if (b_type != c.xType()) return c.fail("A and B must have one type and shape, got " + c.xType().str() + " and " + b_type.str());
+  CLEAVE_ASSIGN_OR_RETURN(std::string gate, swishOf(c, c.x(), floatAttr(node, "alpha", 1.0)));
+  return c.finish(OpId::mul, {gate, node.input(1)});
+}
+
 // Softmax and LogSoftmax (`op`) over `axis`. Before opset 13 (`coerced_to_2d`) the axis defaults
 // to 1 and the input is coerced to 2-D at it: flatten, normalise rows, reshape back.
 template <OpId op, bool coerced_to_2d>
@@ -160,6 +187,8 @@ constexpr OnnxConverter kActivationConverters[] = {
     {"Softmax", convertSoftmaxLike<OpId::softmax, false>, 13},
     {"Softplus", convertSoftplus},
     {"Softsign", convertSoftsign},
+    {"SwiGLU", convertSwiGlu, 28},
+    {"Swish", convertSwish, 24},
     {"Tanh", convertOneToOne<OpId::tanh>},
     {"ThresholdedRelu", convertThresholdedRelu},
 };

@@ -37,19 +37,73 @@ Expected<std::string> repeatHeads(OnnxComposite& c, const std::string& x, const 
   return c.apply(OpId::reshape, {repeated}, {{"shape", std::vector<int64_t>{batch, heads * times, length, size}}});
 }
 
-// The causal bias [queries, keys] of `dtype` (f32 or f64): 0 where key j <= query i + offset (the
-// keys of the past first), -inf elsewhere.
-TensorPtr causalBias(DType dtype, int64_t queries, int64_t keys, int64_t offset) {
+// Which keys each query may see, as ONNX's Attention states it: query i at absolute position
+// p = offset + i (offset: the keys before the query block, past_sequence_length) sees key j when
+// j <= p (is_causal), p - left <= j (left >= 0) and j <= p + right (right >= 0).
+struct KeyWindow {
+  bool causal = false;
+  int64_t left = -1, right = -1;
+  bool any() const { return causal || left >= 0 || right >= 0; }
+};
+
+// The window as a bias [queries, keys] of `dtype` (f32 or f64) at a fixed offset: 0 where the
+// query sees the key, -inf elsewhere.
+TensorPtr windowBias(DType dtype, int64_t queries, int64_t keys, int64_t offset, const KeyWindow& window) {
   auto bias = std::make_shared<TensorData>();
   bias->type = {dtype, {queries, keys}};
   bias->bytes.resize(static_cast<size_t>(queries * keys * dtypeSize(dtype)));
   for (int64_t i = 0; i < queries; ++i)
     for (int64_t j = 0; j < keys; ++j) {
-      const double value = j <= i + offset ? 0.0 : -std::numeric_limits<double>::infinity();
+      const int64_t p = offset + i;
+      const bool seen = (!window.causal || j <= p) && (window.left < 0 || p - window.left <= j) &&
+                        (window.right < 0 || j <= p + window.right);
+      const double value = seen ? 0.0 : -std::numeric_limits<double>::infinity();
       if (dtype == DType::kF64) bias->as<double>()[i * keys + j] = value;
       else bias->as<float>()[i * keys + j] = static_cast<float>(value);
     }
   return bias;
+}
+
+// An i64 constant [queries, keys] holding j - i + shift.
+TensorPtr keyMinusQuery(int64_t queries, int64_t keys, int64_t shift) {
+  auto table = std::make_shared<TensorData>();
+  table->type = {DType::kI64, {queries, keys}};
+  table->bytes.resize(static_cast<size_t>(queries * keys * 8));
+  for (int64_t i = 0; i < queries; ++i)
+    for (int64_t j = 0; j < keys; ++j) table->as<int64_t>()[i * keys + j] = j - i + shift;
+  return table;
+}
+
+// The keys each query of each batch row sees when the cache is outside the operator (opset 24's
+// nonpad_kv_seqlen n, i64 [batch]): key j is valid when j < n[b], and the window's offset is
+// n[b] - queries. A bool [batch, 1, queries or 1, keys]: with p = n[b] - queries + i, j <= p is
+// j - i + queries <= n[b], p - left <= j is n[b] <= j - i + queries + left, and j <= p + right is
+// j - i + queries - right <= n[b].
+Expected<std::string> nonpadKeys(OnnxComposite& c, OnnxImportContext& ctx, const onnx::NodeProto& node, int64_t batch,
+                                 int64_t queries, int64_t keys, const KeyWindow& window) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType lengths_type, ctx.typeOf(node, node.input(6)));
+  if (lengths_type.dtype != DType::kI64 || lengths_type.shape != Shape{batch})
+    return c.fail("nonpad_kv_seqlen must be i64[" + std::to_string(batch) + "] (one length per batch row), got " +
+                  lengths_type.str());
+  CLEAVE_ASSIGN_OR_RETURN(std::string lengths,
+                          c.apply(OpId::reshape, {node.input(6)}, {{"shape", std::vector<int64_t>{batch, 1, 1, 1}}}));
+  int tables = 0;
+  auto table = [&](int64_t rows, int64_t shift) {  // j - i + shift, or j + shift with one row
+    const std::string name = node.output(0) + "/key_table_" + std::to_string(tables++);
+    ctx.bindConstant(name, keyMinusQuery(rows, keys, shift));
+    return name;
+  };
+  CLEAVE_ASSIGN_OR_RETURN(std::string no, c.filled(0, DType::kBool));
+  CLEAVE_ASSIGN_OR_RETURN(std::string seen, c.apply(OpId::less_equal, {table(1, 1), lengths}));  // j + 1 <= n[b]
+  auto also = [&](const std::string& lhs, const std::string& rhs) -> Status {
+    CLEAVE_ASSIGN_OR_RETURN(std::string condition, c.apply(OpId::less_equal, {lhs, rhs}));
+    CLEAVE_ASSIGN_OR_RETURN(seen, c.apply(OpId::where, {seen, condition, no}));
+    return Status::ok();
+  };
+  if (window.causal) CLEAVE_TRY(also(table(queries, queries), lengths));
+  if (window.left >= 0) CLEAVE_TRY(also(lengths, table(queries, queries + window.left)));
+  if (window.right >= 0) CLEAVE_TRY(also(table(queries, queries - window.right), lengths));
+  return seen;
 }
 
 // softmax(Q·√s · (K·√s)ᵀ [softcapped] + bias) · V, s = scale (default 1/√head size), as ONNX's
@@ -67,9 +121,12 @@ Status convertAttention(OnnxImportContext& ctx, const onnx::NodeProto& node) {
     return c.fail("Q, K and V must all be 3-D or all 4-D, got " + q_type.str() + ", " + k_type.str() + ", " + v_type.str());
   if (q_type.dtype != DType::kF32 && q_type.dtype != DType::kF64)
     return c.fail("Attention on " + std::string(dtypeName(q_type.dtype)) + " is not supported (f32 and f64 are)");
-  if (const int64_t precision = intAttr(node, "softmax_precision", 0);
-      precision != 0 && precision != (q_type.dtype == DType::kF32 ? 1 : 11))
-    return c.fail("softmax_precision " + std::to_string(precision) + " differs from the inputs' type, which is not supported");
+  // softmax_precision: the softmax runs in that type (f32 or f64), its input cast to it and its
+  // result back.
+  const int64_t precision = intAttr(node, "softmax_precision", 0);
+  if (precision != 0 && precision != 1 && precision != 11)
+    return c.fail("softmax_precision " + std::to_string(precision) + " is not supported (1, f32, and 11, f64, are)");
+  const DType softmax_dtype = precision == 0 ? q_type.dtype : precision == 1 ? DType::kF32 : DType::kF64;
   const double softcap = floatAttr(node, "softcap", 0.0);
   const int64_t qk_mode = intAttr(node, "qk_matmul_output_mode", kQkMatmul);
   if (qk_mode < kQkMatmul || qk_mode > kQkAfterSoftmax)
@@ -125,31 +182,64 @@ Status convertAttention(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   }
   std::string qk_output = scores;
 
-  // 4. The bias: the mask (bool: 0 where true, -inf where false; float: as given), plus the causal bias.
-  std::string bias, zero, minus_inf;  // the constants, with a mask
+  // 4. The bias: the mask (bool: 0 where true, -inf where false; float: as given; a mask shorter than
+  //    the keys padded with -inf), plus the keys the window hides (is_causal, and from opset 25
+  //    left_window_size and right_window_size) at the offset of the past keys, or (opset 24's
+  //    nonpad_kv_seqlen, a cache written outside the operator) each batch row's padding keys hidden
+  //    and its window at its own offset.
+  std::string bias, zero, minus_inf;
+  auto ensureConstants = [&]() -> Status {
+    if (!zero.empty()) return Status::ok();
+    CLEAVE_ASSIGN_OR_RETURN(zero, c.filled(0.0, q_type.dtype));
+    CLEAVE_ASSIGN_OR_RETURN(minus_inf, c.filled(-std::numeric_limits<double>::infinity(), q_type.dtype));
+    return Status::ok();
+  };
+  auto addToBias = [&](const std::string& term) -> Status {
+    if (bias.empty()) {
+      bias = term;
+      return Status::ok();
+    }
+    CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::add, {bias, term}));
+    return Status::ok();
+  };
   const bool masked = hasInput(node, 3);
   if (masked) {
     CLEAVE_ASSIGN_OR_RETURN(TensorType mask_type, ctx.typeOf(node, node.input(3)));
-    if (mask_type.rank() == 0 || mask_type.shape.back() != keys)
-      return c.fail("attn_mask " + mask_type.str() + " must end in the " + std::to_string(keys) +
-                    " keys (a shorter mask, padded, is not supported)");
-    CLEAVE_ASSIGN_OR_RETURN(zero, c.filled(0.0, q_type.dtype));
-    CLEAVE_ASSIGN_OR_RETURN(minus_inf, c.filled(-std::numeric_limits<double>::infinity(), q_type.dtype));
-    bias = node.input(3);
-    if (mask_type.dtype == DType::kBool) {
-      CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::where, {bias, zero, minus_inf}));
-    } else if (mask_type.dtype != q_type.dtype) {
+    if (mask_type.rank() == 0 || mask_type.shape.back() > keys)
+      return c.fail("attn_mask " + mask_type.str() + " must end in at most the " + std::to_string(keys) + " keys");
+    if (mask_type.dtype != DType::kBool && mask_type.dtype != q_type.dtype)
       return c.fail("attn_mask is " + std::string(dtypeName(mask_type.dtype)) + "; it must be bool or Q's type");
+    CLEAVE_TRY(ensureConstants());
+    std::string mask = node.input(3);
+    if (mask_type.dtype == DType::kBool) {
+      CLEAVE_ASSIGN_OR_RETURN(mask, c.apply(OpId::where, {mask, zero, minus_inf}));
     }
+    if (const int64_t missing = keys - mask_type.shape.back(); missing > 0) {
+      Shape padding = mask_type.shape;
+      padding.back() = missing;
+      CLEAVE_ASSIGN_OR_RETURN(std::string hidden,
+                              c.filled(-std::numeric_limits<double>::infinity(), q_type.dtype, padding));
+      CLEAVE_ASSIGN_OR_RETURN(mask, c.apply(OpId::concat, {mask, hidden}, {{"axis", int64_t{-1}}}));
+    }
+    CLEAVE_TRY(addToBias(mask));
   }
-  if (intAttr(node, "is_causal", 0) != 0) {
-    const std::string causal = node.output(0) + "/causal";
-    ctx.bindConstant(causal, causalBias(q_type.dtype, queries, keys, past));
-    if (bias.empty()) {
-      bias = causal;
-    } else {
-      CLEAVE_ASSIGN_OR_RETURN(bias, c.apply(OpId::add, {bias, causal}));
-    }
+  KeyWindow window;
+  window.causal = intAttr(node, "is_causal", 0) != 0;
+  window.left = intAttr(node, "left_window_size", -1);
+  window.right = intAttr(node, "right_window_size", -1);
+  if (window.left < -1 || window.right < -1)
+    return c.fail("left_window_size and right_window_size must be -1 (unbounded) or at least 0");
+  const bool nonpad = hasInput(node, 6);
+  if (nonpad) {
+    if (past > 0) return c.fail("nonpad_kv_seqlen cannot be given with past_key and past_value");
+    CLEAVE_TRY(ensureConstants());
+    CLEAVE_ASSIGN_OR_RETURN(std::string seen, nonpadKeys(c, ctx, node, q_type.shape[0], queries, keys, window));
+    CLEAVE_ASSIGN_OR_RETURN(std::string hidden, c.apply(OpId::where, {seen, zero, minus_inf}));
+    CLEAVE_TRY(addToBias(hidden));
+  } else if (window.any()) {
+    const std::string hidden = node.output(0) + (window.left < 0 && window.right < 0 ? "/causal" : "/window");
+    ctx.bindConstant(hidden, windowBias(q_type.dtype, queries, keys, past, window));
+    CLEAVE_TRY(addToBias(hidden));
   }
   std::string logits = scores;
   if (!bias.empty()) {
@@ -157,9 +247,18 @@ Status convertAttention(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   }
   if (qk_mode == kQkWithBias) qk_output = logits;
 
-  // 5. Softmax over the keys; a row whose keys are all masked gives 0 (only a mask can mask them all).
-  CLEAVE_ASSIGN_OR_RETURN(std::string probabilities, c.apply(OpId::softmax, {logits}, {{"axis", int64_t{-1}}}));
-  if (masked) {
+  // 5. Softmax over the keys; a row whose keys are all hidden gives 0 (a causal window alone at the
+  //    past's offset always leaves a row its own key).
+  std::string probabilities;
+  if (softmax_dtype == q_type.dtype) {
+    CLEAVE_ASSIGN_OR_RETURN(probabilities, c.apply(OpId::softmax, {logits}, {{"axis", int64_t{-1}}}));
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(std::string widened, c.apply(OpId::cast, {logits}, {{"to", std::string(dtypeName(softmax_dtype))}}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string wide, c.apply(OpId::softmax, {widened}, {{"axis", int64_t{-1}}}));
+    CLEAVE_ASSIGN_OR_RETURN(probabilities, c.apply(OpId::cast, {wide}, {{"to", std::string(dtypeName(q_type.dtype))}}));
+  }
+  if (masked || nonpad || window.left >= 0 || window.right >= 0) {
+    CLEAVE_TRY(ensureConstants());
     CLEAVE_ASSIGN_OR_RETURN(std::string largest,
                             c.apply(OpId::reduce_max, {bias}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}}));
     CLEAVE_ASSIGN_OR_RETURN(std::string all_masked, c.apply(OpId::equal, {largest, minus_inf}));
@@ -248,7 +347,7 @@ Status convertRotaryEmbedding(OnnxImportContext& ctx, const onnx::NodeProto& nod
 }
 
 constexpr OnnxConverter kAttentionConverters[] = {
-    {"Attention", convertAttention, 23},
+    {"Attention", convertAttention, 23},  // 24 adds nonpad_kv_seqlen, 25 the window sizes
     {"RotaryEmbedding", convertRotaryEmbedding, 23},
 };
 

@@ -1,5 +1,6 @@
 // ONNX converters of elementwise arithmetic, comparison and logic: Add, Pow, Clip, Max, And, IsInf, Cast, ...
 #include <cmath>
+#include <limits>
 
 #include "frontend/onnx/onnx_composite.h"
 #include "frontend/onnx/onnx_converters.h"
@@ -129,7 +130,8 @@ Status convertXor(OnnxImportContext& ctx, const onnx::NodeProto& node) {
 // Mod: the remainder of a / b with the sign of b (fmod=0, Python's %: integers, and floats as ONNX
 // Runtime takes them) or of a (fmod=1, C's fmod). Composed: r = a - b·q with q the quotient
 // truncated toward zero (integer div truncates; floats through floor and ceil), then for fmod=0 r + b
-// where r is non-zero and its sign differs from b's. Folds when both are constants (ViT's shape arithmetic).
+// where r is non-zero and its sign differs from b's; a finite float over an infinite one as opset 28
+// says (below). Folds when both are constants (ViT's shape arithmetic).
 Status convertMod(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   const std::string &a = c.x(), &b = node.input(1);
@@ -144,15 +146,35 @@ Status convertMod(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   }
   CLEAVE_ASSIGN_OR_RETURN(std::string whole, c.apply(OpId::mul, {b, quotient}));
   CLEAVE_ASSIGN_OR_RETURN(std::string remainder, c.apply(OpId::sub, {a, whole}));
-  if (c_style) return c.finish(OpId::identity, {remainder});
-  CLEAVE_ASSIGN_OR_RETURN(std::string no, c.filled(0, DType::kBool));
+  // A finite a over an infinite b (where b·q is inf·0): fmod=1 gives a; fmod=0 gives a when a is 0 or
+  // has b's sign, else b (opset 28's special cases).
+  std::string finite_over_infinite;
+  if (isFloat(c.dtype())) {
+    CLEAVE_ASSIGN_OR_RETURN(std::string inf, c.filled(std::numeric_limits<double>::infinity(), c.dtype()));
+    CLEAVE_ASSIGN_OR_RETURN(std::string a_size, c.absolute(a));
+    CLEAVE_ASSIGN_OR_RETURN(std::string b_size, c.absolute(b));
+    CLEAVE_ASSIGN_OR_RETURN(std::string a_finite, c.apply(OpId::less, {a_size, inf}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string b_infinite, c.apply(OpId::equal, {b_size, inf}));
+    CLEAVE_ASSIGN_OR_RETURN(finite_over_infinite, c.apply(OpId::where, {a_finite, b_infinite, a_finite}));
+  }
+  if (c_style) {
+    if (finite_over_infinite.empty()) return c.finish(OpId::identity, {remainder});
+    return c.finish(OpId::where, {finite_over_infinite, a, remainder});
+  }
   CLEAVE_ASSIGN_OR_RETURN(std::string r_negative, c.apply(OpId::less, {remainder, zero}));
   CLEAVE_ASSIGN_OR_RETURN(std::string b_negative, c.apply(OpId::less, {b, zero}));
   CLEAVE_ASSIGN_OR_RETURN(std::string same_sign, c.apply(OpId::equal, {r_negative, b_negative}));
   CLEAVE_ASSIGN_OR_RETURN(std::string r_zero, c.apply(OpId::equal, {remainder, zero}));
   CLEAVE_ASSIGN_OR_RETURN(std::string keep, c.apply(OpId::where, {r_zero, r_zero, same_sign}));
   CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::add, {remainder, b}));
-  return c.finish(OpId::where, {keep, remainder, shifted});
+  if (finite_over_infinite.empty()) return c.finish(OpId::where, {keep, remainder, shifted});
+  CLEAVE_ASSIGN_OR_RETURN(std::string floored, c.apply(OpId::where, {keep, remainder, shifted}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string a_negative, c.apply(OpId::less, {a, zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string a_zero, c.apply(OpId::equal, {a, zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string signs_agree, c.apply(OpId::equal, {a_negative, b_negative}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string keep_a, c.apply(OpId::where, {a_zero, a_zero, signs_agree}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string limit, c.apply(OpId::where, {keep_a, a, b}));
+  return c.finish(OpId::where, {finite_over_infinite, limit, floored});
 }
 
 Status convertIsNaN(OnnxImportContext& ctx, const onnx::NodeProto& node) {

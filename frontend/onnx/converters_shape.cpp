@@ -159,6 +159,77 @@ Status convertTrilu(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return ctx.emit(node, OpId::trilu, {node.input(0)}, {{"upper", intAttr(node, "upper", 1)}, {"k", k}});
 }
 
+// TensorScatter (opset 24): a KV cache's update written into it along `axis` (the sequence) at each
+// batch row's write index (0 without write_indices; modulo the cache length in circular mode).
+// Composed: the update padded to the cache's length with the cache's tail (the result at index 0),
+// then each cache position s takes the padded update's element at s - index[b] (wrapped when
+// circular) where that lies inside the update, and keeps the cache's elsewhere.
+Status convertTensorScatter(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  const TensorType& cache_type = c.xType();
+  CLEAVE_ASSIGN_OR_RETURN(TensorType update_type, ctx.typeOf(node, node.input(1)));
+  const int64_t rank = c.rank();
+  const int64_t axis = normalizeAxis(intAttr(node, "axis", -2), rank);
+  if (axis <= 0) return c.fail("axis must name a dim of " + cache_type.str() + " other than the batch (0)");
+  const std::string mode = stringAttr(node, "mode", "linear");
+  if (mode != "linear" && mode != "circular") return c.fail("mode must be linear or circular, not '" + mode + "'");
+  const int64_t length = cache_type.shape[axis], written = update_type.shape.size() == cache_type.shape.size()
+                                                                 ? update_type.shape[axis] : -1;
+  Shape expected_update = cache_type.shape;
+  expected_update[axis] = written;
+  if (update_type.dtype != cache_type.dtype || written < 0 || written > length || update_type.shape != expected_update)
+    return c.fail("update " + update_type.str() + " must be the cache " + cache_type.str() +
+                  " with at most its length along axis " + std::to_string(axis));
+  std::string padded = node.input(1);
+  if (written < length) {
+    CLEAVE_ASSIGN_OR_RETURN(std::string tail, c.apply(OpId::slice, {c.x()}, {{"starts", std::vector<int64_t>{written}},
+                                                                             {"ends", std::vector<int64_t>{length}},
+                                                                             {"axes", std::vector<int64_t>{axis}}}));
+    CLEAVE_ASSIGN_OR_RETURN(padded, c.apply(OpId::concat, {padded, tail}, {{"axis", axis}}));
+  }
+  if (!hasInput(node, 2)) return c.finish(OpId::identity, {padded});
+
+  // positions s along the axis, [1, ..., length, 1, ...]; the write indices as [batch, 1, ...].
+  const int64_t batch = cache_type.shape[0];
+  CLEAVE_ASSIGN_OR_RETURN(TensorType indices_type, ctx.typeOf(node, node.input(2)));
+  if (indices_type.dtype != DType::kI64 || indices_type.shape != Shape{batch})
+    return c.fail("write_indices must be i64[" + std::to_string(batch) + "], got " + indices_type.str());
+  Shape position_shape(static_cast<size_t>(rank), 1), index_shape(static_cast<size_t>(rank), 1);
+  position_shape[axis] = length;
+  index_shape[0] = batch;
+  auto positions = std::make_shared<TensorData>();
+  positions->type = {DType::kI64, position_shape};
+  positions->bytes.resize(static_cast<size_t>(length * 8));
+  for (int64_t s = 0; s < length; ++s) positions->as<int64_t>()[s] = s;
+  const std::string position_name = node.output(0) + "/positions";
+  ctx.bindConstant(position_name, positions);
+  CLEAVE_ASSIGN_OR_RETURN(std::string index, c.apply(OpId::reshape, {node.input(2)}, {{"shape", index_shape}}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string source, c.apply(OpId::sub, {position_name, index}));
+  if (mode == "circular") {  // (s - index) mod length, with index >= 0: s - index mod length + length, mod length
+    CLEAVE_ASSIGN_OR_RETURN(std::string cycle, c.filled(static_cast<double>(length), DType::kI64));
+    auto modulo = [&](const std::string& x) -> Expected<std::string> {  // x >= 0: truncating division floors
+      CLEAVE_ASSIGN_OR_RETURN(std::string quotient, c.apply(OpId::div, {x, cycle}));
+      CLEAVE_ASSIGN_OR_RETURN(std::string whole, c.apply(OpId::mul, {quotient, cycle}));
+      return c.apply(OpId::sub, {x, whole});
+    };
+    CLEAVE_ASSIGN_OR_RETURN(std::string wrapped_index, modulo(index));
+    CLEAVE_ASSIGN_OR_RETURN(std::string shifted, c.apply(OpId::sub, {position_name, wrapped_index}));
+    CLEAVE_ASSIGN_OR_RETURN(std::string lifted, c.apply(OpId::add, {shifted, cycle}));
+    CLEAVE_ASSIGN_OR_RETURN(source, modulo(lifted));
+  }
+  CLEAVE_ASSIGN_OR_RETURN(std::string zero, c.filled(0, DType::kI64));
+  CLEAVE_ASSIGN_OR_RETURN(std::string count, c.filled(static_cast<double>(written), DType::kI64));
+  CLEAVE_ASSIGN_OR_RETURN(std::string from_start, c.apply(OpId::greater_equal, {source, zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string before_end, c.apply(OpId::less, {source, count}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string no, c.filled(0, DType::kBool));
+  CLEAVE_ASSIGN_OR_RETURN(std::string inside, c.apply(OpId::where, {from_start, before_end, no}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string clamped, c.apply(OpId::where, {inside, source, zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string gather_index,
+                          c.apply(OpId::expand, {clamped}, {{"shape", std::vector<int64_t>(cache_type.shape)}}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string moved, c.apply(OpId::gather_elements, {padded, gather_index}, {{"axis", axis}}));
+  return c.finish(OpId::where, {inside, moved, c.x()});
+}
+
 // DepthToSpace and SpaceToDepth: reshape to expose the blocks, transpose them into place, reshape back.
 Status blocksToFrom(OnnxImportContext& ctx, const onnx::NodeProto& node, bool space_to_depth) {
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
@@ -167,17 +238,21 @@ Status blocksToFrom(OnnxImportContext& ctx, const onnx::NodeProto& node, bool sp
   int64_t block = intAttr(node, "blocksize", 0);
   if (block < 1) return c.fail("blocksize must be at least 1");
   const int64_t n = x_type.shape[0], ch = x_type.shape[1], h = x_type.shape[2], w = x_type.shape[3];
+  // The depth of a block's pixel: DCR (the default) puts the block position outside the channel
+  // (depth-column-row), CRD inside it (column-row-depth; SpaceToDepth has it from opset 28).
+  const std::string mode = stringAttr(node, "mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") return c.fail("mode must be DCR or CRD, not '" + mode + "'");
+  const bool crd = mode == "CRD";
   std::vector<int64_t> split_shape, perm, result_shape;
   if (space_to_depth) {
     if (h % block || w % block)
       return c.fail("H and W of " + x_type.str() + " must be multiples of " + std::to_string(block));
     split_shape = {n, ch, h / block, block, w / block, block};
-    perm = {0, 3, 5, 1, 2, 4};
+    perm = crd ? std::vector<int64_t>{0, 1, 3, 5, 2, 4} : std::vector<int64_t>{0, 3, 5, 1, 2, 4};
     result_shape = {n, ch * block * block, h / block, w / block};
   } else {
     if (ch % (block * block))
       return c.fail("C of " + x_type.str() + " must be a multiple of " + std::to_string(block * block));
-    bool crd = stringAttr(node, "mode", "DCR") == "CRD";
     split_shape = crd ? std::vector<int64_t>{n, ch / (block * block), block, block, h, w}
                       : std::vector<int64_t>{n, block, block, ch / (block * block), h, w};
     perm = crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2};
@@ -213,13 +288,14 @@ Status convertTile(OnnxImportContext& ctx, const onnx::NodeProto& node) {
 }
 
 // Per axis: crop negative pads with a slice, then concat the padding on each side: a constant
-// block, the edge row expanded, or the rows mirrored by a reversed slice.
+// block, the edge row expanded, the rows mirrored by a reversed slice, or (wrap) the rows repeated.
 Status convertPad(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   const TensorType& x_type = c.xType();
   const int64_t rank = c.rank();
   std::string mode = stringAttr(node, "mode", "constant");
-  if (mode != "constant" && mode != "edge" && mode != "reflect") return c.fail("mode '" + mode + "' is not known");
+  if (mode != "constant" && mode != "edge" && mode != "reflect" && mode != "wrap")
+    return c.fail("mode '" + mode + "' is not known");
   CLEAVE_ASSIGN_OR_RETURN(auto pads, ctx.constantInts(node, 1));
   if (hasInput(node, 3)) {  // opset 18: the pads are for these axes only
     CLEAVE_ASSIGN_OR_RETURN(auto axes, ctx.constantInts(node, 3));
@@ -274,6 +350,14 @@ Status convertPad(OnnxImportContext& ctx, const onnx::NodeProto& node) {
         CLEAVE_ASSIGN_OR_RETURN(std::string edge, side == 0 ? sliceAxis(result, axis, 0, 1, 1)
                                                               : sliceAxis(result, axis, dim - 1, dim, 1));
         CLEAVE_ASSIGN_OR_RETURN(part, c.apply(OpId::expand, {edge}, {{"shape", block_shape}}));
+      } else if (mode == "wrap") {  // the rows continued periodically (opset 19): the last ones in front
+        const int64_t copies = (count + dim - 1) / dim;
+        std::string periodic = result;
+        if (copies > 1) {
+          CLEAVE_ASSIGN_OR_RETURN(periodic, c.apply(OpId::concat, std::vector<std::string>(copies, result), {{"axis", axis}}));
+        }
+        CLEAVE_ASSIGN_OR_RETURN(part, side == 0 ? sliceAxis(periodic, axis, copies * dim - count, copies * dim, 1)
+                                                : sliceAxis(periodic, axis, 0, count, 1));
       } else {  // reflect: rows before..1 in front, rows dim-2..dim-1-after behind (reversed slices)
         int64_t end = dim - 2 - count;
         CLEAVE_ASSIGN_OR_RETURN(part, side == 0 ? sliceAxis(result, axis, count, 0, -1)
@@ -308,6 +392,7 @@ constexpr OnnxConverter kShapeConverters[] = {
     {"Split", convertSplit<true>, 13},
     {"Squeeze", convertSqueezeLike<OpId::squeeze, false>, 11, 12},
     {"Squeeze", convertSqueezeLike<OpId::squeeze, true>, 13},
+    {"TensorScatter", convertTensorScatter, 24},
     {"Tile", convertTile},
     {"Transpose", convertTranspose},
     {"Trilu", convertTrilu},

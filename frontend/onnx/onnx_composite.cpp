@@ -42,11 +42,11 @@ Expected<std::string> OnnxComposite::filled(double value, DType dtype, const Sha
   return name;
 }
 
-Expected<std::string> OnnxComposite::absolute() {
+Expected<std::string> OnnxComposite::absolute(const std::string& value) {
   CLEAVE_ASSIGN_OR_RETURN(std::string zero, filled(0, dtype()));
-  CLEAVE_ASSIGN_OR_RETURN(std::string is_negative, apply(OpId::less, {x(), zero}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string negated, apply(OpId::neg, {x()}));
-  return apply(OpId::where, {is_negative, negated, x()});
+  CLEAVE_ASSIGN_OR_RETURN(std::string is_negative, apply(OpId::less, {value, zero}));
+  CLEAVE_ASSIGN_OR_RETURN(std::string negated, apply(OpId::neg, {value}));
+  return apply(OpId::where, {is_negative, negated, value});
 }
 
 }  // namespace cleave

@@ -33,7 +33,9 @@ class OnnxComposite {
   // A constant of `dtype` and `shape` filled with `value`; returns its name.
   Expected<std::string> filled(double value, DType dtype, const Shape& shape = {});
   // |x| as where(x < 0, -x, x); returns its name.
-  Expected<std::string> absolute();
+  Expected<std::string> absolute() { return absolute(x()); }
+  // The same of another value of the node's dtype.
+  Expected<std::string> absolute(const std::string& value);
   // A kBadInput error about the node.
   Status fail(const std::string& message) const { return ctx_->nodeError(*node_, message); }
 

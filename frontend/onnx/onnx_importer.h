@@ -44,7 +44,7 @@ Expected<Graph> importOnnxModel(const std::string& path, const OnnxImportOptions
 // The default-domain opsets the importer maps; a model at an older opset is first upgraded to
 // kMinOnnxOpset by libonnx's version converter.
 inline constexpr int64_t kMinOnnxOpset = 11;
-inline constexpr int64_t kMaxOnnxOpset = 23;
+inline constexpr int64_t kMaxOnnxOpset = 28;
 // The newest opset and IR version Debian's libonnx (1.12) checks and infers shapes of; newer
 // models are checked by cleave's own rules alone (docs/onnx.md says why).
 inline constexpr int64_t kMaxLibonnxOpset = 17;

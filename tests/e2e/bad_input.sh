@@ -125,8 +125,8 @@ def model(weight_dims, opset, name):
     open(name, "wb").write(m.SerializeToString())
 model([3, 4], 13, "gemm13.onnx")
 model([3, 4], 18, "gemm18.onnx")
-model([3, 4], 23, "gemm23.onnx")
-model([3, 4], 24, "gemm24.onnx")
+model([3, 4], 28, "gemm28.onnx")
+model([3, 4], 29, "gemm29.onnx")
 model([3, 4], 9, "gemm9.onnx")
 model([3, 5], 13, "mismatch.onnx")
 # Opset 18 and newer go without libonnx's schema check: a node short of inputs, a local function that
@@ -144,13 +144,30 @@ q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, 4, 8])
 out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4, 8])
 attention = helper.make_graph([helper.make_node("Attention", ["q", "q", "q"], ["out"], name="sdpa")], "g", [q], [out])
 open("attention23.onnx", "wb").write(helper.make_model(attention, opset_imports=[helper.make_opsetid("", 23)]).SerializeToString())
+# Opset 24's nonpad_kv_seqlen (a cache outside the operator) given with past keys (one inside it).
+q4 = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, 3, 4])
+past = helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, 2, 5, 4])
+lengths = helper.make_tensor_value_info("n", TensorProto.INT64, [1])
+out4 = helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 3, 4])
+both = helper.make_graph([helper.make_node("Attention", ["q", "q", "q", "", "past", "past", "n"], ["out"], name="sdpa")],
+                         "g", [q4, past, lengths], [out4])
+open("attention24.onnx", "wb").write(helper.make_model(both, opset_imports=[helper.make_opsetid("", 24)]).SerializeToString())
+# TensorScatter along the batch dim.
+cache = helper.make_tensor_value_info("cache", TensorProto.FLOAT, [2, 8, 4])
+scatter = helper.make_graph([helper.make_node("TensorScatter", ["cache", "cache"], ["out"], name="kv", axis=0)],
+                            "g", [cache], [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8, 4])])
+open("scatter24.onnx", "wb").write(helper.make_model(scatter, opset_imports=[helper.make_opsetid("", 24)]).SerializeToString())
 PY
 expect 0 '' "$cleave" import gemm13.onnx -o gemm13.cir
 expect 0 '' "$cleave" import gemm9.onnx -o gemm9.cir  # upgraded by libonnx's version converter
 expect 0 '' "$cleave" import gemm18.onnx -o gemm18.cir  # checked by cleave's own rules (libonnx knows up to 17)
-expect 0 '' "$cleave" import gemm23.onnx -o gemm23.cir  # the newest opset cleave imports
-expect 1 'gemm24\.onnx: ONNX opset 24 is not supported \(cleave imports opsets 11 to 23' \
-  "$cleave" import gemm24.onnx -o gemm24.cir
+expect 0 '' "$cleave" import gemm28.onnx -o gemm28.cir  # the newest opset cleave imports
+expect 1 'gemm29\.onnx: ONNX opset 29 is not supported \(cleave imports opsets 11 to 28' \
+  "$cleave" import gemm29.onnx -o gemm29.cir
+expect 1 "attention24\.onnx \(node 'sdpa'\): Attention: nonpad_kv_seqlen cannot be given with past_key and past_value" \
+  "$cleave" import attention24.onnx -o attention24.cir
+expect 1 "scatter24\.onnx \(node 'kv'\): TensorScatter: axis must name a dim of f32\[2,8,4\] other than the batch" \
+  "$cleave" import scatter24.onnx -o scatter24.cir
 expect 1 "mismatch\.onnx \(node 'fc'\): gemm: operand 1 has shape \[3,5\]" "$cleave" compile mismatch.onnx -o mismatch.cplan
 expect 1 "short18\.onnx \(node 'fc'\): Gemm: malformed node \(1 inputs, 1 outputs\)" "$cleave" import short18.onnx -o short.cir
 expect 1 "recursive18\.onnx \(node 'call/Loop1'\): local function 'Loop1' calls itself" "$cleave" import recursive18.onnx -o rec.cir

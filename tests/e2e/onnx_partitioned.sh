@@ -84,6 +84,7 @@ cases=(
   "modern/bert_mlm_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/llama_legacy17|--pp 2 --microbatches 4"
   "modern/bloom_legacy17|--tp 2" "modern/bloom_dynamo18|--dp 2 --tp 2 --pp 2 --microbatches 2"
   "modern/llama_sdpa_dynamo23|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/qwen2_sdpa_dynamo23|--tp 2"
+  "modern/llama_sdpa_dynamo25|--tp 2 --pp 2 --microbatches 2"
   "modern/bert_mlm_dynamo18|--tp 2" "modern/bert_mlm_dynamo21|--dp 2 --tp 2 --pp 2 --microbatches 2"
   "modern/gemma_dynamo18|--tp 2" "modern/phi3_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
   "modern/roberta_mlm_dynamo18|--tp 2 --pp 2 --microbatches 2"
