@@ -95,6 +95,8 @@ std::vector<WeightLayout> weightLayouts(const planpb::RankPlan& rank) {
                         {buffer.type().shape().begin(), buffer.type().shape().end()}, {}, {}};
     layout.full_shape.assign(param.full_shape().begin(), param.full_shape().end());
     if (layout.full_shape.empty()) layout.full_shape = layout.shape;
+    layout.model_shape.assign(param.model_shape().begin(), param.model_shape().end());
+    if (layout.model_shape.empty()) layout.model_shape = layout.full_shape;
     for (size_t d = 0; d < layout.shape.size() && d < layout.full_shape.size(); ++d)
       if (layout.shape[d] != layout.full_shape[d]) layout.split_dims.push_back(static_cast<int>(d));
     for (const planpb::ShardStep& step : param.shard_steps())

@@ -68,6 +68,11 @@ struct Param {
     int64_t step = 0;
   };
   std::vector<ShardStep> shard_steps;
+  // Set when the graph holds the tensor in another shape than the model gives it, its elements in
+  // the same row-major order (a fused projection's weight [in, parts·out] held as [in, parts, out],
+  // passes/partition/fused_projections.h): the model's shape, which checkpoints reshape through and
+  // exports write. full_shape and shard_offset are in the held shape.
+  std::vector<int64_t> model_shape;
 };
 
 // A state update: after a step, parameter `target` takes the value `new_value` (optimizer steps,

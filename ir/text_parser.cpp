@@ -158,6 +158,11 @@ class Parser {
       advance();
     }
     CLEAVE_TRY(graph_.addParam(name.value, std::move(type), std::move(init), trainable).status());
+    // Held in another shape than the model's: model [the model's shape] (checked below).
+    if (atWord("model")) {
+      advance();
+      CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().model_shape, parseIntList("the model's shape"));
+    }
     // One device's block of a split tensor: shard of [whole shape] at [block start].
     if (atWord("shard")) {
       advance();
@@ -191,6 +196,13 @@ class Parser {
           advance();
         }
       }
+    }
+    const Param& param = graph_.params.back();
+    if (!param.model_shape.empty()) {
+      const Shape& whole = param.full_shape.empty() ? graph_.values[param.value].type.shape : param.full_shape;
+      if (TensorType{DType::kF32, param.model_shape}.numel() != TensorType{DType::kF32, whole}.numel())
+        return error("the model shape " + shapeStr(param.model_shape) + " of '%" + name.value + "' holds another " +
+                     "number of elements than its whole tensor " + shapeStr(whole));
     }
     return Status::ok();
   }

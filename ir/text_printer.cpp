@@ -244,6 +244,10 @@ void appendParam(std::string& out, const Graph& graph, const Param& param) {
     appendAttrMap(out, param.init.args);
   }
   if (!param.trainable) out += " frozen";
+  if (!param.model_shape.empty()) {
+    out += " model ";
+    out += shapeStr(param.model_shape);
+  }
   if (!param.full_shape.empty()) {
     out += " shard of ";
     out += shapeStr(param.full_shape);

@@ -18,12 +18,13 @@
 namespace cleave::cli {
 namespace {
 
-// The whole type of every weight (not optimizer state) of the plan, by name.
+// The whole type of every weight (not optimizer state) of the plan, by name, in the model's shape
+// (a plan may hold a weight reshaped: WeightLayout::model_shape).
 std::map<std::string, TensorType> planWeights(const planpb::Plan& plan) {
   std::map<std::string, TensorType> weights;
   for (const planpb::RankPlan& rank : plan.ranks())
     for (const WeightLayout& layout : weightLayouts(rank))
-      weights.emplace(layout.name, TensorType{layout.dtype, layout.full_shape});
+      weights.emplace(layout.name, TensorType{layout.dtype, layout.model_shape});
   return weights;
 }
 
@@ -49,7 +50,8 @@ int runExport(const ExportFlags& flags) {
     if (it == weights.end())
       return reportError(Status::badInput("checkpoint '" + checkpoint->path + "' has weight '" + tensor.name +
                                           "' that " + flags.plan + " does not; it was saved from another model"));
-    if (it->second != tensor.type)
+    // A checkpoint of a plan that held the weight reshaped has the same elements in its shape.
+    if (it->second.dtype != tensor.type.dtype || it->second.numel() != tensor.type.numel())
       return reportError(Status::badInput("checkpoint '" + checkpoint->path + "': weight '" + tensor.name + "' is " +
                                           tensor.type.str() + ", " + flags.plan + " has " + it->second.str()));
   }
@@ -76,7 +78,8 @@ int runExport(const ExportFlags& flags) {
     own_names = std::move(*names);
   }
 
-  // 3. The file.
+  // 3. The file, each weight in the model's shape.
+  for (auto& tensor : checkpoint->tensors) tensor.type = weights.at(tensor.name);
   Status written;
   if (to_onnx) {
     std::vector<OnnxWeight> trained;

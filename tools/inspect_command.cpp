@@ -168,7 +168,8 @@ std::string weightsText(const std::vector<const planpb::RankPlan*>& ranks) {
       } else {
         ++whole;
       }
-      body << "  " << w.name << " " << shapeStr(w.full_shape) << ": " << how << "\n";
+      const std::string held = w.model_shape == w.full_shape ? "" : " held as " + shapeStr(w.full_shape);
+      body << "  " << w.name << " " << shapeStr(w.model_shape) << held << ": " << how << "\n";
     }
     if (std::find(seen.begin(), seen.end(), body.str()) != seen.end()) continue;
     seen.push_back(body.str());
@@ -183,7 +184,7 @@ nlohmann::ordered_json weightsJson(const planpb::RankPlan& rank) {
   nlohmann::ordered_json weights = nlohmann::ordered_json::array();
   for (const WeightLayout& w : weightLayouts(rank))
     weights.push_back({{"name", w.name}, {"shape", w.shape}, {"full_shape", w.full_shape}, {"split_dims", w.split_dims},
-                       {"split_axes", w.split_axes}});
+                       {"split_axes", w.split_axes}, {"model_shape", w.model_shape}});
   return weights;
 }
 

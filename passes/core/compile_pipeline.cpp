@@ -561,8 +561,11 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   // Transposes a matmul or gemm reads through itself (passes/cleanup/absorb_transposes.h); with
   // fusion, decomposed RMSNorms and GELUs as rms_norm and gelu ops (passes/fusion/rms_norm.h,
   // gelu_recognition.h: before autodiff and partitioning, which then see one op); the nodes left unread.
-  CLEAVE_ASSIGN_OR_RETURN(Pipeline cleanup, parsePipeline(options.fusion ? "absorb-transposes,rms-norm,gelu,dce"
-                                                                         : "absorb-transposes,dce"));
+  // Under --tp, fused projections (GPT-2's QKV) as batched products over their parts, which the
+  // partitioner splits by heads (passes/partition/fused_projections.h).
+  std::string cleanup_passes = options.fusion ? "absorb-transposes,rms-norm,gelu" : "absorb-transposes";
+  if (options.tp > 1) cleanup_passes += ",fused-projections";
+  CLEAVE_ASSIGN_OR_RETURN(Pipeline cleanup, parsePipeline(cleanup_passes + ",dce"));
   if (Status absorbed = PassManager(std::move(cleanup)).run(graph); !absorbed)
     return absorbed.withContext(options.model_file + ": ");
 

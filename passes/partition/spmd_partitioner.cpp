@@ -53,8 +53,16 @@ class DevicePartitioner {
         local_of_(global.values.size(), kNoValue),
         sharding_of_(global.values.size()),
         carries_gradient_(global.values.size(), false),
-        batch_dependent_(global.values.size(), false) {
+        batch_dependent_(global.values.size(), false),
+        use_count_(global.values.size(), 0) {
     local_.name = global.name;
+    for (const Node& node : global.nodes)
+      for (ValueId v : node.operands) ++use_count_[v];
+    for (ValueId v : global.outputs) ++use_count_[v];
+    for (const StateUpdate& update : global.updates) {
+      ++use_count_[update.target];
+      ++use_count_[update.new_value];
+    }
   }
 
   Expected<Graph> run(TensorParallelReport* report) {
@@ -85,7 +93,8 @@ class DevicePartitioner {
       CLEAVE_TRY(createParam(update.target, std::move(layout)));
     }
     for (const Param& param : global_.params)
-      if (local_of_[param.value] == kNoValue) CLEAVE_TRY(createParam(param.value, replicatedLayout(param.value)));
+      if (local_of_[param.value] == kNoValue && !held_as_.count(param.value))
+        CLEAVE_TRY(createParam(param.value, replicatedLayout(param.value)));
     CLEAVE_TRY(partitionOutputs());
     for (const StateUpdate& update : global_.updates) {
       CLEAVE_TRY(resolvePartial(update.new_value));
@@ -113,7 +122,8 @@ class DevicePartitioner {
         v = producer.operands[0];
       }
       if (!global_.findParam(v) || global_.values[v].type.rank() < 2 || !seen.insert(v).second) continue;
-      const ValueSharding& s = sharding_of_[v];
+      const auto held = held_as_.find(v);
+      const ValueSharding& s = sharding_of_[held == held_as_.end() ? v : held->second];
       const bool split = tp_ != kNoAxis && std::find(s.dim_axis.begin(), s.dim_axis.end(), tp_) != s.dim_axis.end();
       const Value& value = global_.values[v];
       const std::string label = "%" + value.name + " " + value.type.str();
@@ -201,11 +211,23 @@ class DevicePartitioner {
     sharding_of_[global] = std::move(s);
   }
 
-  // A transpose, or a reshape-like view whose dims of size above 1 are its operand's, in order.
+  // A transpose, a reshape-like view whose dims of size above 1 are its operand's, in order, or a
+  // held reshape.
   bool isWeightView(const Node& node) const {
     if (node.op == OpId::transpose) return true;
     return opDef(node.op).reshape_like && node.operands.size() == 1 &&
-           !viewSourceDims(global_.values[node.operands[0]].type.shape, global_.values[node.results[0]].type.shape).empty();
+           (!viewSourceDims(global_.values[node.operands[0]].type.shape, global_.values[node.results[0]].type.shape).empty() ||
+            isHeldReshape(node));
+  }
+
+  // A reshape that is the only use of a parameter with stored data (a fused projection's weight
+  // [in, parts·out] as [in, parts, out], passes/partition/fused_projections.h): the parameter is
+  // held in the reshaped shape (Param::model_shape records the model's), so that a dim the reshape
+  // makes can be split.
+  bool isHeldReshape(const Node& node) const {
+    if (node.op != OpId::reshape || node.operands.size() != 1) return false;
+    const Param* param = global_.findParam(node.operands[0]);
+    return param && param->init.kind == "data" && param->init.data && use_count_[node.operands[0]] == 1;
   }
 
   // For a view that only adds or drops unit dims: per view dim, the operand dim it is (-1 for a
@@ -229,6 +251,11 @@ class DevicePartitioner {
     if (auto view = pending_views_.find(v); view != pending_views_.end()) {
       const Node& node = global_.nodes[view->second];
       const ValueId source = node.operands[0];
+      if (isHeldReshape(node)) {
+        pending_views_.erase(view);
+        held_as_.emplace(source, v);
+        return addLocalParam(source, v, std::move(s));
+      }
       ValueSharding source_layout = replicatedLayout(source);
       AttrMap attrs = node.attrs;
       if (node.op == OpId::transpose) {
@@ -252,26 +279,37 @@ class DevicePartitioner {
       bind(v, results[0], std::move(s));
       return Status::ok();
     }
-    const Param& param = *global_.findParam(v);
-    const Value& value = global_.values[v];
-    if (whole_.count(value.name)) s = replicatedLayout(v);  // users take their blocks by resharding
-    TensorType local_type = localType(value.type, s);
+    return addLocalParam(v, v, std::move(s));
+  }
+
+  // Parameter `param` in the local graph as value `held` (itself, or its held reshape) laid out as
+  // `s`: its block of the whole tensor of held's shape.
+  Status addLocalParam(ValueId param_value, ValueId held, ValueSharding s) {
+    const Param& param = *global_.findParam(param_value);
+    const Value& value = global_.values[param_value];
+    const TensorType& whole = global_.values[held].type;
+    if (whole_.count(value.name)) s = replicatedLayout(held);  // users take their blocks by resharding
+    TensorType local_type = localType(whole, s);
     Shape offset;
     for (size_t d = 0; d < s.dim_axis.size(); ++d)
       offset.push_back(s.dim_axis[d] == kNoAxis ? 0 : indexOn(s.dim_axis[d]) * local_type.shape[d]);
     Initializer init = param.init;
-    if (init.kind == "data" && local_type != value.type)  // an imported weight: this device keeps its block
-      init.data = std::make_shared<const TensorData>(dataBlock(*init.data, offset, local_type.shape));
+    if (init.kind == "data" && local_type != value.type) {  // an imported weight: this device keeps its block
+      TensorData reshaped = *init.data;
+      reshaped.type.shape = whole.shape;  // the same elements in the held shape
+      init.data = std::make_shared<const TensorData>(dataBlock(reshaped, offset, local_type.shape));
+    }
     CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addParam(value.name, local_type, std::move(init), param.trainable));
     Param& added = local_.params.back();
-    if (local_type != value.type) {
-      added.full_shape = value.type.shape;
+    if (held != param_value) added.model_shape = value.type.shape;
+    if (local_type != whole) {
+      added.full_shape = whole.shape;
       added.shard_offset = std::move(offset);
       for (size_t d = 0; d < s.dim_axis.size(); ++d)
         if (s.dim_axis[d] != kNoAxis)
           added.shard_steps.push_back({static_cast<int64_t>(d), axisName(s.dim_axis[d]), local_type.shape[d]});
     }
-    bind(v, local, std::move(s));
+    bind(held, local, std::move(s));
     return Status::ok();
   }
 
@@ -816,7 +854,13 @@ class DevicePartitioner {
   // reaches the result and no operand with a layout (a bias without one follows the weight), divisible by tp.
   void chooseColumnSplit(const Node& node, const ShardingRule& rule, const std::vector<FactorKind>& kinds,
                          std::vector<int8_t>& factor_axis) const {
-    for (int f : rule.operand_dims[1]) {
+    // A batched product's weight [parts, in, out] (a fused projection's parts, fused_projections.h)
+    // splits its output features, not its batch of parts.
+    const bool batched_weight = (node.op == OpId::matmul || node.op == OpId::fused_matmul) &&
+                                rule.operand_dims[1].size() > 2;
+    for (size_t d = 0; d < rule.operand_dims[1].size(); ++d) {
+      const int f = rule.operand_dims[1][d];
+      if (batched_weight && d + 2 < rule.operand_dims[1].size()) continue;
       if (f == ShardingRule::kNoFactor || kinds[f] != FactorKind::kPassThrough || factor_axis[f] != kNoAxis) continue;
       if (rule.factor_sizes[f] % mesh_.tp() != 0) continue;
       bool in_result = std::find(rule.result_dims[0].begin(), rule.result_dims[0].end(), f) != rule.result_dims[0].end();
@@ -869,6 +913,8 @@ class DevicePartitioner {
   std::map<std::pair<ValueId, std::string>, ValueId> reshard_cache_;
   std::map<std::pair<ValueId, int8_t>, ValueId> sync_cache_;
   std::map<ValueId, int32_t> pending_views_;  // view of a parameter -> its node, while the parameter has no layout
+  std::map<ValueId, ValueId> held_as_;        // parameter -> the reshape of it the local graph holds (isHeldReshape)
+  std::vector<int> use_count_;                // global value -> nodes reading it, plus outputs and state updates
 };
 
 }  // namespace

@@ -74,17 +74,19 @@ Expected<ValueId> addState(Graph& graph, const std::string& name, const TensorTy
   if (graph.findValue(name) != kNoValue)
     return Status::badInput("optimizer: the model already has a value named '%" + name +
                             "', the name of an optimizer state");
-  std::vector<int64_t> full_shape, shard_offset;
+  std::vector<int64_t> full_shape, shard_offset, model_shape;
   std::vector<Param::ShardStep> shard_steps;
   if (like) {
     full_shape = like->full_shape;  // copied first: adding a parameter may move `like`
     shard_offset = like->shard_offset;
     shard_steps = like->shard_steps;
+    model_shape = like->model_shape;
   }
   CLEAVE_ASSIGN_OR_RETURN(ValueId state, graph.addParam(name, type, Initializer{}, /*trainable=*/false));
   graph.params.back().full_shape = std::move(full_shape);
   graph.params.back().shard_offset = std::move(shard_offset);
   graph.params.back().shard_steps = std::move(shard_steps);
+  graph.params.back().model_shape = std::move(model_shape);
   return state;
 }
 

@@ -484,9 +484,14 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
     if (!full_shape.empty() && !boxInside(full_shape, shard_offset, (*buffer)->type.shape))
       return Status::badInput("parameter '" + param.name() + "': block " + (*buffer)->type.str() + " at " +
                               shapeStr(shard_offset) + " does not lie inside the whole tensor " + shapeStr(full_shape));
+    Shape model_shape(param.model_shape().begin(), param.model_shape().end());
+    const Shape& whole = full_shape.empty() ? (*buffer)->type.shape : full_shape;
+    if (!model_shape.empty() && TensorType{DType::kF32, model_shape}.numel() != TensorType{DType::kF32, whole}.numel())
+      return Status::badInput("parameter '" + param.name() + "': its model shape " + shapeStr(model_shape) +
+                              " holds another number of elements than " + shapeStr(whole));
     parameters_.push_back(ParameterTensor{param.name(), TensorView{(*buffer)->data, (*buffer)->type}, param.trainable(),
                                           (*buffer)->kind == planpb::BUFFER_OPTIMIZER_STATE, std::move(full_shape),
-                                          std::move(shard_offset)});
+                                          std::move(shard_offset), std::move(model_shape)});
     ParameterInit init{param.init().kind(), {}, {param.init().data().begin(), param.init().data().end()}};
     for (const auto& [arg_name, value] : param.init().args()) {
       auto arg = fromProto(value);
@@ -618,16 +623,19 @@ Status RankExecutor::initializeParameters() {
       target = staging.data();
     }
     Status status;
-    if (param.full_shape.empty() || init.kind == "data") {  // stored data is already this rank's block
-      status = runInitializer(spec, param.view.type, target);
+    if ((param.full_shape.empty() && param.model_shape.empty()) || init.kind == "data") {
+      status = runInitializer(spec, param.view.type, target);  // stored data is already this rank's block
     } else {
-      // The whole tensor, as one device would initialize it, then this rank's block of it.
-      TensorType full{param.view.type.dtype, param.full_shape};
+      // The whole tensor, as one device would initialize it (in the model's shape, whose fan-in a
+      // seeded initializer reads), then this rank's block of it (in the held shape: the same elements).
+      TensorType full{param.view.type.dtype, param.full_shape.empty() ? param.view.type.shape : param.full_shape};
+      const Shape offset = param.full_shape.empty() ? Shape(full.shape.size(), 0) : param.shard_offset;
       std::vector<uint64_t> whole(static_cast<size_t>(full.bytes() + 7) / 8);  // 8-byte aligned for every dtype
-      status = runInitializer(spec, full, whole.data());
+      status = runInitializer(spec, TensorType{full.dtype, param.model_shape.empty() ? full.shape : param.model_shape},
+                              whole.data());
       if (status.isOk())
-        copyBox(whole.data(), full.shape, param.shard_offset, target, param.view.type.shape,
-                Shape(param.view.type.shape.size(), 0), param.view.type.shape, dtypeSize(full.dtype));
+        copyBox(whole.data(), full.shape, offset, target, param.view.type.shape, Shape(param.view.type.shape.size(), 0),
+                param.view.type.shape, dtypeSize(full.dtype));
     }
     if (status.isOk() && !on_host) status = device_.copyFromHost(param.view.data, target, param.view.type.bytes());
     if (!status.isOk()) return status.withContext(rankPrefix(rank_) + "parameter '" + param.name + "': ");

@@ -45,6 +45,9 @@ struct ParameterTensor {
   // where the block starts in it. Empty: the view is the whole tensor.
   Shape full_shape;
   Shape shard_offset;
+  // Set when the plan holds the tensor in another shape than the model's (same elements in the same
+  // order, planpb::Parameter::model_shape): the model's shape. full_shape is in the held shape.
+  Shape model_shape;
 };
 
 class Communicator;

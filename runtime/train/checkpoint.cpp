@@ -522,7 +522,10 @@ Status checkAgainstPlan(const SavedCheckpoint& checkpoint, const std::map<std::s
                               tensor.whole.str() + ")" +
                               (tensor.optimizer_state ? ": it was saved with another optimizer, or by an inference plan"
                                                       : "; it was saved from another model"));
-    if (saved->second.whole != tensor.whole)
+    // The same elements in another shape (a fused projection's weight held as [in, parts, out] by a
+    // plan under --tp, [in, parts·out] by another) load through the whole tensor.
+    if (saved->second.whole != tensor.whole &&
+        (saved->second.whole.dtype != tensor.whole.dtype || saved->second.whole.numel() != tensor.whole.numel()))
       return Status::badInput("checkpoint '" + path + "': tensor '" + name + "' is " + saved->second.whole.str() +
                               ", the plan has " + tensor.whole.str());
   }
@@ -599,13 +602,25 @@ Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const Ran
     std::vector<uint8_t> bytes;
   };
   std::vector<Pending> pending;
+  std::map<std::string, std::vector<uint8_t>> reshaped;  // whole saved tensors the plan holds in another shape
   for (int index = 0; index < group.size(); ++index) {
     RankExecutor& executor = group.executor(index);
     for (const ParameterTensor& param : executor.parameters()) {
       Block block = blockOf(param);
       Pending load{&executor, param.view.data, std::vector<uint8_t>(static_cast<size_t>(param.view.type.bytes()))};
-      CLEAVE_TRY(assembleBlock(param.name, checkpoint.tensors.at(param.name), block.offset, block.shape,
-                               load.bytes.data(), reader, checkpoint));
+      const SavedTensor& saved = checkpoint.tensors.at(param.name);
+      if (saved.whole.shape == block.whole.shape) {
+        CLEAVE_TRY(assembleBlock(param.name, saved, block.offset, block.shape, load.bytes.data(), reader, checkpoint));
+      } else {  // the whole saved tensor, its elements read in the plan's shape
+        auto [whole, first] = reshaped.try_emplace(param.name);
+        if (first) {
+          whole->second.resize(static_cast<size_t>(saved.whole.bytes()));
+          CLEAVE_TRY(assembleBlock(param.name, saved, Shape(saved.whole.shape.size(), 0), saved.whole.shape,
+                                   whole->second.data(), reader, checkpoint));
+        }
+        copyBox(whole->second.data(), block.whole.shape, block.offset, load.bytes.data(), block.shape,
+                Shape(block.shape.size(), 0), block.shape, dtypeSize(block.whole.dtype));
+      }
       pending.push_back(std::move(load));
     }
   }

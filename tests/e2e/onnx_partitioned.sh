@@ -159,6 +159,9 @@ for rank in split["ranks"]:
     print(f"    rank {rank['rank']}: {rank['param_bytes']} of {full} bytes ({share:.2f}), {split_weights} of "
           f"{len(rank['weights'])} weights split, {rank['comm_bytes']} bytes communicated")
     assert share < 0.56 and rank["comm_bytes"] > 0, share
+    # Megatron's layout: q, k and v split by heads (GPT-2's fused c_attn too), the output and MLP
+    # projections split by rows; partial sums all-reduced, nothing gathered.
+    assert rank["comm_bytes_by_kind"]["all_gather"] == 0, rank["comm_bytes_by_kind"]
 PY
   "$cleave" inspect "$tmp/tp2.cplan" --weights >"$tmp/tp2.inspect" || true
   grep -q "embed_tokens.weight \[96,32\]: split dim 0 over tp, holds \[48,32\]\|wte.weight \[96,32\]: split dim 0 over tp, holds \[48,32\]" "$tmp/tp2.inspect" ||
@@ -230,6 +233,9 @@ expect_error "llama_fixed8_dynamo18 --batch 3" "node .node_GatherND_32.*fixed ba
 
 # 6. Checkpoints hold whole tensors, merged from the tp blocks: GPT-2 trained 4 steps under --tp 2
 #    resumes under --pp 2 (its tied embedding on both stages) and follows PyTorch's steps 5 to 8.
+#    Under --tp 2 the fused QKV weight c_attn [32,96] is held as [32,3,32] (its q, k and v split by
+#    heads, passes/partition/fused_projections.h); the --pp 2 plan holds it as [32,96], and
+#    `cleave export` of the --tp 2 run writes it as [32,96], equal to what the --pp 2 plan loads.
 echo "gpt2: 4 steps --tp 2, then 4 more resumed under --pp 2:"
 gpt2=$fixtures/modern/gpt2_legacy17
 common=(--batch 4 --train --optimizer "$(cat "$gpt2/train/optimizer.txt")")
@@ -237,8 +243,25 @@ if "$cleave" compile "$gpt2/model.onnx" "${common[@]}" --tp 2 -o "$tmp/first.cpl
    "$cleave" compile "$gpt2/model.onnx" "${common[@]}" --pp 2 --microbatches 2 -o "$tmp/second.cplan" >/dev/null &&
    "$cleave" run "$tmp/first.cplan" --data "npy:$gpt2/train" --steps 4 --checkpoint-dir "$tmp/resumed" \
      --metrics "$tmp/resumed.jsonl" --progress never >/dev/null &&
+   "$cleave" export "$tmp/first.cplan" --checkpoint-dir "$tmp/resumed" -o "$tmp/tp2.safetensors" >/dev/null &&
+   "$cleave" export "$tmp/second.cplan" --checkpoint-dir "$tmp/resumed" -o "$tmp/pp2.safetensors" >/dev/null &&
    "$cleave" run "$tmp/second.cplan" --data "npy:$gpt2/train" --steps 8 --checkpoint-dir "$tmp/resumed" --resume \
      --metrics "$tmp/resumed.jsonl" --progress never >/dev/null; then
+  $python - "$tmp/tp2.safetensors" "$tmp/pp2.safetensors" <<'PY' || failures+=("gpt2 --tp 2 export of c_attn")
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + size])
+    return {k: (v["shape"], raw[8 + size + v["data_offsets"][0]:8 + size + v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+tp2, pp2 = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert tp2.keys() == pp2.keys()
+attn = [k for k in tp2 if k.endswith("attn.c_attn.weight")]
+assert attn and all(tp2[k][0] == [32, 96] for k in attn), {k: tp2[k][0] for k in attn}
+assert all(tp2[k] == pp2[k] for k in tp2), [k for k in tp2 if tp2[k] != pp2[k]]
+print(f"    {len(tp2)} weights exported alike from both plans; c_attn as [32, 96]")
+PY
   $python - "$tmp/resumed.jsonl" "$gpt2/train/losses.json" <<'PY' || failures+=("gpt2 resumed under another plan")
 import json, sys
 actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]

@@ -1,0 +1,29 @@
+// Fused projections as batched products, so tensor parallelism splits each part the way Megatron
+// splits attention: by heads. GPT-2's c_attn (and any Linear whose output is cut into equal parts,
+// a fused QKV) computes q, k and v with one weight [in, 3·out]; a column split of that weight gives
+// rank 0 all of q and half of k, which the heads after it cannot use, so the partitioner gathered
+// the whole product and ran attention whole on every rank. Written as a batch of 3 products over
+// the weight held as [3, in, out], each rank holds out/tp columns of each part: its heads of q, k
+// and v, and attention and the output projection (a row split) follow Megatron's layout.
+#pragma once
+
+#include "ir/graph.h"
+#include "ir/status.h"
+
+namespace cleave {
+
+// Rewrites each
+//   p = gemm(x, W, [b]) (alpha 1, beta 1, a not transposed) or p = matmul(x, W) [+ b],
+//   [r = reshape(p) keeping the last dim], split(p or r, last axis, S equal sizes N), S >= 2,
+// whose weight W ([K, S·N], or [S·N, K] transposed) and bias b ([S·N]) are parameters with stored
+// data (an imported model's) that this product alone reads, and whose intermediate values only the
+// next step reads, into
+//   x3 = reshape(x, [1, M, K]);  Y = matmul(x3, transpose(reshape(W, [K, S, N]), [1, 0, 2]))
+//   (or matmul(x3, reshape(W, [S, N, K]), transpose_b)) [+ reshape(b, [S, 1, N])] : [S, M, N];
+//   part s = reshape(split(Y, axis 0)[s], the split's result shape),
+// the parts keeping the split's result values (and names). The same numbers in another order of
+// sums: each part is its own product. The partitioner holds W and b in the reshaped shapes
+// (Param::model_shape) and splits N over tp. Returns the number of projections rewritten.
+Expected<int> batchFusedProjections(Graph& graph);
+
+}  // namespace cleave
