@@ -66,17 +66,19 @@ struct Block {
   Shape offset;      // where the block starts in it
   Shape shape;       // the block's shape
   bool optimizer_state = false;
+  Shape model_shape;  // the model's shape of the whole tensor when the plan holds it reshaped; else empty
 };
 
 Block blockOf(const std::string& name, const TensorType& held, const Shape& full_shape, const Shape& shard_offset,
-              bool optimizer_state) {
+              bool optimizer_state, const Shape& model_shape) {
   bool split = !full_shape.empty();
   return Block{name, TensorType{held.dtype, split ? full_shape : held.shape},
-               split ? shard_offset : Shape(held.shape.size(), 0), held.shape, optimizer_state};
+               split ? shard_offset : Shape(held.shape.size(), 0), held.shape, optimizer_state, model_shape};
 }
 
 Block blockOf(const ParameterTensor& param) {
-  return blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state);
+  return blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state,
+                 param.model_shape);
 }
 
 // Every rank's blocks, by rank: from the executors of a group in one process, from the plan for a
@@ -103,7 +105,8 @@ Expected<std::map<int, std::vector<Block>>> blocksByRank(const RankGroup& group)
       CLEAVE_ASSIGN_OR_RETURN(TensorType held, fromProto(buffer->second->type()));
       blocks.push_back(blockOf(param.name(), held, Shape(param.full_shape().begin(), param.full_shape().end()),
                                Shape(param.shard_offset().begin(), param.shard_offset().end()),
-                               buffer->second->kind() == planpb::BUFFER_OPTIMIZER_STATE));
+                               buffer->second->kind() == planpb::BUFFER_OPTIMIZER_STATE,
+                               Shape(param.model_shape().begin(), param.model_shape().end())));
     }
   }
   return ranks;
@@ -114,6 +117,7 @@ Expected<std::map<int, std::vector<Block>>> blocksByRank(const RankGroup& group)
 struct PlanTensor {
   TensorType whole;
   bool optimizer_state = false;
+  Shape model_shape;  // Block::model_shape
   std::vector<std::pair<int, Block>> saved_by;  // (rank, block)
 };
 
@@ -128,6 +132,7 @@ Expected<std::map<std::string, PlanTensor>> planTensors(const std::map<int, std:
       if (inserted) {
         tensor.whole = block.whole;
         tensor.optimizer_state = block.optimizer_state;
+        tensor.model_shape = block.model_shape;
       } else if (tensor.whole != block.whole || tensor.optimizer_state != block.optimizer_state) {
         return Status::internal("persistent tensor '" + block.name + "' is " + tensor.whole.str() + " on rank " +
                                 std::to_string(tensor.saved_by[0].first) + " but " + block.whole.str() + " on rank " +
@@ -208,6 +213,10 @@ nlohmann::json manifestOf(const std::map<std::string, PlanTensor>& tensors, cons
                                  {"shape", tensor.whole.shape},
                                  {"kind", tensor.optimizer_state ? "optimizer_state" : "weight"},
                                  {"blocks", blocks}};
+    // A tensor the plan holds reshaped (a fused projection's weight under --tp): its blocks are of
+    // `shape`; the model's shape, the same elements, is what readers of whole tensors get.
+    if (!tensor.model_shape.empty() && tensor.model_shape != tensor.whole.shape)
+      manifest["tensors"][name]["model_shape"] = tensor.model_shape;
   }
   return manifest;
 }
@@ -277,6 +286,7 @@ struct SavedBlock {
 // A tensor of a checkpoint, as its manifest describes it.
 struct SavedTensor {
   TensorType whole;
+  Shape model_shape;  // the manifest's model_shape (the same elements in the model's shape), or whole's
   bool optimizer_state = false;
   bool single_file = false;  // from an older single-file checkpoint: no kinds, offsets or CRC-32s recorded
   std::vector<SavedBlock> blocks;
@@ -357,6 +367,13 @@ Expected<SavedCheckpoint> readManifest(const std::string& path) {
       if (__builtin_mul_overflow(bytes, dim, &bytes) || bytes > kMaxTensorBytes)
         return notACheckpoint(path, what + "'s shape " + shapeStr(shape) + " is larger than any tensor can be");
     tensor.whole = TensorType{*dtype, shape};
+    tensor.model_shape = shape;
+    if (entry.contains("model_shape")) {
+      CLEAVE_ASSIGN_OR_RETURN(tensor.model_shape, jsonShape(entry["model_shape"], path, what + "'s model shape"));
+      if (TensorType{*dtype, tensor.model_shape}.numel() != tensor.whole.numel())
+        return notACheckpoint(path, what + "'s model shape " + shapeStr(tensor.model_shape) +
+                                        " holds another number of elements than " + tensor.whole.str());
+    }
     tensor.optimizer_state = stringField(entry, "kind") == "optimizer_state";
     int64_t covered = 0;
     for (const auto& block_entry : entry["blocks"]) {
@@ -406,6 +423,7 @@ Expected<SavedCheckpoint> readSingleFileCheckpoint(const std::string& path, cons
   for (const auto& tensor : file.tensors) {
     SavedTensor saved;
     saved.whole = tensor.type;
+    saved.model_shape = tensor.type.shape;
     saved.single_file = true;
     saved.blocks.push_back(SavedBlock{path, Shape(tensor.type.shape.size(), 0), tensor.type.shape});
     checkpoint.tensors.emplace(tensor.name, std::move(saved));
@@ -642,6 +660,7 @@ Expected<Checkpoint> readLatestCheckpoint(const std::string& dir, bool weights_o
                            std::vector<uint8_t>(static_cast<size_t>(tensor.whole.bytes()))};
     CLEAVE_TRY(assembleBlock(name, tensor, Shape(tensor.whole.shape.size(), 0), tensor.whole.shape, whole.data.data(),
                              reader, saved));
+    whole.type.shape = tensor.model_shape;  // the same elements, in the model's shape
     checkpoint.tensors.push_back(std::move(whole));
   }
   return checkpoint;

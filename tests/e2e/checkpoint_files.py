@@ -59,7 +59,8 @@ def read_checkpoint(ckpt_dir, with_kinds=False):
                 whole = np.zeros(entry["shape"], dtype=saved.dtype)
             box = tuple(slice(o, o + s) for o, s in zip(block["offset"], block["shape"]))
             whole[box] = saved
-        tensors[name] = whole
+        # A tensor the plan held reshaped (a fused projection's weight under --tp): its model's shape.
+        tensors[name] = whole.reshape(entry["model_shape"]) if "model_shape" in entry else whole
         kinds[name] = entry["kind"]
     return (tensors, kinds) if with_kinds else tensors
 
