@@ -1,117 +1,159 @@
 // Fused projections (a fused QKV) as batched products over their parts (fused_projections.h).
 #include "passes/partition/fused_projections.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ir/op_table.h"
-#include "passes/fusion/single_reader_chain.h"
 
 namespace cleave {
 namespace {
 
 struct Projection {
-  int32_t product = -1;  // the gemm or matmul
+  int32_t product = -1;   // the gemm or matmul
   int32_t bias_add = -1;  // matmul's add of the bias, or -1
-  int32_t reshape = -1;   // between the product and the split, or -1
-  int32_t split = -1;
+  int32_t reshape = -1;   // between the product and the cut, or -1
+  std::vector<int32_t> cuts;       // the split, or the slices (one per part)
+  std::vector<ValueId> parts;      // the parts, in order
   ValueId x = kNoValue, weight = kNoValue, bias = kNoValue;
   bool transposed = false;  // the weight is [S·N, K]
-  int64_t parts = 0, part_size = 0, k = 0;
+  int64_t part_size = 0, k = 0;
 };
 
 OpContext attributesOf(const Node& node) { return OpContext{opDef(node.op), {}, {}, node.attrs}; }
 
 class ProjectionMatcher {
  public:
-  explicit ProjectionMatcher(const Graph& graph) : graph_(graph), chain_(graph), users_(graph.computeUsers()) {}
+  explicit ProjectionMatcher(const Graph& graph)
+      : graph_(graph), users_(graph.computeUsers()), read_after_(graph.valuesReadAfterNodes()) {}
 
-  // The projection whose split is node `split`, or nullopt.
-  std::optional<Projection> match(int32_t split) const {
-    const Node& node = graph_.nodes[split];
-    if (node.op != OpId::split) return std::nullopt;
+  // The projection whose product is node `product`, or nullopt.
+  std::optional<Projection> match(int32_t product) const {
     Projection p;
-    p.split = split;
-    const TensorType& cut = graph_.values[node.operands[0]].type;
-    if (cut.rank() < 1 || normalizeAxis(attributesOf(node).getInt("axis"), cut.rank()) != cut.rank() - 1)
-      return std::nullopt;
-    const std::vector<int64_t> sizes = attributesOf(node).getInts("sizes");
-    p.parts = static_cast<int64_t>(sizes.size());
-    if (p.parts < 2) return std::nullopt;
-    p.part_size = sizes[0];
-    for (int64_t size : sizes)
-      if (size != p.part_size || size <= 0) return std::nullopt;
-    // The split's operand: the product (+ bias), or a reshape of it that keeps the last dim.
-    ValueId produced = node.operands[0];
-    if (const int32_t reshape = chain_.producerReadOnlyBy(produced, OpId::reshape, split); reshape >= 0) {
-      const ValueId before = graph_.nodes[reshape].operands[0];
-      if (graph_.values[before].type.rank() < 1 || graph_.values[before].type.shape.back() != cut.shape.back())
-        return std::nullopt;
-      p.reshape = reshape;
-      produced = before;
-    }
-    const int32_t reader = p.reshape >= 0 ? p.reshape : split;
-    if (const int32_t gemm = chain_.producerReadOnlyBy(produced, OpId::gemm, reader); gemm >= 0) {
-      const Node& g = graph_.nodes[gemm];
-      const OpContext attrs = attributesOf(g);
+    p.product = product;
+    const Node& node = graph_.nodes[product];
+    if (node.op == OpId::gemm) {
+      const OpContext attrs = attributesOf(node);
       if (attrs.getFloat("alpha") != 1.0 || attrs.getInt("transpose_a") != 0) return std::nullopt;
-      if (g.operands.size() == 3 && attrs.getFloat("beta") != 1.0) return std::nullopt;
-      p.product = gemm;
-      p.transposed = attrs.getInt("transpose_b") != 0;
-      if (g.operands.size() == 3) p.bias = g.operands[2];
+      if (node.operands.size() == 3 && attrs.getFloat("beta") != 1.0) return std::nullopt;
+      if (node.operands.size() == 3) p.bias = node.operands[2];
+    } else if (node.op == OpId::matmul) {
+      if (attributesOf(node).getInt("transpose_a") != 0) return std::nullopt;
     } else {
-      int32_t matmul = chain_.producerReadOnlyBy(produced, OpId::matmul, reader);
-      if (const int32_t add = chain_.producerReadOnlyBy(produced, OpId::add, reader); add >= 0) {
-        const Node& a = graph_.nodes[add];
-        for (size_t o = 0; o < 2 && matmul < 0; ++o) {
-          matmul = chain_.producerReadOnlyBy(a.operands[o], OpId::matmul, add);
-          if (matmul >= 0) p.bias = a.operands[1 - o];
-        }
-        p.bias_add = add;
-      }
-      if (matmul < 0) return std::nullopt;
-      const OpContext attrs = attributesOf(graph_.nodes[matmul]);
-      if (attrs.getInt("transpose_a") != 0) return std::nullopt;
-      p.product = matmul;
-      p.transposed = attrs.getInt("transpose_b") != 0;
-    }
-    const Node& product = graph_.nodes[p.product];
-    p.x = product.operands[0];
-    p.weight = product.operands[1];
-    // The weight [K, S·N] (or [S·N, K]) and the bias [S·N]: imported data this product alone reads.
-    const TensorType& w = graph_.values[p.weight].type;
-    const int64_t width = p.parts * p.part_size;
-    if (w.rank() != 2 || (p.transposed ? w.shape[0] : w.shape[1]) != width || !onlyHere(p.weight, p.product))
       return std::nullopt;
-    p.k = p.transposed ? w.shape[1] : w.shape[0];
+    }
+    p.transposed = attributesOf(node).getInt("transpose_b") != 0;
+    p.x = node.operands[0];
+    p.weight = node.operands[1];
+    const TensorType& w = graph_.values[p.weight].type;
     const TensorType& x = graph_.values[p.x].type;
-    if (x.rank() < 2 || x.shape.back() != p.k || x.dtype != w.dtype) return std::nullopt;
+    if (w.rank() != 2 || x.rank() < 2 || x.dtype != w.dtype || !onlyHere(p.weight, product)) return std::nullopt;
+    p.k = p.transposed ? w.shape[1] : w.shape[0];
+    const int64_t width = p.transposed ? w.shape[0] : w.shape[1];
+    if (x.shape.back() != p.k) return std::nullopt;
+    // The product's one reader: matmul's bias add, then a reshape keeping the last dim, then the cut.
+    ValueId v = node.results[0];
+    int32_t reader = onlyReader(v);
+    if (node.op == OpId::matmul && reader >= 0 && graph_.nodes[reader].op == OpId::add) {
+      const Node& add = graph_.nodes[reader];
+      p.bias = add.operands[0] == v ? add.operands[1] : add.operands[0];
+      p.bias_add = reader;
+      v = add.results[0];
+      reader = onlyReader(v);
+    }
     if (p.bias != kNoValue) {
-      const int32_t bias_reader = p.bias_add >= 0 ? p.bias_add : p.product;
+      const int32_t bias_reader = p.bias_add >= 0 ? p.bias_add : product;
       const TensorType& b = graph_.values[p.bias].type;
       if (b.shape != Shape{width} || b.dtype != w.dtype || !onlyHere(p.bias, bias_reader)) return std::nullopt;
     }
-    return p;
+    if (reader >= 0 && graph_.nodes[reader].op == OpId::reshape) {
+      const ValueId reshaped = graph_.nodes[reader].results[0];
+      const TensorType& type = graph_.values[reshaped].type;
+      if (type.rank() < 1 || type.shape.back() != width) return std::nullopt;
+      p.reshape = reader;
+      v = reshaped;
+      reader = onlyReader(v);
+    }
+    if (read_after_[v]) return std::nullopt;
+    if (reader >= 0 && graph_.nodes[reader].op == OpId::split) {
+      if (!splitParts(reader, p)) return std::nullopt;
+    } else if (!sliceParts(v, p)) {
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(p.parts.size()) * p.part_size == width ? std::optional<Projection>(p) : std::nullopt;
   }
 
  private:
+  // The node that alone reads `v` (once), when it is not read after the nodes; else -1.
+  int32_t onlyReader(ValueId v) const {
+    return users_[v].size() == 1 && !read_after_[v] ? users_[v][0] : -1;
+  }
+
   // `v` is a parameter with stored data that node `reader` alone reads (once).
   bool onlyHere(ValueId v, int32_t reader) const {
     const Param* param = graph_.findParam(v);
     return param && param->init.kind == "data" && param->init.data && users_[v].size() == 1 && users_[v][0] == reader;
   }
 
+  // A split along the last axis into 2 or more equal parts.
+  bool splitParts(int32_t split, Projection& p) const {
+    const Node& node = graph_.nodes[split];
+    const TensorType& cut = graph_.values[node.operands[0]].type;
+    if (normalizeAxis(attributesOf(node).getInt("axis"), cut.rank()) != cut.rank() - 1) return false;
+    const std::vector<int64_t> sizes = attributesOf(node).getInts("sizes");
+    if (sizes.size() < 2) return false;
+    for (int64_t size : sizes)
+      if (size != sizes[0] || size <= 0) return false;
+    p.part_size = sizes[0];
+    p.cuts = {split};
+    p.parts = node.results;
+    return true;
+  }
+
+  // Every reader of `v` a slice along the last axis, step 1, the slices cutting it into 2 or more
+  // equal consecutive parts (torch.export's q, k, v = qkv[..., :n], qkv[..., n:2n], qkv[..., 2n:]).
+  bool sliceParts(ValueId v, Projection& p) const {
+    const TensorType& cut = graph_.values[v].type;
+    const int64_t last = cut.rank() - 1, length = cut.shape.back();
+    std::vector<std::pair<int64_t, int32_t>> starts;  // (start, slice)
+    for (int32_t reader : users_[v]) {
+      const Node& node = graph_.nodes[reader];
+      if (node.op != OpId::slice || node.operands[0] != v) return false;
+      const OpContext attrs = attributesOf(node);
+      const std::vector<int64_t> axes = attrs.getInts("axes"), steps = attrs.getInts("steps");
+      if (axes.size() != 1 || normalizeAxis(axes[0], cut.rank()) != last) return false;
+      if (!steps.empty() && (steps.size() != 1 || steps[0] != 1)) return false;
+      const int64_t start = std::clamp<int64_t>(attrs.getInts("starts")[0] < 0 ? attrs.getInts("starts")[0] + length
+                                                                                : attrs.getInts("starts")[0],
+                                                0, length);
+      const int64_t size = graph_.values[node.results[0]].type.shape.back();
+      if (p.part_size == 0) p.part_size = size;
+      if (size != p.part_size || size <= 0) return false;
+      starts.emplace_back(start, reader);
+    }
+    std::sort(starts.begin(), starts.end());
+    if (starts.size() < 2) return false;
+    for (size_t i = 0; i < starts.size(); ++i) {
+      if (starts[i].first != static_cast<int64_t>(i) * p.part_size) return false;
+      p.cuts.push_back(starts[i].second);
+      p.parts.push_back(graph_.nodes[starts[i].second].results[0]);
+    }
+    return true;
+  }
+
   const Graph& graph_;
-  SingleReaderChain chain_;
   std::vector<std::vector<int32_t>> users_;
+  std::vector<bool> read_after_;
 };
 
-// Appends the batched form of `p` (fused_projections.h); its last nodes write the split's results.
+// Appends the batched form of `p` (fused_projections.h); its last nodes write the parts' values.
 Status appendBatched(Graph& graph, const Projection& p) {
-  const Node split = graph.nodes[p.split];  // copies: adding nodes moves them
   const SourceLoc loc = graph.nodes[p.product].loc;
-  const std::string base = graph.values[split.operands[0]].name;
+  const std::string base = graph.values[graph.nodes[p.product].results[0]].name;
+  const std::vector<ValueId> parts = p.parts;
+  const int64_t count = static_cast<int64_t>(parts.size());
   const int64_t rows = graph.values[p.x].type.numel() / p.k;
   auto add = [&](OpId op, std::vector<ValueId> operands, AttrMap attrs, const std::string& name) -> Expected<ValueId> {
     CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
@@ -123,12 +165,12 @@ Status appendBatched(Graph& graph, const Projection& p) {
   ValueId product;
   if (p.transposed) {
     CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.weight},
-                                              {{"shape", std::vector<int64_t>{p.parts, p.part_size, p.k}}},
+                                              {{"shape", std::vector<int64_t>{count, p.part_size, p.k}}},
                                               graph.values[p.weight].name + ".parts"));
     CLEAVE_ASSIGN_OR_RETURN(product, add(OpId::matmul, {x3, held}, {{"transpose_b", int64_t{1}}}, base + ".parts"));
   } else {
     CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.weight},
-                                              {{"shape", std::vector<int64_t>{p.k, p.parts, p.part_size}}},
+                                              {{"shape", std::vector<int64_t>{p.k, count, p.part_size}}},
                                               graph.values[p.weight].name + ".parts"));
     CLEAVE_ASSIGN_OR_RETURN(ValueId by_part, add(OpId::transpose, {held}, {{"perm", std::vector<int64_t>{1, 0, 2}}},
                                                  graph.values[p.weight].name + ".by_part"));
@@ -136,19 +178,19 @@ Status appendBatched(Graph& graph, const Projection& p) {
   }
   if (p.bias != kNoValue) {
     CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.bias},
-                                              {{"shape", std::vector<int64_t>{p.parts, 1, p.part_size}}},
+                                              {{"shape", std::vector<int64_t>{count, 1, p.part_size}}},
                                               graph.values[p.bias].name + ".parts"));
     CLEAVE_ASSIGN_OR_RETURN(product, add(OpId::add, {product, held}, {}, base + ".parts_biased"));
   }
   CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> pieces,
                           graph.addNode(OpId::split, {product},
-                                        {{"axis", int64_t{0}}, {"sizes", std::vector<int64_t>(p.parts, 1)}}, loc));
-  for (int64_t s = 0; s < p.parts; ++s) {
-    const ValueId result = split.results[static_cast<size_t>(s)];
-    CLEAVE_ASSIGN_OR_RETURN(ValueId part, add(OpId::reshape, {pieces[static_cast<size_t>(s)]},
-                                              {{"shape", graph.values[result].type.shape}}, base + ".part"));
-    graph.nodes.back().results[0] = result;  // the split's result, which its readers keep reading
-    (void)part;
+                                        {{"axis", int64_t{0}}, {"sizes", std::vector<int64_t>(count, 1)}}, loc));
+  for (int64_t s = 0; s < count; ++s) {
+    const ValueId result = parts[static_cast<size_t>(s)];
+    CLEAVE_TRY(add(OpId::reshape, {pieces[static_cast<size_t>(s)]}, {{"shape", graph.values[result].type.shape}},
+                   base + ".part")
+                   .status());
+    graph.nodes.back().results[0] = result;  // the part's value, which its readers keep reading
   }
   return Status::ok();
 }
@@ -163,16 +205,18 @@ Expected<int> batchFusedProjections(Graph& graph) {
       if (auto p = matcher.match(i)) found.push_back(*p);
   }
   if (found.empty()) return 0;
-  // The new nodes are appended, then moved to where each split was; the replaced nodes go.
+  // The new nodes are appended, then moved to where each projection's first cut was (its operands,
+  // x and the parameters, come before); the replaced nodes go.
   const size_t original = graph.nodes.size();
-  std::vector<int32_t> replaced_by(original, -1);  // split node -> its projection
+  std::vector<int32_t> replaced_by(original, -1);  // first cut node -> its projection
   std::vector<bool> dropped(original, false);
   std::vector<std::pair<size_t, size_t>> appended;  // per projection: its new nodes [begin, end)
   for (size_t f = 0; f < found.size(); ++f) {
     const Projection& p = found[f];
-    for (int32_t node : {p.product, p.bias_add, p.reshape, p.split})
+    for (int32_t node : {p.product, p.bias_add, p.reshape})
       if (node >= 0) dropped[static_cast<size_t>(node)] = true;
-    replaced_by[static_cast<size_t>(p.split)] = static_cast<int32_t>(f);
+    for (int32_t node : p.cuts) dropped[static_cast<size_t>(node)] = true;
+    replaced_by[static_cast<size_t>(*std::min_element(p.cuts.begin(), p.cuts.end()))] = static_cast<int32_t>(f);
     const size_t begin = graph.nodes.size();
     CLEAVE_TRY(appendBatched(graph, p));
     appended.emplace_back(begin, graph.nodes.size());

@@ -14,14 +14,15 @@ namespace cleave {
 
 // Rewrites each
 //   p = gemm(x, W, [b]) (alpha 1, beta 1, a not transposed) or p = matmul(x, W) [+ b],
-//   [r = reshape(p) keeping the last dim], split(p or r, last axis, S equal sizes N), S >= 2,
+//   [r = reshape(p) keeping the last dim], cut along the last axis into S >= 2 equal parts of N:
+//   one split, or slices (step 1) that together read it all ([:N], [N:2N], ..., Phi-3's q, k, v),
 // whose weight W ([K, S·N], or [S·N, K] transposed) and bias b ([S·N]) are parameters with stored
 // data (an imported model's) that this product alone reads, and whose intermediate values only the
 // next step reads, into
 //   x3 = reshape(x, [1, M, K]);  Y = matmul(x3, transpose(reshape(W, [K, S, N]), [1, 0, 2]))
 //   (or matmul(x3, reshape(W, [S, N, K]), transpose_b)) [+ reshape(b, [S, 1, N])] : [S, M, N];
-//   part s = reshape(split(Y, axis 0)[s], the split's result shape),
-// the parts keeping the split's result values (and names). The same numbers in another order of
+//   part s = reshape(split(Y, axis 0)[s], the part's shape),
+// the parts keeping their values (and names), written where the first cut was. The same numbers in another order of
 // sums: each part is its own product. The partitioner holds W and b in the reshaped shapes
 // (Param::model_shape) and splits N over tp. Returns the number of projections rewritten.
 Expected<int> batchFusedProjections(Graph& graph);

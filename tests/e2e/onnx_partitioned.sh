@@ -86,7 +86,7 @@ cases=(
   "modern/llama_sdpa_dynamo23|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/qwen2_sdpa_dynamo23|--tp 2"
   "modern/llama_sdpa_dynamo25|--tp 2 --pp 2 --microbatches 2"
   "modern/bert_mlm_dynamo18|--tp 2" "modern/bert_mlm_dynamo21|--dp 2 --tp 2 --pp 2 --microbatches 2"
-  "modern/gemma_dynamo18|--tp 2" "modern/phi3_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
+  "modern/gemma_dynamo18|--tp 2" "modern/phi3_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/phi3_dynamo18|--tp 2"
   "modern/roberta_mlm_dynamo18|--tp 2 --pp 2 --microbatches 2"
   "shaped/llama_dynseq_legacy17|--seq-len 16 --tp 2 --pp 2 --microbatches 2"
   "shaped/llama_fixed8_legacy17|--pp 2 --microbatches 4 --schedule gpipe"
@@ -140,9 +140,10 @@ for entry in "${mpi_cases[@]}"; do
   CLEAVE_MPI_RANKS=$ranks train "$fixture" "mpi$((n++))" $flags || failures+=("$fixture $flags (mpirun)")
 done
 
-# 3. Tensor parallelism splits the weights: each tp rank of LLaMA and GPT-2 holds about 1/T of
-#    them (the norms' scales stay whole), and tp collectives appear; inspect --weights lists them.
-for model in llama_legacy17 gpt2_legacy17; do
+# 3. Tensor parallelism splits the weights: each tp rank of LLaMA, GPT-2 and Phi-3 (its fused qkv
+#    and gate_up projections) holds about 1/T of them (the norms' scales stay whole), and tp
+#    collectives appear; inspect --weights lists them.
+for model in llama_legacy17 gpt2_legacy17 phi3_dynamo18; do
   echo "$model --tp 2: parameter bytes per rank"
   batch=$(cat "$fixtures/modern/$model/train/batch.txt")
   for tp in 1 2; do
