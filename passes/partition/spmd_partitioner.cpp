@@ -220,14 +220,15 @@ class DevicePartitioner {
             isHeldReshape(node));
   }
 
-  // A reshape that is the only use of a parameter with stored data (a fused projection's weight
-  // [in, parts·out] as [in, parts, out], passes/partition/fused_projections.h): the parameter is
-  // held in the reshaped shape (Param::model_shape records the model's), so that a dim the reshape
-  // makes can be split.
+  // Under tp, a reshape that moves elements between dims and is the only use of a parameter with
+  // stored data (a fused projection's weight [in, parts·out] as [in, parts, out],
+  // passes/partition/fused_projections.h): the parameter is held in the reshaped shape
+  // (Param::model_shape records the model's), so that a dim the reshape makes can be split.
   bool isHeldReshape(const Node& node) const {
-    if (node.op != OpId::reshape || node.operands.size() != 1) return false;
+    if (mesh_.tp() == 1 || node.op != OpId::reshape || node.operands.size() != 1) return false;
     const Param* param = global_.findParam(node.operands[0]);
-    return param && param->init.kind == "data" && param->init.data && use_count_[node.operands[0]] == 1;
+    return param && param->init.kind == "data" && param->init.data && use_count_[node.operands[0]] == 1 &&
+           viewSourceDims(global_.values[node.operands[0]].type.shape, global_.values[node.results[0]].type.shape).empty();
   }
 
   // For a view that only adds or drops unit dims: per view dim, the operand dim it is (-1 for a
