@@ -159,6 +159,7 @@ class Parser {
     }
     CLEAVE_TRY(graph_.addParam(name.value, std::move(type), std::move(init), trainable).status());
     // Held in another shape than the model's: model [the model's shape] (checked below).
+    const Token model_token = tok_;
     if (atWord("model")) {
       advance();
       CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().model_shape, parseIntList("the model's shape"));
@@ -201,8 +202,8 @@ class Parser {
     if (!param.model_shape.empty()) {
       const Shape& whole = param.full_shape.empty() ? graph_.values[param.value].type.shape : param.full_shape;
       if (TensorType{DType::kF32, param.model_shape}.numel() != TensorType{DType::kF32, whole}.numel())
-        return error("the model shape " + shapeStr(param.model_shape) + " of '%" + name.value + "' holds another " +
-                     "number of elements than its whole tensor " + shapeStr(whole));
+        return errorAt(model_token, "the model shape " + shapeStr(param.model_shape) + " of '%" + name.value +
+                                        "' holds another number of elements than its whole tensor " + shapeStr(whole));
     }
     return Status::ok();
   }

@@ -275,6 +275,25 @@ PY
 else
   failures+=("gpt2 resumed under another plan (run)")
 fi
+# And the other way: 4 steps on one device (c_attn as [32,96]), 4 more resumed under --tp 2.
+echo "gpt2: 4 steps on one device, then 4 more resumed under --tp 2:"
+if "$cleave" compile "$gpt2/model.onnx" "${common[@]}" -o "$tmp/one.cplan" >/dev/null &&
+   "$cleave" run "$tmp/one.cplan" --data "npy:$gpt2/train" --steps 4 --checkpoint-dir "$tmp/to-tp2" \
+     --metrics "$tmp/to-tp2.jsonl" --progress never >/dev/null &&
+   "$cleave" run "$tmp/first.cplan" --data "npy:$gpt2/train" --steps 8 --checkpoint-dir "$tmp/to-tp2" --resume \
+     --metrics "$tmp/to-tp2.jsonl" --progress never >/dev/null; then
+  $python - "$tmp/to-tp2.jsonl" "$gpt2/train/losses.json" <<'PY' || failures+=("gpt2 resumed under --tp 2")
+import json, sys
+actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+expected = json.load(open(sys.argv[2]))
+assert len(actual) == 8, actual
+worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
+print(f"    max relative difference to PyTorch {worst:.2e}")
+assert worst <= 1e-5, worst
+PY
+else
+  failures+=("gpt2 resumed under --tp 2 (run)")
+fi
 
 if [[ ${#failures[@]} -gt 0 ]]; then
   echo "FAIL: ${failures[*]}" >&2
