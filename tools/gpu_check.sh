@@ -65,12 +65,13 @@ section() {
 
 if [ -n "${BUNDLE:-}" ]; then
   # 1. A bundle: binaries and their libraries from the machine that built them; CUDA's own
-  #    libraries (cuBLAS, NCCL) are this machine's, wherever its toolkit or PyTorch keeps them.
+  #    libraries (cuBLAS, NCCL) are this machine's, wherever its toolkit or PyTorch keeps them
+  #    (cleave loads cuBLAS with dlopen at first GPU use: the CublasLibrary test checks it is found).
   echo "== bundle $BUNDLE (nothing built here)"
   tar -C "$work" -xJf "$BUNDLE/cleave.tar.xz" 2>/dev/null ||  # without xz, Python's lzma
     $python -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$BUNDLE/cleave.tar.xz" "$work"
   cuda_dirs=$(find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/lib/x86_64-linux-gnu /opt /usr/local/lib \
-    \( -name libnccl.so.2 -o -name libcublasLt.so.13 \) 2>/dev/null | xargs -r -n1 dirname | awk '!seen[$0]++' | paste -sd: -)
+    \( -name libnccl.so.2 -o -name libcublas.so.13 -o -name libcublasLt.so.13 \) 2>/dev/null | xargs -r -n1 dirname | awk '!seen[$0]++' | paste -sd: -)
   export LD_LIBRARY_PATH=$work/lib${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   cleave_bin=$work/bin/cleave
