@@ -50,8 +50,7 @@ int runExport(const ExportFlags& flags) {
     if (it == weights.end())
       return reportError(Status::badInput("checkpoint '" + checkpoint->path + "' has weight '" + tensor.name +
                                           "' that " + flags.plan + " does not; it was saved from another model"));
-    // A checkpoint of a plan that held the weight reshaped has the same elements in its shape.
-    if (it->second.dtype != tensor.type.dtype || it->second.numel() != tensor.type.numel())
+    if (it->second != tensor.type)  // both in the model's shape (readLatestCheckpoint, WeightLayout::model_shape)
       return reportError(Status::badInput("checkpoint '" + checkpoint->path + "': weight '" + tensor.name + "' is " +
                                           tensor.type.str() + ", " + flags.plan + " has " + it->second.str()));
   }
@@ -78,8 +77,7 @@ int runExport(const ExportFlags& flags) {
     own_names = std::move(*names);
   }
 
-  // 3. The file, each weight in the model's shape.
-  for (auto& tensor : checkpoint->tensors) tensor.type = weights.at(tensor.name);
+  // 3. The file.
   Status written;
   if (to_onnx) {
     std::vector<OnnxWeight> trained;

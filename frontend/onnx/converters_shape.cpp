@@ -204,8 +204,12 @@ Status convertTensorScatter(OnnxImportContext& ctx, const onnx::NodeProto& node)
   const std::string position_name = node.output(0) + "/positions";
   ctx.bindConstant(position_name, positions);
   CLEAVE_ASSIGN_OR_RETURN(std::string index, c.apply(OpId::reshape, {node.input(2)}, {{"shape", index_shape}}));
-  CLEAVE_ASSIGN_OR_RETURN(std::string source, c.apply(OpId::sub, {position_name, index}));
-  if (mode == "circular") {  // (s - index) mod length, with index >= 0: s - index mod length + length, mod length
+  // The update element position s reads: s - index, or in circular mode (s - index) mod length, with
+  // index >= 0: (s - index mod length + length) mod length.
+  std::string source;
+  if (mode == "linear") {
+    CLEAVE_ASSIGN_OR_RETURN(source, c.apply(OpId::sub, {position_name, index}));
+  } else {
     CLEAVE_ASSIGN_OR_RETURN(std::string cycle, c.filled(static_cast<double>(length), DType::kI64));
     auto modulo = [&](const std::string& x) -> Expected<std::string> {  // x >= 0: truncating division floors
       CLEAVE_ASSIGN_OR_RETURN(std::string quotient, c.apply(OpId::div, {x, cycle}));

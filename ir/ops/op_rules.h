@@ -84,6 +84,19 @@ bool isIdentityPermutation(std::span<const int64_t> perm);
 // transpose's permutation of operand 0's dims: `perm` normalised (negative axes), or the dims
 // reversed when it is empty; an error unless it permutes every dim once.
 Expected<std::vector<int64_t>> transposePerm(const OpContext& ctx);
+// One sliced axis of a slice, resolved per ONNX Slice.
+struct SliceAxis {
+  int64_t axis;
+  int64_t start;  // clamped
+  int64_t step;
+  int64_t count;  // result dim
+};
+// Resolves slice's starts/ends/axes/steps against operand 0 (ONNX semantics):
+// 1. axes default to 0..n-1 and steps to 1; lists must have starts' length; steps must be non-zero.
+// 2. Negative starts/ends count from the end; then they are clamped to [0, dim] (step > 0) or
+//    start to [0, dim-1] and end to [-1, dim-1] (step < 0).
+// 3. The result dim is the number of indices start, start+step, ... before end.
+Expected<std::vector<SliceAxis>> resolveSlice(const OpContext& ctx);
 // Numpy broadcast of the operands listed in `operands`; the error names the operand and dim at fault.
 Expected<Shape> broadcastOperands(const OpContext& ctx, std::initializer_list<int> operands);
 

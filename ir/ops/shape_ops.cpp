@@ -25,6 +25,51 @@ Expected<std::vector<int64_t>> transposePerm(const OpContext& ctx) {
   return perm;
 }
 
+// Per ONNX Slice (op_rules.h).
+Expected<std::vector<SliceAxis>> resolveSlice(const OpContext& ctx) {
+  const std::vector<int64_t>& starts = ctx.getInts("starts");
+  const std::vector<int64_t>& ends = ctx.getInts("ends");
+  const std::vector<int64_t>& steps = ctx.getInts("steps");
+  const Shape& in = ctx.operands[0].shape;
+  size_t n = starts.size();
+  if (ends.size() != n)
+    return attrError(ctx, "ends", "has " + std::to_string(ends.size()) + " values, 'starts' has " + std::to_string(n));
+  if (!steps.empty() && steps.size() != n)
+    return attrError(ctx, "steps", "has " + std::to_string(steps.size()) + " values, 'starts' has " + std::to_string(n));
+  std::vector<int64_t> axes;
+  if (ctx.getInts("axes").empty()) {
+    if (n > in.size())
+      return attrError(ctx, "starts", "has " + std::to_string(n) + " values, more than operand 0's rank " +
+                                          std::to_string(in.size()));
+    for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
+  } else {
+    CLEAVE_ASSIGN_OR_RETURN(axes, resolveAxes(ctx, "axes", ctx.operands[0].rank(), "operand 0"));
+    if (axes.size() != n)
+      return attrError(ctx, "axes", "has " + std::to_string(axes.size()) + " values, 'starts' has " + std::to_string(n));
+  }
+  std::vector<SliceAxis> resolved;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t step = steps.empty() ? 1 : steps[i];
+    if (step == 0) return attrError(ctx, "steps", "is " + intsStr(steps) + ", steps must be non-zero");
+    int64_t dim = in[axes[i]];
+    int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];  // no overflow: dim >= 0
+    int64_t end = ends[i] < 0 ? ends[i] + dim : ends[i];
+    int64_t count = 0;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+      if (end > start) count = (end - start - 1) / step + 1;
+    } else if (dim > 0) {
+      start = std::clamp<int64_t>(start, 0, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+      uint64_t magnitude = 0 - static_cast<uint64_t>(step);  // |step|, also for INT64_MIN
+      if (start > end) count = static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1);
+    }
+    resolved.push_back({axes[i], start, step, count});
+  }
+  return resolved;
+}
+
 namespace {
 
 // ---- Shape rules ----
@@ -143,63 +188,6 @@ Expected<std::vector<TensorType>> splitShape(const OpContext& ctx) {
     results.push_back({ctx.operands[0].dtype, out});
   }
   return results;
-}
-
-// One sliced axis of a slice, resolved per ONNX Slice.
-struct SliceAxis {
-  int64_t axis;
-  int64_t start;  // clamped
-  int64_t step;
-  int64_t count;  // result dim
-};
-
-// Resolves slice's starts/ends/axes/steps against operand 0 (ONNX semantics):
-// 1. axes default to 0..n-1 and steps to 1; lists must have starts' length; steps must be non-zero.
-// 2. Negative starts/ends count from the end; then they are clamped to [0, dim] (step > 0) or
-//    start to [0, dim-1] and end to [-1, dim-1] (step < 0).
-// 3. The result dim is the number of indices start, start+step, ... before end.
-Expected<std::vector<SliceAxis>> resolveSlice(const OpContext& ctx) {
-  const std::vector<int64_t>& starts = ctx.getInts("starts");
-  const std::vector<int64_t>& ends = ctx.getInts("ends");
-  const std::vector<int64_t>& steps = ctx.getInts("steps");
-  const Shape& in = ctx.operands[0].shape;
-  size_t n = starts.size();
-  if (ends.size() != n)
-    return attrError(ctx, "ends", "has " + std::to_string(ends.size()) + " values, 'starts' has " + std::to_string(n));
-  if (!steps.empty() && steps.size() != n)
-    return attrError(ctx, "steps", "has " + std::to_string(steps.size()) + " values, 'starts' has " + std::to_string(n));
-  std::vector<int64_t> axes;
-  if (ctx.getInts("axes").empty()) {
-    if (n > in.size())
-      return attrError(ctx, "starts", "has " + std::to_string(n) + " values, more than operand 0's rank " +
-                                          std::to_string(in.size()));
-    for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
-  } else {
-    CLEAVE_ASSIGN_OR_RETURN(axes, resolveAxes(ctx, "axes", ctx.operands[0].rank(), "operand 0"));
-    if (axes.size() != n)
-      return attrError(ctx, "axes", "has " + std::to_string(axes.size()) + " values, 'starts' has " + std::to_string(n));
-  }
-  std::vector<SliceAxis> resolved;
-  for (size_t i = 0; i < n; ++i) {
-    int64_t step = steps.empty() ? 1 : steps[i];
-    if (step == 0) return attrError(ctx, "steps", "is " + intsStr(steps) + ", steps must be non-zero");
-    int64_t dim = in[axes[i]];
-    int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];  // no overflow: dim >= 0
-    int64_t end = ends[i] < 0 ? ends[i] + dim : ends[i];
-    int64_t count = 0;
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, dim);
-      end = std::clamp<int64_t>(end, 0, dim);
-      if (end > start) count = (end - start - 1) / step + 1;
-    } else if (dim > 0) {
-      start = std::clamp<int64_t>(start, 0, dim - 1);
-      end = std::clamp<int64_t>(end, -1, dim - 1);
-      uint64_t magnitude = 0 - static_cast<uint64_t>(step);  // |step|, also for INT64_MIN
-      if (start > end) count = static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1);
-    }
-    resolved.push_back({axes[i], start, step, count});
-  }
-  return resolved;
 }
 
 Expected<std::vector<TensorType>> sliceShape(const OpContext& ctx) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ir/op_table.h"
+#include "ir/ops/op_rules.h"
 
 namespace cleave {
 namespace {
@@ -116,22 +117,19 @@ class ProjectionMatcher {
   // equal consecutive parts (torch.export's q, k, v = qkv[..., :n], qkv[..., n:2n], qkv[..., 2n:]).
   bool sliceParts(ValueId v, Projection& p) const {
     const TensorType& cut = graph_.values[v].type;
-    const int64_t last = cut.rank() - 1, length = cut.shape.back();
     std::vector<std::pair<int64_t, int32_t>> starts;  // (start, slice)
     for (int32_t reader : users_[v]) {
       const Node& node = graph_.nodes[reader];
-      if (node.op != OpId::slice || node.operands[0] != v) return false;
-      const OpContext attrs = attributesOf(node);
-      const std::vector<int64_t> axes = attrs.getInts("axes"), steps = attrs.getInts("steps");
-      if (axes.size() != 1 || normalizeAxis(axes[0], cut.rank()) != last) return false;
-      if (!steps.empty() && (steps.size() != 1 || steps[0] != 1)) return false;
-      const int64_t start = std::clamp<int64_t>(attrs.getInts("starts")[0] < 0 ? attrs.getInts("starts")[0] + length
-                                                                                : attrs.getInts("starts")[0],
-                                                0, length);
-      const int64_t size = graph_.values[node.results[0]].type.shape.back();
-      if (p.part_size == 0) p.part_size = size;
-      if (size != p.part_size || size <= 0) return false;
-      starts.emplace_back(start, reader);
+      if (node.op != OpId::slice) return false;
+      const std::vector<TensorType> operands = {cut}, results = {graph_.values[node.results[0]].type};
+      const Expected<std::vector<ops::SliceAxis>> sliced =
+          ops::resolveSlice(OpContext{opDef(node.op), operands, results, node.attrs});
+      if (!sliced || sliced->size() != 1) return false;
+      const ops::SliceAxis& along = sliced->front();
+      if (along.axis != cut.rank() - 1 || along.step != 1 || along.count <= 0) return false;
+      if (p.part_size == 0) p.part_size = along.count;
+      if (along.count != p.part_size) return false;
+      starts.emplace_back(along.start, reader);
     }
     std::sort(starts.begin(), starts.end());
     if (starts.size() < 2) return false;
@@ -152,8 +150,7 @@ class ProjectionMatcher {
 Status appendBatched(Graph& graph, const Projection& p) {
   const SourceLoc loc = graph.nodes[p.product].loc;
   const std::string base = graph.values[graph.nodes[p.product].results[0]].name;
-  const std::vector<ValueId> parts = p.parts;
-  const int64_t count = static_cast<int64_t>(parts.size());
+  const int64_t count = static_cast<int64_t>(p.parts.size());
   const int64_t rows = graph.values[p.x].type.numel() / p.k;
   auto add = [&](OpId op, std::vector<ValueId> operands, AttrMap attrs, const std::string& name) -> Expected<ValueId> {
     CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
@@ -162,20 +159,18 @@ Status appendBatched(Graph& graph, const Projection& p) {
   };
   CLEAVE_ASSIGN_OR_RETURN(ValueId x3, add(OpId::reshape, {p.x}, {{"shape", std::vector<int64_t>{1, rows, p.k}}},
                                           base + ".rows"));
-  ValueId product;
-  if (p.transposed) {
-    CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.weight},
-                                              {{"shape", std::vector<int64_t>{count, p.part_size, p.k}}},
-                                              graph.values[p.weight].name + ".parts"));
-    CLEAVE_ASSIGN_OR_RETURN(product, add(OpId::matmul, {x3, held}, {{"transpose_b", int64_t{1}}}, base + ".parts"));
-  } else {
-    CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.weight},
-                                              {{"shape", std::vector<int64_t>{p.k, count, p.part_size}}},
-                                              graph.values[p.weight].name + ".parts"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId by_part, add(OpId::transpose, {held}, {{"perm", std::vector<int64_t>{1, 0, 2}}},
-                                                 graph.values[p.weight].name + ".by_part"));
-    CLEAVE_ASSIGN_OR_RETURN(product, add(OpId::matmul, {x3, by_part}, {}, base + ".parts"));
+  // The weight by part: [S, N, K] read transposed, or [K, S, N] transposed to [S, K, N].
+  const std::string weight_name = graph.values[p.weight].name;  // a copy: adding nodes moves values
+  const std::vector<int64_t> held_shape = p.transposed ? std::vector<int64_t>{count, p.part_size, p.k}
+                                                       : std::vector<int64_t>{p.k, count, p.part_size};
+  CLEAVE_ASSIGN_OR_RETURN(ValueId by_part, add(OpId::reshape, {p.weight}, {{"shape", held_shape}}, weight_name + ".parts"));
+  if (!p.transposed) {
+    CLEAVE_ASSIGN_OR_RETURN(by_part, add(OpId::transpose, {by_part}, {{"perm", std::vector<int64_t>{1, 0, 2}}},
+                                         weight_name + ".by_part"));
   }
+  AttrMap product_attrs;
+  if (p.transposed) product_attrs["transpose_b"] = int64_t{1};
+  CLEAVE_ASSIGN_OR_RETURN(ValueId product, add(OpId::matmul, {x3, by_part}, std::move(product_attrs), base + ".parts"));
   if (p.bias != kNoValue) {
     CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.bias},
                                               {{"shape", std::vector<int64_t>{count, 1, p.part_size}}},
@@ -186,7 +181,7 @@ Status appendBatched(Graph& graph, const Projection& p) {
                           graph.addNode(OpId::split, {product},
                                         {{"axis", int64_t{0}}, {"sizes", std::vector<int64_t>(count, 1)}}, loc));
   for (int64_t s = 0; s < count; ++s) {
-    const ValueId result = parts[static_cast<size_t>(s)];
+    const ValueId result = p.parts[static_cast<size_t>(s)];
     CLEAVE_TRY(add(OpId::reshape, {pieces[static_cast<size_t>(s)]}, {{"shape", graph.values[result].type.shape}},
                    base + ".part")
                    .status());

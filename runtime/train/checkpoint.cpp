@@ -540,12 +540,13 @@ Status checkAgainstPlan(const SavedCheckpoint& checkpoint, const std::map<std::s
                               tensor.whole.str() + ")" +
                               (tensor.optimizer_state ? ": it was saved with another optimizer, or by an inference plan"
                                                       : "; it was saved from another model"));
-    // The same elements in another shape (a fused projection's weight held as [in, parts, out] by a
-    // plan under --tp, [in, parts·out] by another) load through the whole tensor.
-    if (saved->second.whole != tensor.whole &&
-        (saved->second.whole.dtype != tensor.whole.dtype || saved->second.whole.numel() != tensor.whole.numel()))
-      return Status::badInput("checkpoint '" + path + "': tensor '" + name + "' is " + saved->second.whole.str() +
-                              ", the plan has " + tensor.whole.str());
+    // The same tensor held in another shape (a fused projection's weight as [in, parts, out] by a
+    // plan under --tp, [in, parts·out] by another: one model shape) loads through the whole tensor.
+    const TensorType saved_model{saved->second.whole.dtype, saved->second.model_shape};
+    const TensorType plan_model{tensor.whole.dtype, tensor.model_shape.empty() ? tensor.whole.shape : tensor.model_shape};
+    if (saved->second.whole != tensor.whole && saved_model != plan_model)
+      return Status::badInput("checkpoint '" + path + "': tensor '" + name + "' is " + saved_model.str() +
+                              ", the plan has " + plan_model.str());
   }
   for (const auto& [name, saved] : checkpoint.tensors) {
     if (plan.count(name) || (saved.optimizer_state && !plan_has_state)) continue;

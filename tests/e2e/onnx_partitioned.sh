@@ -16,6 +16,19 @@ trap 'rm -rf "$tmp"' EXIT
 python=/usr/bin/python3
 failures=()
 
+# follows_pytorch METRICS.jsonl LOSSES.json: the 8 steps' losses within 1e-5 of PyTorch's.
+follows_pytorch() {
+  $python - "$1" "$2" <<'PY'
+import json, sys
+actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+expected = json.load(open(sys.argv[2]))
+assert len(actual) == len(expected) == 8, (len(actual), len(expected))
+worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
+print(f"    max relative difference to PyTorch {worst:.2e}")
+assert worst <= 1e-5, worst
+PY
+}
+
 # train FIXTURE LABEL [FLAGS...]: 8 SGD steps on FIXTURE/train (tests/fixtures/FIXTURE) against
 # PyTorch's losses; with CLEAVE_MPI_RANKS=N under mpirun -np N.
 train() {
@@ -37,15 +50,7 @@ train() {
   else
     "$cleave" "${run[@]}" >"$tmp/$label.log" 2>&1 || { sed 's/^/    /' "$tmp/$label.log"; return 1; }
   fi
-  $python - "$tmp/$label.jsonl" "$dir/train/losses.json" <<'PY' || return 1
-import json, sys
-actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
-expected = json.load(open(sys.argv[2]))
-assert len(actual) == len(expected) == 8, (len(actual), len(expected))
-worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
-print(f"    max relative difference to PyTorch {worst:.2e}")
-assert worst <= 1e-5, worst
-PY
+  follows_pytorch "$tmp/$label.jsonl" "$dir/train/losses.json" || return 1
   # BatchNorm's running statistics after the 8 steps (merged from the checkpoint's blocks), as PyTorch's.
   [[ -d $dir/train/running ]] || return 0
   $python - "$source_dir/tests/e2e" "$tmp/$label.run" "$dir/train/running" <<'PY'
@@ -248,30 +253,19 @@ if "$cleave" compile "$gpt2/model.onnx" "${common[@]}" --tp 2 -o "$tmp/first.cpl
    "$cleave" export "$tmp/second.cplan" --checkpoint-dir "$tmp/resumed" -o "$tmp/pp2.safetensors" >/dev/null &&
    "$cleave" run "$tmp/second.cplan" --data "npy:$gpt2/train" --steps 8 --checkpoint-dir "$tmp/resumed" --resume \
      --metrics "$tmp/resumed.jsonl" --progress never >/dev/null; then
-  $python - "$tmp/tp2.safetensors" "$tmp/pp2.safetensors" <<'PY' || failures+=("gpt2 --tp 2 export of c_attn")
-import json, struct, sys
-def tensors(path):
-    raw = open(path, "rb").read()
-    size = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + size])
-    return {k: (v["shape"], raw[8 + size + v["data_offsets"][0]:8 + size + v["data_offsets"][1]])
-            for k, v in header.items() if k != "__metadata__"}
-tp2, pp2 = tensors(sys.argv[1]), tensors(sys.argv[2])
+  $python - "$source_dir/tests/e2e" "$tmp/tp2.safetensors" "$tmp/pp2.safetensors" <<'PY' || failures+=("gpt2 --tp 2 export of c_attn")
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from checkpoint_files import read_safetensors
+(tp2, _), (pp2, _) = read_safetensors(sys.argv[2]), read_safetensors(sys.argv[3])
 assert tp2.keys() == pp2.keys()
 attn = [k for k in tp2 if k.endswith("attn.c_attn.weight")]
-assert attn and all(tp2[k][0] == [32, 96] for k in attn), {k: tp2[k][0] for k in attn}
-assert all(tp2[k] == pp2[k] for k in tp2), [k for k in tp2 if tp2[k] != pp2[k]]
+assert attn and all(tp2[k].shape == (32, 96) for k in attn), {k: tp2[k].shape for k in attn}
+assert all(np.array_equal(tp2[k], pp2[k]) for k in tp2), [k for k in tp2 if not np.array_equal(tp2[k], pp2[k])]
 print(f"    {len(tp2)} weights exported alike from both plans; c_attn as [32, 96]")
 PY
-  $python - "$tmp/resumed.jsonl" "$gpt2/train/losses.json" <<'PY' || failures+=("gpt2 resumed under another plan")
-import json, sys
-actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
-expected = json.load(open(sys.argv[2]))
-assert len(actual) == 8, actual
-worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
-print(f"    max relative difference to PyTorch {worst:.2e}")
-assert worst <= 1e-5, worst
-PY
+  follows_pytorch "$tmp/resumed.jsonl" "$gpt2/train/losses.json" || failures+=("gpt2 resumed under another plan")
 else
   failures+=("gpt2 resumed under another plan (run)")
 fi
@@ -282,15 +276,7 @@ if "$cleave" compile "$gpt2/model.onnx" "${common[@]}" -o "$tmp/one.cplan" >/dev
      --metrics "$tmp/to-tp2.jsonl" --progress never >/dev/null &&
    "$cleave" run "$tmp/first.cplan" --data "npy:$gpt2/train" --steps 8 --checkpoint-dir "$tmp/to-tp2" --resume \
      --metrics "$tmp/to-tp2.jsonl" --progress never >/dev/null; then
-  $python - "$tmp/to-tp2.jsonl" "$gpt2/train/losses.json" <<'PY' || failures+=("gpt2 resumed under --tp 2")
-import json, sys
-actual = [json.loads(line)["loss"] for line in open(sys.argv[1])]
-expected = json.load(open(sys.argv[2]))
-assert len(actual) == 8, actual
-worst = max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
-print(f"    max relative difference to PyTorch {worst:.2e}")
-assert worst <= 1e-5, worst
-PY
+  follows_pytorch "$tmp/to-tp2.jsonl" "$gpt2/train/losses.json" || failures+=("gpt2 resumed under --tp 2")
 else
   failures+=("gpt2 resumed under --tp 2 (run)")
 fi
