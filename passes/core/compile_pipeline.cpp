@@ -26,6 +26,7 @@
 #include "passes/training/gradient_sharding.h"
 #include "passes/training/optimizer_sharding.h"
 #include "passes/training/parameter_sharding.h"
+#include "passes/partition/microbatch_rows.h"
 #include "passes/partition/microbatching.h"
 #include "passes/partition/pipeline_backward.h"
 #include "passes/lowering/pipeline_schedule.h"
@@ -549,6 +550,9 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
                                    ? 0
                                    : graph.values[graph.inputs[0]].type.shape[0];
   if (options.microbatches > 1) {
+    // At the whole batch, whose rows (at least 2) no unit dim can be mistaken for.
+    if (Status apart = checkMicrobatchesComputeTheBatch(graph, options.microbatches); !apart)
+      return apart.withContext(options.model_file + ": ");
     if (global_batch % (options.microbatches * options.dp) != 0)
       return Status::badInput(options.model_file + ": batch " + std::to_string(global_batch) +
                               " does not divide into " + std::to_string(options.dp) + " data-parallel shards x " +

@@ -183,10 +183,20 @@ class DevicePartitioner {
     return type;
   }
 
-  // The layout pipeline boundaries and data inputs take: batch rows split over dp.
+  // The layout data inputs take: batch rows split over dp.
   ValueSharding batchLayout(ValueId v) const {
     ValueSharding s = replicatedLayout(v);
     if (mesh_.dp() > 1 && !s.dim_axis.empty() && batch_dependent_[v]) s.dim_axis[0] = dp_;
+    return s;
+  }
+
+  // The layout a pipeline boundary value takes on both stages (each derives it from the value's
+  // type alone): batch rows split over dp, or whole where dim 0 does not divide by dp, as a batch
+  // statistic BatchNorm keeps [1, C, 1, 1] does.
+  ValueSharding boundaryLayout(ValueId v) const {
+    ValueSharding s = batchLayout(v);
+    if (!s.dim_axis.empty() && s.dim_axis[0] != kNoAxis && global_.values[v].type.shape[0] % mesh_.dp() != 0)
+      s.dim_axis[0] = kNoAxis;
     return s;
   }
 
@@ -664,7 +674,7 @@ class DevicePartitioner {
   // Pipeline boundaries carry batch rows split over dp, whole otherwise.
   Status partitionRecv(const Node& node) {
     ValueId r = node.results[0];
-    ValueSharding s = batchLayout(r);
+    ValueSharding s = boundaryLayout(r);
     TensorType local_type = localType(global_.values[r].type, s);
     AttrMap attrs = node.attrs;
     attrs["shape"] = local_type.shape;
@@ -676,7 +686,7 @@ class DevicePartitioner {
 
   Status partitionSend(const Node& node) {
     ValueId v = node.operands[0];
-    CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, batchLayout(v)));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId local, reshard(v, boundaryLayout(v)));
     return local_.addNodeWithTypes(node.op, {local}, node.attrs, node.loc, {}, {}).status();
   }
 

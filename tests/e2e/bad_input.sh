@@ -182,6 +182,37 @@ expect 1 'batch 8 does not divide into 1 data-parallel shards x 3 microbatches' 
 expect 1 'batch 8 does not divide into 2 data-parallel shards x 3 microbatches' \
   "$cleave" compile mlp.cir --dp 2 --pp 2 --microbatches 3 --train -o bad.cplan
 expect 2 'microbatches' "$cleave" compile mlp.cir --microbatches 0 -o bad.cplan
+# A batch mean used with the rows (BatchNorm's centring): microbatches would each compute it from
+# their own rows, so they are an error; --dp computes it over the whole batch, also where it crosses
+# a pipeline stage ([1,16], which the stage boundary carries whole), and trains as one device does.
+cat >statistic.cir <<'CIR'
+graph @batch_statistic {
+  input %x : f32[8,16]
+  param %w1 : f32[16,16] = uniform {high = 0.3, low = -0.3, seed = 1}
+  param %w2 : f32[16,16] = uniform {high = 0.3, low = -0.3, seed = 2}
+  param %w3 : f32[16,10] = uniform {high = 0.3, low = -0.3, seed = 3}
+  %h1 = matmul(%x, %w1) : f32[8,16]
+  %m = reduce_mean(%h1) {axes = [0], keepdims = 1} : f32[1,16]
+  %c1 = sub(%h1, %m) : f32[8,16]
+  %r1 = relu(%c1) : f32[8,16]
+  %h2 = matmul(%r1, %w2) : f32[8,16]
+  %s2 = add(%h2, %m) : f32[8,16]
+  %r2 = relu(%s2) : f32[8,16]
+  %logits = matmul(%r2, %w3) : f32[8,10]
+  output %logits
+}
+CIR
+expect 1 "statistic\.cir: --microbatches 2: statistic\.cir:7:3: reduce_mean '%m': computed across the batch rows, and statistic\.cir:8:3: sub '%c1': uses it with them" \
+  "$cleave" compile statistic.cir --train --pp 2 --microbatches 2 -o bad.cplan
+for layout in one:"" dp2xpp2:"--dp 2 --pp 2"; do
+  name=${layout%%:*}
+  expect 0 '' "$cleave" compile statistic.cir --train --optimizer sgd:lr=0.1 ${layout#*:} -o "statistic_$name.cplan"
+  "$cleave" run "statistic_$name.cplan" --data synthetic --steps 3 --seed 7 --metrics "statistic_$name.jsonl" \
+    --progress never >/dev/null 2>&1 || fail "statistic.cir $name: run failed"
+done
+checks=$((checks + 1))
+"$python" "$source_dir/tests/e2e/same_losses.py" "statistic dp2xpp2" statistic_one.jsonl statistic_dp2xpp2.jsonl 1e-6 >/dev/null ||
+  fail "statistic.cir under --dp 2 --pp 2 does not train as one device"
 
 # 4. A plan over the device memory limit is rejected at compile time with the numbers.
 "$cleave" gen mlp --hidden 512,512 --batch 64 -o wide.cir
