@@ -20,7 +20,12 @@ struct Projection {
   std::vector<ValueId> parts;      // the parts, in order
   ValueId x = kNoValue, weight = kNoValue, bias = kNoValue;
   bool transposed = false;  // the weight is [S·N, K]
-  int64_t part_size = 0, k = 0;
+  int64_t part_size = 0, k = 0;  // N, and K
+  // Where the cut is: along the last axis in parts of N, or, after a reshape that splits the last
+  // dim into [S, ...] (ModernBERT's qkv viewed as [..., 3, heads, head dim]), along that S axis in
+  // parts of 1.
+  int cut_axis = -1;
+  int64_t cut_size = 0;  // each part's size along cut_axis (0: not known yet)
 };
 
 OpContext attributesOf(const Node& node) { return OpContext{opDef(node.op), {}, {}, node.attrs}; }
@@ -69,10 +74,22 @@ class ProjectionMatcher {
       const TensorType& b = graph_.values[p.bias].type;
       if (b.shape != Shape{width} || b.dtype != w.dtype || !onlyHere(p.bias, bias_reader)) return std::nullopt;
     }
+    p.cut_axis = graph_.values[v].type.rank() - 1;
     if (reader >= 0 && graph_.nodes[reader].op == OpId::reshape) {
       const ValueId reshaped = graph_.nodes[reader].results[0];
       const TensorType& type = graph_.values[reshaped].type;
-      if (type.rank() < 1 || type.shape.back() != width) return std::nullopt;
+      if (type.rank() < 1) return std::nullopt;
+      p.cut_axis = type.rank() - 1;
+      if (type.shape.back() != width) {
+        // The last dim split into [S, ...]: the dims from S on hold exactly the product's row.
+        int64_t row = 1;
+        int axis = type.rank();
+        while (axis > 0 && row < width) row *= type.shape[static_cast<size_t>(--axis)];
+        if (row != width || axis >= type.rank() - 1 || type.shape[static_cast<size_t>(axis)] < 2) return std::nullopt;
+        p.cut_axis = axis;
+        p.cut_size = 1;
+        p.part_size = width / type.shape[static_cast<size_t>(axis)];
+      }
       p.reshape = reader;
       v = reshaped;
       reader = onlyReader(v);
@@ -83,6 +100,7 @@ class ProjectionMatcher {
     } else if (!sliceParts(v, p)) {
       return std::nullopt;
     }
+    if (p.part_size == 0) p.part_size = p.cut_size;  // cut along the last axis: a part is N columns
     return static_cast<int64_t>(p.parts.size()) * p.part_size == width ? std::optional<Projection>(p) : std::nullopt;
   }
 
@@ -98,22 +116,23 @@ class ProjectionMatcher {
     return param && param->init.kind == "data" && param->init.data && users_[v].size() == 1 && users_[v][0] == reader;
   }
 
-  // A split along the last axis into 2 or more equal parts.
+  // A split along the cut axis into 2 or more equal parts.
   bool splitParts(int32_t split, Projection& p) const {
     const Node& node = graph_.nodes[split];
     const TensorType& cut = graph_.values[node.operands[0]].type;
-    if (normalizeAxis(attributesOf(node).getInt("axis"), cut.rank()) != cut.rank() - 1) return false;
+    if (normalizeAxis(attributesOf(node).getInt("axis"), cut.rank()) != p.cut_axis) return false;
     const std::vector<int64_t> sizes = attributesOf(node).getInts("sizes");
     if (sizes.size() < 2) return false;
     for (int64_t size : sizes)
       if (size != sizes[0] || size <= 0) return false;
-    p.part_size = sizes[0];
+    if (p.cut_size != 0 && sizes[0] != p.cut_size) return false;
+    p.cut_size = sizes[0];
     p.cuts = {split};
     p.parts = node.results;
     return true;
   }
 
-  // Every reader of `v` a slice along the last axis, step 1, the slices cutting it into 2 or more
+  // Every reader of `v` a slice along the cut axis, step 1, the slices cutting it into 2 or more
   // equal consecutive parts (torch.export's q, k, v = qkv[..., :n], qkv[..., n:2n], qkv[..., 2n:]).
   bool sliceParts(ValueId v, Projection& p) const {
     const TensorType& cut = graph_.values[v].type;
@@ -126,15 +145,16 @@ class ProjectionMatcher {
           ops::resolveSlice(OpContext{opDef(node.op), operands, results, node.attrs});
       if (!sliced || sliced->size() != 1) return false;
       const ops::SliceAxis& along = sliced->front();
-      if (along.axis != cut.rank() - 1 || along.step != 1 || along.count <= 0) return false;
-      if (p.part_size == 0) p.part_size = along.count;
-      if (along.count != p.part_size) return false;
+      if (along.axis != p.cut_axis || along.step != 1 || along.count <= 0) return false;
+      if (p.cut_size == 0) p.cut_size = along.count;
+      if (along.count != p.cut_size) return false;
       starts.emplace_back(along.start, reader);
     }
     std::sort(starts.begin(), starts.end());
-    if (starts.size() < 2) return false;
+    if (starts.size() < 2 || static_cast<int64_t>(starts.size()) * p.cut_size != cut.shape[static_cast<size_t>(p.cut_axis)])
+      return false;
     for (size_t i = 0; i < starts.size(); ++i) {
-      if (starts[i].first != static_cast<int64_t>(i) * p.part_size) return false;
+      if (starts[i].first != static_cast<int64_t>(i) * p.cut_size) return false;
       p.cuts.push_back(starts[i].second);
       p.parts.push_back(graph_.nodes[starts[i].second].results[0]);
     }

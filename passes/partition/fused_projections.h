@@ -15,7 +15,9 @@ namespace cleave {
 // Rewrites each
 //   p = gemm(x, W, [b]) (alpha 1, beta 1, a not transposed) or p = matmul(x, W) [+ b],
 //   [r = reshape(p) keeping the last dim], cut along the last axis into S >= 2 equal parts of N:
-//   one split, or slices (step 1) that together read it all ([:N], [N:2N], ..., Phi-3's q, k, v),
+//   one split, or slices (step 1) that together read it all ([:N], [N:2N], ..., Phi-3's q, k, v);
+//   or r = reshape(p) splitting the last dim into [S, ...] (ModernBERT's [.., 3, heads, head dim]),
+//   cut the same way along that S axis into S parts of 1,
 // whose weight W ([K, S·N], or [S·N, K] transposed) and bias b ([S·N]) are parameters with stored
 // data (an imported model's) that this product alone reads, and whose intermediate values only the
 // next step reads, into

@@ -15,6 +15,7 @@
 #include "ir/device_mesh.h"
 #include "ir/parallel_tasks.h"
 #include "passes/lowering/lower_to_plan.h"
+#include "passes/partition/microbatch_rows.h"
 #include "passes/partition/spmd_partitioner.h"
 #include "passes/training/recompute.h"
 
@@ -324,6 +325,7 @@ struct StrategyEstimator::Impl {
   StrategySearchOptions options;
   CostModel model;
   int64_t global_batch = 0;
+  std::string microbatches_refused;  // why the model cannot run in microbatches, or empty
   int64_t memory_limit = 0;
   std::map<std::pair<int, bool>, TpProfile> profiles;  // by tp degree and sequence parallelism
   mutable std::map<std::tuple<const TpProfile*, int64_t, RecomputeMode>, std::unique_ptr<StageTable>> tables;
@@ -455,6 +457,7 @@ struct StrategyEstimator::Impl {
     if (global_batch % (int64_t{s.dp} * s.microbatches) != 0)
       return "batch " + std::to_string(global_batch) + " does not split into dp x microbatches = " +
              std::to_string(int64_t{s.dp} * s.microbatches);
+    if (s.microbatches > 1 && !microbatches_refused.empty()) return microbatches_refused;
     if (s.sequence_parallel && s.tp < 2) return "sequence parallelism needs tp 2 or more";
     auto found = profiles.find({s.tp, s.sequence_parallel});
     if (found == profiles.end())
@@ -650,6 +653,9 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
       CLEAVE_ASSIGN_OR_RETURN(forward[k], buildInferenceGraph(shaped));
     }
   }
+
+  // A value summed over the batch rows and used with them (BatchNorm in training) rules out microbatches.
+  if (Status apart = checkMicrobatchesComputeTheBatch(forward[1], 2); !apart) impl->microbatches_refused = apart.message();
 
   // 3. One device's graph per tp degree dividing the devices (a degree the partitioner rejects is
   //    infeasible); its nodes know the forward graph's nodes by name, so that compile can split

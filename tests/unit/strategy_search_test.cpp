@@ -11,6 +11,7 @@
 #include "ir/plan.pb.h"
 #include "passes/core/compile_pipeline.h"
 #include "analysis/plan_prediction.h"
+#include "tests/unit/test_graphs.h"
 
 namespace cleave {
 namespace {
@@ -219,6 +220,31 @@ TEST(StrategySearch, EstimateTermsFollowTheirFormulas) {
   EXPECT_FALSE(estimator->estimate({3, 1, 1, 1, PipelineScheduleKind::kGPipe}).feasible());
   EXPECT_NE(estimator->estimate({8, 1, 1, 64, PipelineScheduleKind::kGPipe}).infeasible.find("does not split"),
             std::string::npos);
+}
+
+// A batch mean used with the rows (BatchNorm's centring in training) rules out microbatches, which
+// would each compute it from their own rows; data parallelism computes it over the whole batch.
+TEST(StrategySearch, BatchStatisticsRuleOutMicrobatches) {
+  Graph model = test::parse(R"(graph @g {
+    input %x : f32[16,8]
+    param %w1 : f32[8,8] = uniform {high = 0.5, low = -0.5, seed = 1}
+    param %w2 : f32[8,10] = uniform {high = 0.5, low = -0.5, seed = 2}
+    %h = matmul(%x, %w1) : f32[16,8]
+    %m = reduce_mean(%h) {axes = [0], keepdims = 1} : f32[1,8]
+    %c = sub(%h, %m) : f32[16,8]
+    %r = relu(%c) : f32[16,8]
+    %logits = matmul(%r, %w2) : f32[16,10]
+    output %logits
+  })");
+  auto estimator = StrategyEstimator::create(model, searchOptions(2, OptimizerKind::kSgd), CostModel(smallCluster(1)));
+  ASSERT_TRUE(estimator.hasValue()) << estimator.status().message();
+  EXPECT_NE(estimator->estimate({1, 1, 2, 4, PipelineScheduleKind::kOneForwardOneBackward})
+                .infeasible.find("reduce_mean '%m': computed across the batch rows"),
+            std::string::npos);
+  StrategyEstimate one = estimator->estimate({1, 1, 2, 1, PipelineScheduleKind::kOneForwardOneBackward});
+  EXPECT_TRUE(one.feasible()) << one.infeasible;
+  StrategyEstimate dp = estimator->estimate({2, 1, 1, 1, PipelineScheduleKind::kOneForwardOneBackward});
+  EXPECT_TRUE(dp.feasible()) << dp.infeasible;
 }
 
 TEST(StrategySearch, NoStrategyFitsNamesTheLeastMemoryNeeded) {
