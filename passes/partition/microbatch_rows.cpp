@@ -95,7 +95,7 @@ Status checkMicrobatchesComputeTheBatch(const Graph& graph, int num_microbatches
       const int factor = rule.operand_dims[i][static_cast<size_t>(dim)];
       if (factor == ShardingRule::kNoFactor) continue;
       // Sums over the rows mix them. A factor that needs replication is not followed: the rules
-      // give it to indexed dims (gather_elements' data) that pick per row as often as they mix.
+      // also give it to dims an op indexes (gather_elements' data), which it reads without summing.
       const FactorKind kind = rule.factor_kinds[static_cast<size_t>(factor)];
       if (kind == FactorKind::kReduction) mixes = true;
       if (kind != FactorKind::kPassThrough) continue;
