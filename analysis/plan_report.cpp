@@ -91,8 +91,10 @@ std::vector<WeightLayout> weightLayouts(const planpb::RankPlan& rank) {
   for (const auto& param : rank.parameters()) {
     const planpb::Buffer& buffer = rank.buffers(param.buffer());
     if (buffer.kind() != planpb::BUFFER_PARAM) continue;
-    WeightLayout layout{param.name(), parseDType(buffer.type().dtype()).value_or(DType::kF32),
-                        {buffer.type().shape().begin(), buffer.type().shape().end()}, {}, {}};
+    WeightLayout layout;
+    layout.name = param.name();
+    layout.dtype = parseDType(buffer.type().dtype()).value_or(DType::kF32);
+    layout.shape.assign(buffer.type().shape().begin(), buffer.type().shape().end());
     layout.full_shape.assign(param.full_shape().begin(), param.full_shape().end());
     if (layout.full_shape.empty()) layout.full_shape = layout.shape;
     layout.model_shape.assign(param.model_shape().begin(), param.model_shape().end());

@@ -224,12 +224,20 @@ Expected<Types> gatherLikeGradShape(const OpContext& c) {
   return Types{data};
 }
 
-// dy's and the indices' dims are summed over (scatter-add); dx is replicated.
+// dy's and the indices' dims are summed over (scatter-add) and dx is replicated, but along a dim
+// other than the axis where data and the indices have one size (gather_elements' shared dims):
+// there element i of dy goes to element i of dx.
 ShardingRule gatherElementsGradSharding(const OpContext& c) {
   ShardingRuleBuilder rule(c.operands, c.results);
-  for (int d = 0; d < static_cast<int>(c.results[0].rank()); ++d) {
-    rule.addFactor({d, d}, {}, FactorKind::kReduction);
-    rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+  const int rank = static_cast<int>(c.results[0].rank());
+  const int axis = static_cast<int>(normalizeAxis(c.getInt("axis"), rank));
+  for (int d = 0; d < rank; ++d) {
+    if (d != axis && c.results[0].shape[d] == c.operands[1].shape[d]) {
+      rule.addFactor({d, d}, {d});
+    } else {
+      rule.addFactor({d, d}, {}, FactorKind::kReduction);
+      rule.addResultFactor(0, d, FactorKind::kNeedReplication);
+    }
   }
   return rule.build();
 }

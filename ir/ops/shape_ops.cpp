@@ -460,15 +460,23 @@ ShardingRule gatherShardingRule(const OpContext& ctx) {
   return rule.build();
 }
 
-// gather_elements: the indices' dims pass through to the result; data is read anywhere along every
-// dim the indices do not cover exactly, so it is replicated.
+// gather_elements: the indices' dims pass through to the result. Along a dim other than the axis
+// that data and the indices have at one size, element i reads data's element i: the three share
+// the dim (DeBERTa's relative-position scores stay split by heads). Data is read anywhere along the
+// axis and along a dim the indices cover only in part, so there it is replicated.
 ShardingRule gatherElementsShardingRule(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
   if (results.empty()) return {};
   ShardingRuleBuilder rule(ctx.operands, results);
-  for (int d = 0; d < static_cast<int>(ctx.operands[0].rank()); ++d) {
-    rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
-    rule.addFactor({ShardingRuleBuilder::kNoDim, d}, {d});
+  const int rank = static_cast<int>(ctx.operands[0].rank());
+  const int axis = static_cast<int>(normalizeAxis(ctx.getInt("axis"), rank));
+  for (int d = 0; d < rank; ++d) {
+    if (d != axis && ctx.operands[0].shape[d] == ctx.operands[1].shape[d]) {
+      rule.addFactor({d, d}, {d});
+    } else {
+      rule.addOperandFactor(0, d, FactorKind::kNeedReplication);
+      rule.addFactor({ShardingRuleBuilder::kNoDim, d}, {d});
+    }
   }
   return rule.build();
 }
