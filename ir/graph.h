@@ -73,6 +73,11 @@ struct Param {
   // passes/partition/fused_projections.h): the model's shape, which checkpoints reshape through and
   // exports write. full_shape and shard_offset are in the held shape.
   std::vector<int64_t> model_shape;
+  // With model_shape, when the held tensor groups the model's instead of reshaping it
+  // (ir/held_layout.h: a fused projection of unequal parts held as [groups, in, width / groups]):
+  // the parts' sizes along the model's dim model_part_axis.
+  std::vector<int64_t> model_parts;
+  int64_t model_part_axis = 0;
 };
 
 // A state update: after a step, parameter `target` takes the value `new_value` (optimizer steps,

@@ -6,6 +6,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "ir/held_layout.h"
 #include "ir/text_format.h"
 #include "ir/text_lexer.h"
 #include "ir/verifier.h"
@@ -163,6 +164,16 @@ class Parser {
     if (atWord("model")) {
       advance();
       CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().model_shape, parseIntList("the model's shape"));
+      // Grouped rather than reshaped: parts [sizes] along DIM (ir/held_layout.h).
+      if (atWord("parts")) {
+        advance();
+        CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().model_parts, parseIntList("the parts' sizes"));
+        if (!atWord("along")) return error("expected 'along DIM' after the parts' sizes");
+        advance();
+        if (!at(TokenKind::kInt)) return error("expected the model's dim the parts cut after 'along'");
+        graph_.params.back().model_part_axis = std::stoll(std::string(tok_.text));
+        advance();
+      }
     }
     // One device's block of a split tensor: shard of [whole shape] at [block start].
     if (atWord("shard")) {
@@ -201,9 +212,8 @@ class Parser {
     const Param& param = graph_.params.back();
     if (!param.model_shape.empty()) {
       const Shape& whole = param.full_shape.empty() ? graph_.values[param.value].type.shape : param.full_shape;
-      if (TensorType{DType::kF32, param.model_shape}.numel() != TensorType{DType::kF32, whole}.numel())
-        return errorAt(model_token, "the model shape " + shapeStr(param.model_shape) + " of '%" + name.value +
-                                        "' holds another number of elements than its whole tensor " + shapeStr(whole));
+      if (Status held = checkHeldShape(heldLayoutOf(param), whole); !held)
+        return errorAt(model_token, "'%" + name.value + "': " + held.message());
     }
     return Status::ok();
   }

@@ -247,6 +247,12 @@ void appendParam(std::string& out, const Graph& graph, const Param& param) {
   if (!param.model_shape.empty()) {
     out += " model ";
     out += shapeStr(param.model_shape);
+    if (!param.model_parts.empty()) {
+      out += " parts ";
+      out += shapeStr(param.model_parts);
+      out += " along ";
+      out += std::to_string(param.model_part_axis);
+    }
   }
   if (!param.full_shape.empty()) {
     out += " shard of ";

@@ -568,7 +568,8 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
   // Under --tp, fused projections (GPT-2's QKV) as batched products over their parts, which the
   // partitioner splits by heads (passes/partition/fused_projections.h).
   std::string cleanup_passes = options.fusion ? "absorb-transposes,rms-norm,gelu" : "absorb-transposes";
-  if (options.tp > 1) cleanup_passes += ",dce,fused-projections";  // after dce: a weight's dead readers go first
+  // After dce: a weight's dead readers go first.
+  if (options.tp > 1) cleanup_passes += ",dce,fused-projections{groups=" + std::to_string(options.tp) + "}";
   CLEAVE_ASSIGN_OR_RETURN(Pipeline cleanup, parsePipeline(cleanup_passes + ",dce"));
   if (Status absorbed = PassManager(std::move(cleanup)).run(graph); !absorbed)
     return absorbed.withContext(options.model_file + ": ");

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "ir/held_layout.h"
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
 
@@ -26,14 +28,17 @@ struct Projection {
   // parts of 1.
   int cut_axis = -1;
   int64_t cut_size = 0;  // each part's size along cut_axis (0: not known yet)
+  // Parts of unequal sizes along the last axis (q, k and v of grouped-query attention), held
+  // grouped (ir/held_layout.h): their sizes. Empty for equal parts.
+  std::vector<int64_t> sizes;
 };
 
 OpContext attributesOf(const Node& node) { return OpContext{opDef(node.op), {}, {}, node.attrs}; }
 
 class ProjectionMatcher {
  public:
-  explicit ProjectionMatcher(const Graph& graph)
-      : graph_(graph), users_(graph.computeUsers()), read_after_(graph.valuesReadAfterNodes()) {}
+  ProjectionMatcher(const Graph& graph, int64_t groups)
+      : graph_(graph), groups_(groups), users_(graph.computeUsers()), read_after_(graph.valuesReadAfterNodes()) {}
 
   // The projection whose product is node `product`, or nullopt.
   std::optional<Projection> match(int32_t product) const {
@@ -100,6 +105,11 @@ class ProjectionMatcher {
     } else if (!sliceParts(v, p)) {
       return std::nullopt;
     }
+    if (!p.sizes.empty()) {  // unequal parts: each in `groups` blocks
+      for (int64_t size : p.sizes)
+        if (size % groups_ != 0) return std::nullopt;
+      return p;
+    }
     if (p.part_size == 0) p.part_size = p.cut_size;  // cut along the last axis: a part is N columns
     return static_cast<int64_t>(p.parts.size()) * p.part_size == width ? std::optional<Projection>(p) : std::nullopt;
   }
@@ -123,12 +133,22 @@ class ProjectionMatcher {
     if (normalizeAxis(attributesOf(node).getInt("axis"), cut.rank()) != p.cut_axis) return false;
     const std::vector<int64_t> sizes = attributesOf(node).getInts("sizes");
     if (sizes.size() < 2) return false;
-    for (int64_t size : sizes)
-      if (size != sizes[0] || size <= 0) return false;
-    if (p.cut_size != 0 && sizes[0] != p.cut_size) return false;
-    p.cut_size = sizes[0];
     p.cuts = {split};
     p.parts = node.results;
+    for (int64_t size : sizes) {
+      if (size <= 0) return false;
+      if (size != sizes[0]) return unequalParts(sizes, p);
+    }
+    if (p.cut_size != 0 && sizes[0] != p.cut_size) return false;
+    p.cut_size = sizes[0];
+    return true;
+  }
+
+  // Parts of unequal sizes: held grouped when the product is cut along its last axis itself and
+  // there are groups to hold (the tp degree).
+  bool unequalParts(const std::vector<int64_t>& sizes, Projection& p) const {
+    if (groups_ < 2 || p.cut_size != 0) return false;
+    p.sizes = sizes;
     return true;
   }
 
@@ -136,7 +156,7 @@ class ProjectionMatcher {
   // equal consecutive parts (torch.export's q, k, v = qkv[..., :n], qkv[..., n:2n], qkv[..., 2n:]).
   bool sliceParts(ValueId v, Projection& p) const {
     const TensorType& cut = graph_.values[v].type;
-    std::vector<std::pair<int64_t, int32_t>> starts;  // (start, slice)
+    std::vector<std::tuple<int64_t, int64_t, int32_t>> starts;  // (start, count, slice)
     for (int32_t reader : users_[v]) {
       const Node& node = graph_.nodes[reader];
       if (node.op != OpId::slice) return false;
@@ -146,22 +166,30 @@ class ProjectionMatcher {
       if (!sliced || sliced->size() != 1) return false;
       const ops::SliceAxis& along = sliced->front();
       if (along.axis != p.cut_axis || along.step != 1 || along.count <= 0) return false;
-      if (p.cut_size == 0) p.cut_size = along.count;
-      if (along.count != p.cut_size) return false;
-      starts.emplace_back(along.start, reader);
+      starts.push_back({along.start, along.count, reader});
     }
     std::sort(starts.begin(), starts.end());
-    if (starts.size() < 2 || static_cast<int64_t>(starts.size()) * p.cut_size != cut.shape[static_cast<size_t>(p.cut_axis)])
-      return false;
-    for (size_t i = 0; i < starts.size(); ++i) {
-      if (starts[i].first != static_cast<int64_t>(i) * p.cut_size) return false;
-      p.cuts.push_back(starts[i].second);
-      p.parts.push_back(graph_.nodes[starts[i].second].results[0]);
+    if (starts.size() < 2) return false;
+    // Consecutive slices that read all of it.
+    int64_t next = 0;
+    std::vector<int64_t> sizes;
+    for (const auto& [start, count, reader] : starts) {
+      if (start != next) return false;
+      next += count;
+      sizes.push_back(count);
+      p.cuts.push_back(reader);
+      p.parts.push_back(graph_.nodes[reader].results[0]);
     }
+    if (next != cut.shape[static_cast<size_t>(p.cut_axis)]) return false;
+    for (int64_t size : sizes)
+      if (size != sizes[0]) return unequalParts(sizes, p);
+    if (p.cut_size != 0 && sizes[0] != p.cut_size) return false;
+    p.cut_size = sizes[0];
     return true;
   }
 
   const Graph& graph_;
+  const int64_t groups_;  // the groups unequal parts are held in; below 2, such parts are left alone
   std::vector<std::vector<int32_t>> users_;
   std::vector<bool> read_after_;
 };
@@ -210,12 +238,71 @@ Status appendBatched(Graph& graph, const Projection& p) {
   return Status::ok();
 }
 
+// Parameter `v` held grouped (ir/held_layout.h): its data in `groups` groups of every part, which
+// its value then holds, the model's layout recorded.
+Status holdGrouped(Graph& graph, ValueId v, const std::vector<int64_t>& sizes, int64_t axis, int64_t groups) {
+  Param& param = *graph.findParam(v);
+  const TensorData& model = *param.init.data;
+  const HeldLayout layout{model.type.shape, sizes, axis};
+  CLEAVE_ASSIGN_OR_RETURN(Shape held_shape, groupedShape(layout, groups));
+  auto held = std::make_shared<TensorData>(TensorData{TensorType{model.type.dtype, held_shape}, {}});
+  held->bytes.resize(model.bytes.size());
+  modelToHeldOrder(layout, held_shape, model.bytes.data(), held->bytes.data(), dtypeSize(model.type.dtype));
+  param.model_shape = model.type.shape;
+  param.model_parts = sizes;
+  param.model_part_axis = axis;
+  param.init.data = std::move(held);
+  graph.values[v].type.shape = held_shape;
+  return Status::ok();
+}
+
+// Appends the grouped form of `p` (unequal parts, fused_projections.h); its last nodes write the
+// parts' values.
+Status appendGrouped(Graph& graph, const Projection& p, int64_t groups) {
+  const SourceLoc loc = graph.nodes[p.product].loc;
+  const std::string base = graph.values[graph.nodes[p.product].results[0]].name;
+  const int64_t rows = graph.values[p.x].type.numel() / p.k;
+  auto add = [&](OpId op, std::vector<ValueId> operands, AttrMap attrs, const std::string& name) -> Expected<ValueId> {
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                            graph.addNode(op, std::move(operands), std::move(attrs), loc, {graph.uniqueName(name)}));
+    return results[0];
+  };
+  CLEAVE_TRY(holdGrouped(graph, p.weight, p.sizes, p.transposed ? 0 : 1, groups));
+  CLEAVE_ASSIGN_OR_RETURN(ValueId x3, add(OpId::reshape, {p.x}, {{"shape", std::vector<int64_t>{1, rows, p.k}}},
+                                          base + ".rows"));
+  AttrMap product_attrs;
+  if (p.transposed) product_attrs["transpose_b"] = int64_t{1};
+  CLEAVE_ASSIGN_OR_RETURN(ValueId product, add(OpId::matmul, {x3, p.weight}, std::move(product_attrs), base + ".groups"));
+  const int64_t width = graph.values[product].type.shape[2];  // the columns of a group
+  if (p.bias != kNoValue) {
+    CLEAVE_TRY(holdGrouped(graph, p.bias, p.sizes, 0, groups));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.bias}, {{"shape", std::vector<int64_t>{groups, 1, width}}},
+                                              graph.values[p.bias].name + ".groups"));
+    CLEAVE_ASSIGN_OR_RETURN(product, add(OpId::add, {product, held}, {}, base + ".groups_biased"));
+  }
+  int64_t start = 0;
+  for (size_t s = 0; s < p.parts.size(); ++s) {
+    const int64_t block = p.sizes[s] / groups;
+    CLEAVE_ASSIGN_OR_RETURN(ValueId sliced, add(OpId::slice, {product},
+                                                {{"axes", std::vector<int64_t>{2}}, {"starts", std::vector<int64_t>{start}},
+                                                 {"ends", std::vector<int64_t>{start + block}}},
+                                                base + ".group_part"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId rows_first, add(OpId::transpose, {sliced}, {{"perm", std::vector<int64_t>{1, 0, 2}}},
+                                                    base + ".part_rows"));
+    const ValueId result = p.parts[s];
+    CLEAVE_TRY(add(OpId::reshape, {rows_first}, {{"shape", graph.values[result].type.shape}}, base + ".part").status());
+    graph.nodes.back().results[0] = result;  // the part's value, which its readers keep reading
+    start += block;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
-Expected<int> batchFusedProjections(Graph& graph) {
+Expected<int> batchFusedProjections(Graph& graph, int64_t groups) {
   std::vector<Projection> found;
   {
-    const ProjectionMatcher matcher(graph);
+    const ProjectionMatcher matcher(graph, groups);
     for (int32_t i = 0; i < static_cast<int32_t>(graph.nodes.size()); ++i)
       if (auto p = matcher.match(i)) found.push_back(*p);
   }
@@ -233,7 +320,7 @@ Expected<int> batchFusedProjections(Graph& graph) {
     for (int32_t node : p.cuts) dropped[static_cast<size_t>(node)] = true;
     replaced_by[static_cast<size_t>(*std::min_element(p.cuts.begin(), p.cuts.end()))] = static_cast<int32_t>(f);
     const size_t begin = graph.nodes.size();
-    CLEAVE_TRY(appendBatched(graph, p));
+    CLEAVE_TRY(p.sizes.empty() ? appendBatched(graph, p) : appendGrouped(graph, p, groups));
     appended.emplace_back(begin, graph.nodes.size());
   }
   std::vector<Node> ordered;

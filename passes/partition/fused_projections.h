@@ -26,7 +26,15 @@ namespace cleave {
 //   part s = reshape(split(Y, axis 0)[s], the part's shape),
 // the parts keeping their values (and names), written where the first cut was. The same numbers in another order of
 // sums: each part is its own product. The partitioner holds W and b in the reshaped shapes
-// (Param::model_shape) and splits N over tp. Returns the number of projections rewritten.
-Expected<int> batchFusedProjections(Graph& graph);
+// (Param::model_shape) and splits N over tp.
+// With `groups` G >= 2 (the tp degree), parts of unequal sizes along the last axis, each dividing by
+// G (q, k and v of grouped-query attention: 4 query heads, 2 key/value heads), are held grouped
+// (ir/held_layout.h): W becomes [G, K, S·N / G] (or [G, S·N / G, K] transposed) and b [G, S·N / G],
+// group g holding block g of each part, and
+//   Y = matmul(reshape(x, [1, M, K]), W) [+ reshape(b, [G, 1, S·N / G])] : [G, M, S·N / G];
+//   part s = reshape(transpose(slice(Y, last axis, the part's columns of a group), [1, 0, 2]), its shape).
+// A tp split of the groups then gives each rank its block of q and the k and v blocks its query
+// heads read. Returns the number of projections rewritten.
+Expected<int> batchFusedProjections(Graph& graph, int64_t groups = 1);
 
 }  // namespace cleave

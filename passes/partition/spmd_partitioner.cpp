@@ -312,7 +312,13 @@ class DevicePartitioner {
     }
     CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addParam(value.name, local_type, std::move(init), param.trainable));
     Param& added = local_.params.back();
-    if (held != param_value) added.model_shape = value.type.shape;
+    if (held != param_value) {
+      added.model_shape = value.type.shape;
+    } else {  // held grouped by fused-projections, or as the model has it
+      added.model_shape = param.model_shape;
+      added.model_parts = param.model_parts;
+      added.model_part_axis = param.model_part_axis;
+    }
     if (local_type != whole) {
       added.full_shape = whole.shape;
       added.shard_offset = std::move(offset);
@@ -866,12 +872,15 @@ class DevicePartitioner {
   void chooseColumnSplit(const Node& node, const ShardingRule& rule, const std::vector<FactorKind>& kinds,
                          std::vector<int8_t>& factor_axis) const {
     // A batched product's weight [parts, in, out] (a fused projection's parts, fused_projections.h)
-    // splits its output features, not its batch of parts.
+    // splits its output features, not its batch of parts; one held grouped ([groups, in, out / groups]:
+    // parts of unequal sizes, ir/held_layout.h) splits its groups.
     const bool batched_weight = (node.op == OpId::matmul || node.op == OpId::fused_matmul) &&
                                 rule.operand_dims[1].size() > 2;
+    const Param* weight = global_.findParam(node.operands[1]);
+    const bool grouped = batched_weight && weight && !weight->model_parts.empty();
     for (size_t d = 0; d < rule.operand_dims[1].size(); ++d) {
       const int f = rule.operand_dims[1][d];
-      if (batched_weight && d + 2 < rule.operand_dims[1].size()) continue;
+      if (grouped ? d != 0 : batched_weight && d + 2 < rule.operand_dims[1].size()) continue;
       if (f == ShardingRule::kNoFactor || kinds[f] != FactorKind::kPassThrough || factor_axis[f] != kNoAxis) continue;
       if (rule.factor_sizes[f] % mesh_.tp() != 0) continue;
       bool in_result = std::find(rule.result_dims[0].begin(), rule.result_dims[0].end(), f) != rule.result_dims[0].end();

@@ -485,13 +485,15 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
       return Status::badInput("parameter '" + param.name() + "': block " + (*buffer)->type.str() + " at " +
                               shapeStr(shard_offset) + " does not lie inside the whole tensor " + shapeStr(full_shape));
     Shape model_shape(param.model_shape().begin(), param.model_shape().end());
+    std::vector<int64_t> model_parts(param.model_parts().begin(), param.model_parts().end());
     const Shape& whole = full_shape.empty() ? (*buffer)->type.shape : full_shape;
-    if (!model_shape.empty() && TensorType{DType::kF32, model_shape}.numel() != TensorType{DType::kF32, whole}.numel())
-      return Status::badInput("parameter '" + param.name() + "': its model shape " + shapeStr(model_shape) +
-                              " holds another number of elements than " + shapeStr(whole));
+    if (!model_shape.empty())
+      if (Status held = checkHeldShape(HeldLayout{model_shape, model_parts, param.model_part_axis()}, whole); !held)
+        return held.withContext("parameter '" + param.name() + "': ");
     parameters_.push_back(ParameterTensor{param.name(), TensorView{(*buffer)->data, (*buffer)->type}, param.trainable(),
                                           (*buffer)->kind == planpb::BUFFER_OPTIMIZER_STATE, std::move(full_shape),
-                                          std::move(shard_offset), std::move(model_shape)});
+                                          std::move(shard_offset), std::move(model_shape), std::move(model_parts),
+                                          param.model_part_axis()});
     ParameterInit init{param.init().kind(), {}, {param.init().data().begin(), param.init().data().end()}};
     for (const auto& [arg_name, value] : param.init().args()) {
       auto arg = fromProto(value);
@@ -633,6 +635,11 @@ Status RankExecutor::initializeParameters() {
       std::vector<uint64_t> whole(static_cast<size_t>(full.bytes() + 7) / 8);  // 8-byte aligned for every dtype
       status = runInitializer(spec, TensorType{full.dtype, param.model_shape.empty() ? full.shape : param.model_shape},
                               whole.data());
+      if (status.isOk() && !param.model_parts.empty()) {  // grouped: the model's elements in the held order
+        std::vector<uint64_t> model_order = whole;
+        modelToHeldOrder(param.layout(), full.shape, reinterpret_cast<const uint8_t*>(model_order.data()),
+                         reinterpret_cast<uint8_t*>(whole.data()), dtypeSize(full.dtype));
+      }
       if (status.isOk())
         copyBox(whole.data(), full.shape, offset, target, param.view.type.shape, Shape(param.view.type.shape.size(), 0),
                 param.view.type.shape, dtypeSize(full.dtype));

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/held_layout.h"
 #include "ir/status.h"
 #include "ir/tensor_type.h"
 #include "runtime/device/device.h"
@@ -48,6 +49,12 @@ struct ParameterTensor {
   // Set when the plan holds the tensor in another shape than the model's (same elements in the same
   // order, planpb::Parameter::model_shape): the model's shape. full_shape is in the held shape.
   Shape model_shape;
+  // With model_shape, when the plan holds the tensor grouped (ir/held_layout.h): the parts' sizes
+  // along the model's dim model_part_axis.
+  std::vector<int64_t> model_parts;
+  int64_t model_part_axis = 0;
+
+  HeldLayout layout() const { return HeldLayout{model_shape, model_parts, model_part_axis}; }
 };
 
 class Communicator;

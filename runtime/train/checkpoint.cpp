@@ -66,19 +66,21 @@ struct Block {
   Shape offset;      // where the block starts in it
   Shape shape;       // the block's shape
   bool optimizer_state = false;
-  Shape model_shape;  // the model's shape of the whole tensor when the plan holds it reshaped; else empty
+  // The model's layout of the whole tensor when the plan holds it reshaped or grouped
+  // (ir/held_layout.h); model empty otherwise.
+  HeldLayout layout;
 };
 
 Block blockOf(const std::string& name, const TensorType& held, const Shape& full_shape, const Shape& shard_offset,
-              bool optimizer_state, const Shape& model_shape) {
+              bool optimizer_state, HeldLayout layout) {
   bool split = !full_shape.empty();
   return Block{name, TensorType{held.dtype, split ? full_shape : held.shape},
-               split ? shard_offset : Shape(held.shape.size(), 0), held.shape, optimizer_state, model_shape};
+               split ? shard_offset : Shape(held.shape.size(), 0), held.shape, optimizer_state, std::move(layout)};
 }
 
 Block blockOf(const ParameterTensor& param) {
   return blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state,
-                 param.model_shape);
+                 param.layout());
 }
 
 // Every rank's blocks, by rank: from the executors of a group in one process, from the plan for a
@@ -106,7 +108,9 @@ Expected<std::map<int, std::vector<Block>>> blocksByRank(const RankGroup& group)
       blocks.push_back(blockOf(param.name(), held, Shape(param.full_shape().begin(), param.full_shape().end()),
                                Shape(param.shard_offset().begin(), param.shard_offset().end()),
                                buffer->second->kind() == planpb::BUFFER_OPTIMIZER_STATE,
-                               Shape(param.model_shape().begin(), param.model_shape().end())));
+                               HeldLayout{Shape(param.model_shape().begin(), param.model_shape().end()),
+                                          {param.model_parts().begin(), param.model_parts().end()},
+                                          param.model_part_axis()}));
     }
   }
   return ranks;
@@ -117,7 +121,7 @@ Expected<std::map<int, std::vector<Block>>> blocksByRank(const RankGroup& group)
 struct PlanTensor {
   TensorType whole;
   bool optimizer_state = false;
-  Shape model_shape;  // Block::model_shape
+  HeldLayout layout;  // Block::layout
   std::vector<std::pair<int, Block>> saved_by;  // (rank, block)
 };
 
@@ -132,7 +136,7 @@ Expected<std::map<std::string, PlanTensor>> planTensors(const std::map<int, std:
       if (inserted) {
         tensor.whole = block.whole;
         tensor.optimizer_state = block.optimizer_state;
-        tensor.model_shape = block.model_shape;
+        tensor.layout = block.layout;
       } else if (tensor.whole != block.whole || tensor.optimizer_state != block.optimizer_state) {
         return Status::internal("persistent tensor '" + block.name + "' is " + tensor.whole.str() + " on rank " +
                                 std::to_string(tensor.saved_by[0].first) + " but " + block.whole.str() + " on rank " +
@@ -213,10 +217,15 @@ nlohmann::json manifestOf(const std::map<std::string, PlanTensor>& tensors, cons
                                  {"shape", tensor.whole.shape},
                                  {"kind", tensor.optimizer_state ? "optimizer_state" : "weight"},
                                  {"blocks", blocks}};
-    // A tensor the plan holds reshaped (a fused projection's weight under --tp): its blocks are of
-    // `shape`; the model's shape, the same elements, is what readers of whole tensors get.
-    if (!tensor.model_shape.empty() && tensor.model_shape != tensor.whole.shape)
-      manifest["tensors"][name]["model_shape"] = tensor.model_shape;
+    // A tensor the plan holds reshaped or grouped (a fused projection's weight under --tp): its
+    // blocks are of `shape`; the model's shape (with its parts when grouped, ir/held_layout.h) is
+    // what readers of whole tensors get.
+    if (!tensor.layout.model.empty() && (tensor.layout.model != tensor.whole.shape || tensor.layout.grouped()))
+      manifest["tensors"][name]["model_shape"] = tensor.layout.model;
+    if (tensor.layout.grouped()) {
+      manifest["tensors"][name]["model_parts"] = tensor.layout.parts;
+      manifest["tensors"][name]["model_part_axis"] = tensor.layout.axis;
+    }
   }
   return manifest;
 }
@@ -286,7 +295,8 @@ struct SavedBlock {
 // A tensor of a checkpoint, as its manifest describes it.
 struct SavedTensor {
   TensorType whole;
-  Shape model_shape;  // the manifest's model_shape (the same elements in the model's shape), or whole's
+  // The manifest's model_shape (and parts, when grouped: ir/held_layout.h), or whole's shape.
+  HeldLayout layout;
   bool optimizer_state = false;
   bool single_file = false;  // from an older single-file checkpoint: no kinds, offsets or CRC-32s recorded
   std::vector<SavedBlock> blocks;
@@ -367,12 +377,18 @@ Expected<SavedCheckpoint> readManifest(const std::string& path) {
       if (__builtin_mul_overflow(bytes, dim, &bytes) || bytes > kMaxTensorBytes)
         return notACheckpoint(path, what + "'s shape " + shapeStr(shape) + " is larger than any tensor can be");
     tensor.whole = TensorType{*dtype, shape};
-    tensor.model_shape = shape;
+    tensor.layout.model = shape;
     if (entry.contains("model_shape")) {
-      CLEAVE_ASSIGN_OR_RETURN(tensor.model_shape, jsonShape(entry["model_shape"], path, what + "'s model shape"));
-      if (TensorType{*dtype, tensor.model_shape}.numel() != tensor.whole.numel())
-        return notACheckpoint(path, what + "'s model shape " + shapeStr(tensor.model_shape) +
-                                        " holds another number of elements than " + tensor.whole.str());
+      CLEAVE_ASSIGN_OR_RETURN(tensor.layout.model, jsonShape(entry["model_shape"], path, what + "'s model shape"));
+      if (entry.contains("model_parts")) {
+        CLEAVE_ASSIGN_OR_RETURN(Shape parts, jsonShape(entry["model_parts"], path, what + "'s model parts"));
+        tensor.layout.parts.assign(parts.begin(), parts.end());
+        if (!entry.contains("model_part_axis") || !entry["model_part_axis"].is_number_integer())
+          return notACheckpoint(path, what + " has model parts but no integer model_part_axis");
+        tensor.layout.axis = entry["model_part_axis"].get<int64_t>();
+      }
+      if (Status held = checkHeldShape(tensor.layout, tensor.whole.shape); !held)
+        return notACheckpoint(path, what + ": " + held.message());
     }
     tensor.optimizer_state = stringField(entry, "kind") == "optimizer_state";
     int64_t covered = 0;
@@ -423,7 +439,7 @@ Expected<SavedCheckpoint> readSingleFileCheckpoint(const std::string& path, cons
   for (const auto& tensor : file.tensors) {
     SavedTensor saved;
     saved.whole = tensor.type;
-    saved.model_shape = tensor.type.shape;
+    saved.layout.model = tensor.type.shape;
     saved.single_file = true;
     saved.blocks.push_back(SavedBlock{path, Shape(tensor.type.shape.size(), 0), tensor.type.shape});
     checkpoint.tensors.emplace(tensor.name, std::move(saved));
@@ -542,8 +558,8 @@ Status checkAgainstPlan(const SavedCheckpoint& checkpoint, const std::map<std::s
                                                       : "; it was saved from another model"));
     // The same tensor held in another shape (a fused projection's weight as [in, parts, out] by a
     // plan under --tp, [in, parts·out] by another: one model shape) loads through the whole tensor.
-    const TensorType saved_model{saved->second.whole.dtype, saved->second.model_shape};
-    const TensorType plan_model{tensor.whole.dtype, tensor.model_shape.empty() ? tensor.whole.shape : tensor.model_shape};
+    const TensorType saved_model{saved->second.whole.dtype, saved->second.layout.model};
+    const TensorType plan_model{tensor.whole.dtype, tensor.layout.model.empty() ? tensor.whole.shape : tensor.layout.model};
     if (saved->second.whole != tensor.whole && saved_model != plan_model)
       return Status::badInput("checkpoint '" + path + "': tensor '" + name + "' is " + saved_model.str() +
                               ", the plan has " + plan_model.str());
@@ -621,21 +637,28 @@ Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const Ran
     std::vector<uint8_t> bytes;
   };
   std::vector<Pending> pending;
-  std::map<std::string, std::vector<uint8_t>> reshaped;  // whole saved tensors the plan holds in another shape
+  std::map<std::string, std::vector<uint8_t>> reshaped;  // whole saved tensors the plan holds in another layout
   for (int index = 0; index < group.size(); ++index) {
     RankExecutor& executor = group.executor(index);
     for (const ParameterTensor& param : executor.parameters()) {
       Block block = blockOf(param);
       Pending load{&executor, param.view.data, std::vector<uint8_t>(static_cast<size_t>(param.view.type.bytes()))};
       const SavedTensor& saved = checkpoint.tensors.at(param.name);
-      if (saved.whole.shape == block.whole.shape) {
+      const bool same_layout = saved.whole.shape == block.whole.shape && saved.layout.parts == block.layout.parts &&
+                               (!saved.layout.grouped() || saved.layout.axis == block.layout.axis);
+      if (same_layout) {
         CLEAVE_TRY(assembleBlock(param.name, saved, block.offset, block.shape, load.bytes.data(), reader, checkpoint));
-      } else {  // the whole saved tensor, its elements read in the plan's shape
+      } else {  // the whole saved tensor, in the model's order, then in the plan's layout
         auto [whole, first] = reshaped.try_emplace(param.name);
         if (first) {
-          whole->second.resize(static_cast<size_t>(saved.whole.bytes()));
+          const int64_t element_bytes = dtypeSize(saved.whole.dtype);
+          std::vector<uint8_t> held(static_cast<size_t>(saved.whole.bytes()));
           CLEAVE_TRY(assembleBlock(param.name, saved, Shape(saved.whole.shape.size(), 0), saved.whole.shape,
-                                   whole->second.data(), reader, checkpoint));
+                                   held.data(), reader, checkpoint));
+          std::vector<uint8_t> model(held.size());
+          heldToModelOrder(saved.layout, saved.whole.shape, held.data(), model.data(), element_bytes);
+          whole->second.resize(held.size());
+          modelToHeldOrder(block.layout, block.whole.shape, model.data(), whole->second.data(), element_bytes);
         }
         copyBox(whole->second.data(), block.whole.shape, block.offset, load.bytes.data(), block.shape,
                 Shape(block.shape.size(), 0), block.shape, dtypeSize(block.whole.dtype));
@@ -661,7 +684,11 @@ Expected<Checkpoint> readLatestCheckpoint(const std::string& dir, bool weights_o
                            std::vector<uint8_t>(static_cast<size_t>(tensor.whole.bytes()))};
     CLEAVE_TRY(assembleBlock(name, tensor, Shape(tensor.whole.shape.size(), 0), tensor.whole.shape, whole.data.data(),
                              reader, saved));
-    whole.type.shape = tensor.model_shape;  // the same elements, in the model's shape
+    if (tensor.layout.grouped()) {  // the elements in the model's order
+      std::vector<uint8_t> held = whole.data;
+      heldToModelOrder(tensor.layout, tensor.whole.shape, held.data(), whole.data.data(), dtypeSize(tensor.whole.dtype));
+    }
+    whole.type.shape = tensor.layout.model;  // the same elements, in the model's shape
     checkpoint.tensors.push_back(std::move(whole));
   }
   return checkpoint;

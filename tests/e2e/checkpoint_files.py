@@ -59,10 +59,27 @@ def read_checkpoint(ckpt_dir, with_kinds=False):
                 whole = np.zeros(entry["shape"], dtype=saved.dtype)
             box = tuple(slice(o, o + s) for o, s in zip(block["offset"], block["shape"]))
             whole[box] = saved
-        # A tensor the plan held reshaped (a fused projection's weight under --tp): its model's shape.
-        tensors[name] = whole.reshape(entry["model_shape"]) if "model_shape" in entry else whole
+        # A tensor the plan held reshaped or grouped (a fused projection's weight under --tp): in the
+        # model's shape and order.
+        tensors[name] = model_order(whole, entry) if "model_shape" in entry else whole
         kinds[name] = entry["kind"]
     return (tensors, kinds) if with_kinds else tensors
+
+
+def model_order(held, entry):
+    """A whole tensor a plan held in another layout, in the model's (ir/held_layout.h): reshaped, or
+    grouped: held is [G] + the model's shape with dim `model_part_axis` G times smaller, group g
+    holding block g of each part."""
+    if "model_parts" not in entry:
+        return held.reshape(entry["model_shape"])
+    axis, groups = entry["model_part_axis"], held.shape[0]
+    pieces, start = [], 0
+    for part in entry["model_parts"]:
+        block = held.take(range(start // groups, (start + part) // groups), axis=axis + 1)
+        pieces.append(np.moveaxis(block, 0, axis).reshape(
+            block.shape[1:axis + 1] + (part,) + block.shape[axis + 2:]))
+        start += part
+    return np.concatenate(pieces, axis=axis)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ PY
 #    never saw) and one with a symbolic length; Qwen3 and Gemma 3 (RMSNorm of each head's queries
 #    and keys), GPT-BigCode (multi-query attention through one fused projection), MPT (ALiBi, no
 #    biases), ALBERT (one layer's weights shared by every layer, so by both stages), DeBERTa-v2
-#    (disentangled relative attention) and ModernBERT (local and global attention).
+#    (disentangled relative attention), ModernBERT (local and global attention) and Phi-3 with
+#    grouped-query attention (a fused qkv_proj of unequal parts, held grouped under tp).
 cases=(
   "modern/llama_legacy17|--dp 2" "modern/llama_legacy17|--tp 2" "modern/llama_legacy17|--tp 4"
   "modern/llama_legacy17|--pp 2 --microbatches 2" "modern/llama_legacy17|--pp 3 --microbatches 4 --schedule gpipe"
@@ -102,7 +103,8 @@ cases=(
   "modern/mpt_dynamo18|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/albert_legacy17|--pp 2 --microbatches 2"
   "modern/albert_dynamo18|--tp 2 --pp 2 --microbatches 2" "modern/deberta_v2_dynamo18|--tp 2"
   "modern/deberta_v2_legacy17|--dp 2 --pp 2 --microbatches 2" "modern/modernbert_dynamo18|--tp 2"
-  "modern/modernbert_legacy17|--pp 2 --microbatches 2 --schedule gpipe"
+  "modern/modernbert_legacy17|--pp 2 --microbatches 2 --schedule gpipe" "modern/phi3_gqa_legacy17|--tp 2"
+  "modern/phi3_gqa_dynamo18|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/phi3_gqa_dynamo18|--tp 4"
   "shaped/llama_dynseq_legacy17|--seq-len 16 --tp 2 --pp 2 --microbatches 2"
   "shaped/llama_fixed8_legacy17|--pp 2 --microbatches 4 --schedule gpipe"
   "shaped/llama_fixed8_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
@@ -156,9 +158,10 @@ for entry in "${mpi_cases[@]}"; do
 done
 
 # 3. Tensor parallelism splits the weights: each tp rank of LLaMA, GPT-2, Phi-3 (its fused qkv
-#    and gate_up projections), Qwen3 (its per-head q/k norms) and MPT (its fused Wqkv) holds about 1/T of them (the norms' scales stay whole), and tp
+#    and gate_up projections; also of unequal parts: grouped-query attention), Qwen3 (its per-head
+#    q/k norms) and MPT (its fused Wqkv) holds about 1/T of them (the norms' scales stay whole), and tp
 #    collectives appear; inspect --weights lists them.
-for model in llama_legacy17 gpt2_legacy17 phi3_dynamo18 qwen3_dynamo18 mpt_dynamo18; do
+for model in llama_legacy17 gpt2_legacy17 phi3_dynamo18 qwen3_dynamo18 mpt_dynamo18 phi3_gqa_dynamo18; do
   echo "$model --tp 2: parameter bytes per rank"
   batch=$(cat "$fixtures/modern/$model/train/batch.txt")
   for tp in 1 2; do
@@ -290,6 +293,56 @@ if "$cleave" compile "$gpt2/model.onnx" "${common[@]}" -o "$tmp/one.cplan" >/dev
   follows_pytorch "$tmp/to-tp2.jsonl" "$gpt2/train/losses.json" || failures+=("gpt2 resumed under --tp 2")
 else
   failures+=("gpt2 resumed under --tp 2 (run)")
+fi
+
+# 7. Grouped-query attention's fused qkv_proj (Phi-3 with 4 query heads and 2 key/value heads: q,
+#    k and v of 32, 16 and 16 rows) is held under --tp 2 in 2 groups, [2, 32, 32]: each rank its
+#    2 query heads and the key/value head they read (ir/held_layout.h). Checkpoints record the
+#    grouping; whole-tensor readers get [64, 32] in the model's order. 4 steps under --tp 2 resume
+#    under --tp 4 (4 groups: another layout, converted through the model's), and 4 steps on one
+#    device resume under --tp 2; both follow PyTorch's steps 5 to 8.
+echo "phi3_gqa: 4 steps --tp 2, then 4 more resumed under --tp 4; one device, then --tp 2:"
+gqa=$fixtures/modern/phi3_gqa_dynamo18
+common=(--batch 4 --train --optimizer "$(cat "$gqa/train/optimizer.txt")")
+if "$cleave" compile "$gqa/model.onnx" "${common[@]}" --tp 2 -o "$tmp/gqa_tp2.cplan" >/dev/null &&
+   "$cleave" compile "$gqa/model.onnx" "${common[@]}" --tp 4 -o "$tmp/gqa_tp4.cplan" >/dev/null &&
+   "$cleave" compile "$gqa/model.onnx" "${common[@]}" -o "$tmp/gqa_one.cplan" >/dev/null &&
+   "$cleave" inspect "$tmp/gqa_tp2.cplan" --weights >"$tmp/gqa.weights" &&
+   "$cleave" run "$tmp/gqa_tp2.cplan" --data "npy:$gqa/train" --steps 4 --checkpoint-dir "$tmp/gqa" \
+     --metrics "$tmp/gqa.jsonl" --progress never >/dev/null &&
+   "$cleave" export "$tmp/gqa_tp2.cplan" --checkpoint-dir "$tmp/gqa" -o "$tmp/gqa_tp2.safetensors" >/dev/null &&
+   "$cleave" export "$tmp/gqa_one.cplan" --checkpoint-dir "$tmp/gqa" -o "$tmp/gqa_one.safetensors" >/dev/null &&
+   "$cleave" run "$tmp/gqa_tp4.cplan" --data "npy:$gqa/train" --steps 8 --checkpoint-dir "$tmp/gqa" --resume \
+     --metrics "$tmp/gqa.jsonl" --progress never >/dev/null &&
+   "$cleave" export "$tmp/gqa_one.cplan" --checkpoint-dir "$tmp/gqa" -o "$tmp/gqa_step8.safetensors" >/dev/null &&
+   "$cleave" run "$tmp/gqa_one.cplan" --data "npy:$gqa/train" --steps 4 --checkpoint-dir "$tmp/gqa_to_tp2" \
+     --metrics "$tmp/gqa_to_tp2.jsonl" --progress never >/dev/null &&
+   "$cleave" run "$tmp/gqa_tp2.cplan" --data "npy:$gqa/train" --steps 8 --checkpoint-dir "$tmp/gqa_to_tp2" --resume \
+     --metrics "$tmp/gqa_to_tp2.jsonl" --progress never >/dev/null; then
+  grep -q "qkv_proj.weight \[64,32\] held as \[2,32,32\]: split dim 0 over tp, holds \[1,32,32\]" "$tmp/gqa.weights" ||
+    failures+=("phi3_gqa inspect --weights: qkv_proj is not held in 2 groups")
+  $python - "$source_dir/tests/e2e" "$tmp/gqa_tp2.safetensors" "$tmp/gqa_one.safetensors" "$tmp/gqa" \
+    "$tmp/gqa_step8.safetensors" <<'PY' ||
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from checkpoint_files import read_checkpoint, read_safetensors
+(tp2, _), (one, _) = read_safetensors(sys.argv[2]), read_safetensors(sys.argv[3])
+assert tp2.keys() == one.keys()
+qkv = [k for k in tp2 if k.endswith("qkv_proj.weight")]
+assert qkv and all(tp2[k].shape == (64, 32) for k in qkv), {k: tp2[k].shape for k in qkv}
+assert all(np.array_equal(tp2[k], one[k]) for k in tp2), [k for k in tp2 if not np.array_equal(tp2[k], one[k])]
+# The --tp 4 plan's checkpoint of step 8 (4 groups), read whole by Python, is what cleave exports.
+saved, (step8, _) = read_checkpoint(sys.argv[4]), read_safetensors(sys.argv[5])
+assert all(np.array_equal(saved[k], step8[k]) for k in step8), [k for k in step8 if not np.array_equal(saved[k], step8[k])]
+print(f"    {len(tp2)} weights exported alike from the --tp 2 and one-device plans; qkv_proj as [64, 32]; "
+      "the --tp 4 checkpoint read by checkpoint_files.py as cleave exports it")
+PY
+    failures+=("phi3_gqa --tp 2 export of qkv_proj")
+  follows_pytorch "$tmp/gqa.jsonl" "$gqa/train/losses.json" || failures+=("phi3_gqa --tp 2 resumed under --tp 4")
+  follows_pytorch "$tmp/gqa_to_tp2.jsonl" "$gqa/train/losses.json" || failures+=("phi3_gqa resumed under --tp 2")
+else
+  failures+=("phi3_gqa resumed under other plans (run)")
 fi
 
 if [[ ${#failures[@]} -gt 0 ]]; then

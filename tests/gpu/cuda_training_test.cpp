@@ -66,7 +66,9 @@ planpb::Plan compile(const Expected<Graph>& model, bool train, int dp = 1) {
   }
   auto plan = compileModel(*model, options);
   EXPECT_TRUE(plan.hasValue()) << plan.status().message();
-  if (plan) EXPECT_TRUE(expandSharedPrograms(*plan).isOk());
+  if (plan) {
+    EXPECT_TRUE(expandSharedPrograms(*plan).isOk());
+  }
   return std::move(*plan);
 }
 
