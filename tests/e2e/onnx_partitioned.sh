@@ -149,7 +149,7 @@ done
 # 2. The same plans under mpirun, one process per rank.
 mpi_cases=("modern/llama_legacy17|--tp 2 --pp 2 --microbatches 2|4" "modern/gpt2_legacy17|--dp 2 --pp 2 --microbatches 2|4"
            "modern/qwen2_dynamo18|--dp 2 --tp 2|4" "modern/bert_mlm_legacy17|--pp 3 --microbatches 4 --schedule gpipe|3"
-           "modern/resnet_bn_train_legacy17|--tp 2|2")
+           "modern/resnet_bn_train_legacy17|--tp 2|2" "modern/phi3_gqa_dynamo18|--dp 2 --tp 2|4")
 for entry in "${mpi_cases[@]}"; do
   IFS='|' read -r fixture flags ranks <<<"$entry"
   echo "$fixture $flags (mpirun -np $ranks):"
