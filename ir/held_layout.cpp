@@ -81,26 +81,31 @@ Status checkHeldShape(const HeldLayout& layout, const Shape& held) {
   return Status::ok();
 }
 
-void heldToModelOrder(const HeldLayout& layout, const Shape& held, const uint8_t* from, uint8_t* to,
-                      int64_t element_bytes) {
+namespace {
+
+// The copy between the two orders: into the model's (to_model) or into the held one.
+void copyOrder(const HeldLayout& layout, const Shape& held, const uint8_t* from, uint8_t* to, int64_t element_bytes,
+               bool to_model) {
   if (!layout.grouped()) {
     std::memcpy(to, from, static_cast<size_t>(TensorType{DType::kF32, held}.numel() * element_bytes));
     return;
   }
   forEachRun(layout, held, [&](int64_t held_at, int64_t model_at, int64_t count) {
-    std::memcpy(to + model_at * element_bytes, from + held_at * element_bytes, static_cast<size_t>(count * element_bytes));
+    const int64_t source = to_model ? held_at : model_at, target = to_model ? model_at : held_at;
+    std::memcpy(to + target * element_bytes, from + source * element_bytes, static_cast<size_t>(count * element_bytes));
   });
+}
+
+}  // namespace
+
+void heldToModelOrder(const HeldLayout& layout, const Shape& held, const uint8_t* from, uint8_t* to,
+                      int64_t element_bytes) {
+  copyOrder(layout, held, from, to, element_bytes, /*to_model=*/true);
 }
 
 void modelToHeldOrder(const HeldLayout& layout, const Shape& held, const uint8_t* from, uint8_t* to,
                       int64_t element_bytes) {
-  if (!layout.grouped()) {
-    std::memcpy(to, from, static_cast<size_t>(TensorType{DType::kF32, held}.numel() * element_bytes));
-    return;
-  }
-  forEachRun(layout, held, [&](int64_t held_at, int64_t model_at, int64_t count) {
-    std::memcpy(to + held_at * element_bytes, from + model_at * element_bytes, static_cast<size_t>(count * element_bytes));
-  });
+  copyOrder(layout, held, from, to, element_bytes, /*to_model=*/false);
 }
 
 }  // namespace cleave

@@ -126,7 +126,7 @@ class ProjectionMatcher {
     return param && param->init.kind == "data" && param->init.data && users_[v].size() == 1 && users_[v][0] == reader;
   }
 
-  // A split along the cut axis into 2 or more equal parts.
+  // A split along the cut axis into 2 or more parts: equal, or unequal ones to hold grouped.
   bool splitParts(int32_t split, Projection& p) const {
     const Node& node = graph_.nodes[split];
     const TensorType& cut = graph_.values[node.operands[0]].type;
@@ -153,7 +153,8 @@ class ProjectionMatcher {
   }
 
   // Every reader of `v` a slice along the cut axis, step 1, the slices cutting it into 2 or more
-  // equal consecutive parts (torch.export's q, k, v = qkv[..., :n], qkv[..., n:2n], qkv[..., 2n:]).
+  // consecutive parts (torch.export's q, k, v = qkv[..., :n], qkv[..., n:2n], qkv[..., 2n:]):
+  // equal, or unequal ones to hold grouped.
   bool sliceParts(ValueId v, Projection& p) const {
     const TensorType& cut = graph_.values[v].type;
     std::vector<std::tuple<int64_t, int64_t, int32_t>> starts;  // (start, count, slice)
