@@ -49,7 +49,7 @@ struct WeightLayout {
   std::vector<int64_t> full_shape;
   std::vector<int> split_dims;
   std::vector<std::string> split_axes;  // the mesh axes the weight is split over ("tp", "dp": ZeRO 3), in order
-  std::vector<int64_t> model_shape;     // the model's shape of the tensor, which full_shape reshapes (Param::model_shape)
+  std::vector<int64_t> model_shape;     // the model's shape of the tensor, which full_shape reshapes or groups (Param::model)
 };
 
 // The model weights (not the optimizer state) `rank` holds, in the plan's order.

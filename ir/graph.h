@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir/attribute.h"
+#include "ir/held_layout.h"
 #include "ir/op_table.h"
 #include "ir/source_loc.h"
 #include "ir/status.h"
@@ -68,16 +69,13 @@ struct Param {
     int64_t step = 0;
   };
   std::vector<ShardStep> shard_steps;
-  // Set when the graph holds the tensor in another shape than the model gives it, its elements in
-  // the same row-major order (a fused projection's weight [in, parts·out] held as [in, parts, out],
+  // Set (model.shape) when the graph holds the tensor in another shape than the model gives it, its
+  // elements in the same row-major order (a fused projection's weight [in, parts·out] held as [in, parts, out],
   // passes/partition/fused_projections.h): the model's shape, which checkpoints reshape through and
-  // exports write. full_shape and shard_offset are in the held shape.
-  std::vector<int64_t> model_shape;
-  // With model_shape, when the held tensor groups the model's instead of reshaping it
-  // (ir/held_layout.h: a fused projection of unequal parts held as [groups, in, width / groups]):
-  // the parts' sizes along the model's dim model_part_axis.
-  std::vector<int64_t> model_parts;
-  int64_t model_part_axis = 0;
+  // exports write; or grouping it (a fused projection of unequal parts held as [groups, in,
+  // width / groups]): the parts' sizes and dim too (ir/held_layout.h). full_shape and shard_offset
+  // are in the held shape.
+  HeldLayout model;
 };
 
 // A state update: after a step, parameter `target` takes the value `new_value` (optimizer steps,

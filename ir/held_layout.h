@@ -1,11 +1,10 @@
-// A parameter held in another layout than the model gives it (Param::model_shape, model_parts):
-// reshaped, or grouped for tensor parallelism. Checkpoints, exports and loads convert through it.
+// A parameter held in another layout than the model gives it (Param::model): reshaped, or grouped
+// for tensor parallelism. Checkpoints, exports and loads convert through it.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "ir/graph.h"
 #include "ir/status.h"
 #include "ir/tensor_type.h"
 
@@ -19,16 +18,14 @@ namespace cleave {
 //    blocks, and the held tensor is [G] + the model's shape with that dim G times smaller: group g
 //    holds block g of every part, part after part. A tp split of dim 0 then gives each rank block
 //    g of each part (its heads of q, k and v), where the model's layout would give rank 0 all of q.
+// `shape` empty: the tensor is held as the model has it.
 struct HeldLayout {
-  Shape model;
+  Shape shape;  // the model's shape
   std::vector<int64_t> parts;
   int64_t axis = 0;
 
   bool grouped() const { return !parts.empty(); }
 };
-
-// A parameter's layout (its model_shape, model_parts and model_part_axis).
-HeldLayout heldLayoutOf(const Param& param);
 
 // The held shape of `layout` in G groups; an error when a part does not divide into G blocks or
 // the parts do not add up to the model's dim.
@@ -43,5 +40,10 @@ void heldToModelOrder(const HeldLayout& layout, const Shape& held, const uint8_t
                       int64_t element_bytes);
 void modelToHeldOrder(const HeldLayout& layout, const Shape& held, const uint8_t* from, uint8_t* to,
                       int64_t element_bytes);
+// The same on a whole tensor's bytes, which come back as they are unless the layout is grouped.
+std::vector<uint8_t> heldToModelOrder(const HeldLayout& layout, const Shape& held, std::vector<uint8_t> bytes,
+                                      int64_t element_bytes);
+std::vector<uint8_t> modelToHeldOrder(const HeldLayout& layout, const Shape& held, std::vector<uint8_t> bytes,
+                                      int64_t element_bytes);
 
 }  // namespace cleave

@@ -373,6 +373,17 @@ Expected<Attribute> fromProto(const planpb::Attribute& attr) {
   return Status::badInput("attribute has no value");
 }
 
+void toProto(const HeldLayout& layout, planpb::Parameter* out) {
+  for (int64_t d : layout.shape) out->add_model_shape(d);
+  for (int64_t d : layout.parts) out->add_model_parts(d);
+  out->set_model_part_axis(layout.axis);
+}
+
+HeldLayout heldLayoutOf(const planpb::Parameter& param) {
+  return HeldLayout{Shape(param.model_shape().begin(), param.model_shape().end()),
+                    {param.model_parts().begin(), param.model_parts().end()}, param.model_part_axis()};
+}
+
 Status validatePlan(const planpb::Plan& plan) {
   if (plan.format_version() != kPlanFormatVersion)
     return Status::badInput(versionMismatch("plan", plan.format_version()));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ir/attribute.h"
+#include "ir/held_layout.h"
 #include "ir/status.h"
 #include "ir/tensor_type.h"
 
@@ -14,6 +15,7 @@ namespace planpb {
 class Plan;
 class TensorType;
 class Attribute;
+class Parameter;
 }  // namespace planpb
 
 // The .cplan format version this build writes and reads.
@@ -38,5 +40,8 @@ void toProto(const TensorType& type, planpb::TensorType* out);
 Expected<TensorType> fromProto(const planpb::TensorType& type);
 void toProto(const Attribute& attr, planpb::Attribute* out);
 Expected<Attribute> fromProto(const planpb::Attribute& attr);
+// A parameter's held layout (Param::model) in the plan: model_shape, model_parts and model_part_axis.
+void toProto(const HeldLayout& layout, planpb::Parameter* out);
+HeldLayout heldLayoutOf(const planpb::Parameter& param);
 
 }  // namespace cleave

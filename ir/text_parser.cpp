@@ -6,7 +6,6 @@
 #include <limits>
 #include <unordered_set>
 
-#include "ir/held_layout.h"
 #include "ir/text_format.h"
 #include "ir/text_lexer.h"
 #include "ir/verifier.h"
@@ -163,15 +162,15 @@ class Parser {
     const Token model_token = tok_;
     if (atWord("model")) {
       advance();
-      CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().model_shape, parseIntList("the model's shape"));
+      CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().model.shape, parseIntList("the model's shape"));
       // Grouped rather than reshaped: parts [sizes] along DIM (ir/held_layout.h).
       if (atWord("parts")) {
         advance();
-        CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().model_parts, parseIntList("the parts' sizes"));
+        CLEAVE_ASSIGN_OR_RETURN(graph_.params.back().model.parts, parseIntList("the parts' sizes"));
         if (!atWord("along")) return error("expected 'along DIM' after the parts' sizes");
         advance();
         if (!at(TokenKind::kInt)) return error("expected the model's dim the parts cut after 'along'");
-        graph_.params.back().model_part_axis = std::stoll(std::string(tok_.text));
+        graph_.params.back().model.axis = std::stoll(std::string(tok_.text));
         advance();
       }
     }
@@ -210,9 +209,9 @@ class Parser {
       }
     }
     const Param& param = graph_.params.back();
-    if (!param.model_shape.empty()) {
+    if (!param.model.shape.empty()) {
       const Shape& whole = param.full_shape.empty() ? graph_.values[param.value].type.shape : param.full_shape;
-      if (Status held = checkHeldShape(heldLayoutOf(param), whole); !held)
+      if (Status held = checkHeldShape(param.model, whole); !held)
         return errorAt(model_token, "'%" + name.value + "': " + held.message());
     }
     return Status::ok();

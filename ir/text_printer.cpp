@@ -244,14 +244,14 @@ void appendParam(std::string& out, const Graph& graph, const Param& param) {
     appendAttrMap(out, param.init.args);
   }
   if (!param.trainable) out += " frozen";
-  if (!param.model_shape.empty()) {
+  if (!param.model.shape.empty()) {
     out += " model ";
-    out += shapeStr(param.model_shape);
-    if (!param.model_parts.empty()) {
+    out += shapeStr(param.model.shape);
+    if (param.model.grouped()) {
       out += " parts ";
-      out += shapeStr(param.model_parts);
+      out += shapeStr(param.model.parts);
       out += " along ";
-      out += std::to_string(param.model_part_axis);
+      out += std::to_string(param.model.axis);
     }
   }
   if (!param.full_shape.empty()) {

@@ -100,9 +100,7 @@ class ProgramLowering {
       entry->set_buffer(id);
       for (int64_t d : param.full_shape) entry->add_full_shape(d);
       for (int64_t d : param.shard_offset) entry->add_shard_offset(d);
-      for (int64_t d : param.model_shape) entry->add_model_shape(d);
-      for (int64_t d : param.model_parts) entry->add_model_parts(d);
-      entry->set_model_part_axis(param.model_part_axis);
+      toProto(param.model, entry);
       for (const Param::ShardStep& step : param.shard_steps) {
         planpb::ShardStep* added = entry->add_shard_steps();
         added->set_dim(static_cast<int32_t>(step.dim));

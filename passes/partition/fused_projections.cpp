@@ -7,7 +7,6 @@
 #include <tuple>
 #include <vector>
 
-#include "ir/held_layout.h"
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
 
@@ -195,47 +194,77 @@ class ProjectionMatcher {
   std::vector<bool> read_after_;
 };
 
+// Appends the nodes of one projection's rewrite, at its product's location and named after it.
+class Appender {
+ public:
+  Appender(Graph& graph, const Projection& p)
+      : graph_(graph), p_(p), loc_(graph.nodes[p.product].loc), base_(graph.values[graph.nodes[p.product].results[0]].name) {}
+
+  Expected<ValueId> add(OpId op, std::vector<ValueId> operands, AttrMap attrs, const std::string& name) {
+    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
+                            graph_.addNode(op, std::move(operands), std::move(attrs), loc_, {graph_.uniqueName(name)}));
+    return results[0];
+  }
+  Expected<std::vector<ValueId>> addResults(OpId op, std::vector<ValueId> operands, AttrMap attrs) {
+    return graph_.addNode(op, std::move(operands), std::move(attrs), loc_);
+  }
+
+  // x's rows, as [1, M, K].
+  Expected<ValueId> rows() {
+    const int64_t count = graph_.values[p_.x].type.numel() / p_.k;
+    return add(OpId::reshape, {p_.x}, {{"shape", std::vector<int64_t>{1, count, p_.k}}}, base_ + ".rows");
+  }
+
+  // rows() `x3` times `weight` ([batch, K, N], or [batch, N, K] read transposed): [batch, M, N],
+  // named base + suffix.
+  Expected<ValueId> product(ValueId x3, ValueId weight, const std::string& suffix) {
+    AttrMap attrs;
+    if (p_.transposed) attrs["transpose_b"] = int64_t{1};
+    return add(OpId::matmul, {x3, weight}, std::move(attrs), base_ + suffix);
+  }
+
+  // `v` reshaped to part `result`'s shape, written as that value, which its readers keep reading.
+  Status writePart(ValueId v, ValueId result) {
+    CLEAVE_TRY(add(OpId::reshape, {v}, {{"shape", graph_.values[result].type.shape}}, base_ + ".part").status());
+    graph_.nodes.back().results[0] = result;
+    return Status::ok();
+  }
+
+  const std::string& base() const { return base_; }
+
+ private:
+  Graph& graph_;
+  const Projection& p_;
+  const SourceLoc loc_;
+  const std::string base_;
+};
+
 // Appends the batched form of `p` (fused_projections.h); its last nodes write the parts' values.
 Status appendBatched(Graph& graph, const Projection& p) {
-  const SourceLoc loc = graph.nodes[p.product].loc;
-  const std::string base = graph.values[graph.nodes[p.product].results[0]].name;
+  Appender append(graph, p);
   const int64_t count = static_cast<int64_t>(p.parts.size());
-  const int64_t rows = graph.values[p.x].type.numel() / p.k;
-  auto add = [&](OpId op, std::vector<ValueId> operands, AttrMap attrs, const std::string& name) -> Expected<ValueId> {
-    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
-                            graph.addNode(op, std::move(operands), std::move(attrs), loc, {graph.uniqueName(name)}));
-    return results[0];
-  };
-  CLEAVE_ASSIGN_OR_RETURN(ValueId x3, add(OpId::reshape, {p.x}, {{"shape", std::vector<int64_t>{1, rows, p.k}}},
-                                          base + ".rows"));
+  CLEAVE_ASSIGN_OR_RETURN(ValueId x3, append.rows());
   // The weight by part: [S, N, K] read transposed, or [K, S, N] transposed to [S, K, N].
   const std::string weight_name = graph.values[p.weight].name;  // a copy: adding nodes moves values
   const std::vector<int64_t> held_shape = p.transposed ? std::vector<int64_t>{count, p.part_size, p.k}
                                                        : std::vector<int64_t>{p.k, count, p.part_size};
-  CLEAVE_ASSIGN_OR_RETURN(ValueId by_part, add(OpId::reshape, {p.weight}, {{"shape", held_shape}}, weight_name + ".parts"));
+  CLEAVE_ASSIGN_OR_RETURN(ValueId by_part,
+                          append.add(OpId::reshape, {p.weight}, {{"shape", held_shape}}, weight_name + ".parts"));
   if (!p.transposed) {
-    CLEAVE_ASSIGN_OR_RETURN(by_part, add(OpId::transpose, {by_part}, {{"perm", std::vector<int64_t>{1, 0, 2}}},
-                                         weight_name + ".by_part"));
+    CLEAVE_ASSIGN_OR_RETURN(by_part, append.add(OpId::transpose, {by_part}, {{"perm", std::vector<int64_t>{1, 0, 2}}},
+                                                weight_name + ".by_part"));
   }
-  AttrMap product_attrs;
-  if (p.transposed) product_attrs["transpose_b"] = int64_t{1};
-  CLEAVE_ASSIGN_OR_RETURN(ValueId product, add(OpId::matmul, {x3, by_part}, std::move(product_attrs), base + ".parts"));
+  CLEAVE_ASSIGN_OR_RETURN(ValueId product, append.product(x3, by_part, ".parts"));
   if (p.bias != kNoValue) {
-    CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.bias},
-                                              {{"shape", std::vector<int64_t>{count, 1, p.part_size}}},
-                                              graph.values[p.bias].name + ".parts"));
-    CLEAVE_ASSIGN_OR_RETURN(product, add(OpId::add, {product, held}, {}, base + ".parts_biased"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId held, append.add(OpId::reshape, {p.bias},
+                                                     {{"shape", std::vector<int64_t>{count, 1, p.part_size}}},
+                                                     graph.values[p.bias].name + ".parts"));
+    CLEAVE_ASSIGN_OR_RETURN(product, append.add(OpId::add, {product, held}, {}, append.base() + ".parts_biased"));
   }
   CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> pieces,
-                          graph.addNode(OpId::split, {product},
-                                        {{"axis", int64_t{0}}, {"sizes", std::vector<int64_t>(count, 1)}}, loc));
-  for (int64_t s = 0; s < count; ++s) {
-    const ValueId result = p.parts[static_cast<size_t>(s)];
-    CLEAVE_TRY(add(OpId::reshape, {pieces[static_cast<size_t>(s)]}, {{"shape", graph.values[result].type.shape}},
-                   base + ".part")
-                   .status());
-    graph.nodes.back().results[0] = result;  // the part's value, which its readers keep reading
-  }
+                          append.addResults(OpId::split, {product},
+                                            {{"axis", int64_t{0}}, {"sizes", std::vector<int64_t>(count, 1)}}));
+  for (size_t s = 0; s < p.parts.size(); ++s) CLEAVE_TRY(append.writePart(pieces[s], p.parts[s]));
   return Status::ok();
 }
 
@@ -244,14 +273,12 @@ Status appendBatched(Graph& graph, const Projection& p) {
 Status holdGrouped(Graph& graph, ValueId v, const std::vector<int64_t>& sizes, int64_t axis, int64_t groups) {
   Param& param = *graph.findParam(v);
   const TensorData& model = *param.init.data;
-  const HeldLayout layout{model.type.shape, sizes, axis};
+  HeldLayout layout{model.type.shape, sizes, axis};
   CLEAVE_ASSIGN_OR_RETURN(Shape held_shape, groupedShape(layout, groups));
   auto held = std::make_shared<TensorData>(TensorData{TensorType{model.type.dtype, held_shape}, {}});
   held->bytes.resize(model.bytes.size());
   modelToHeldOrder(layout, held_shape, model.bytes.data(), held->bytes.data(), dtypeSize(model.type.dtype));
-  param.model_shape = model.type.shape;
-  param.model_parts = sizes;
-  param.model_part_axis = axis;
+  param.model = std::move(layout);
   param.init.data = std::move(held);
   graph.values[v].type.shape = held_shape;
   return Status::ok();
@@ -260,39 +287,30 @@ Status holdGrouped(Graph& graph, ValueId v, const std::vector<int64_t>& sizes, i
 // Appends the grouped form of `p` (unequal parts, fused_projections.h); its last nodes write the
 // parts' values.
 Status appendGrouped(Graph& graph, const Projection& p, int64_t groups) {
-  const SourceLoc loc = graph.nodes[p.product].loc;
-  const std::string base = graph.values[graph.nodes[p.product].results[0]].name;
-  const int64_t rows = graph.values[p.x].type.numel() / p.k;
-  auto add = [&](OpId op, std::vector<ValueId> operands, AttrMap attrs, const std::string& name) -> Expected<ValueId> {
-    CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> results,
-                            graph.addNode(op, std::move(operands), std::move(attrs), loc, {graph.uniqueName(name)}));
-    return results[0];
-  };
+  Appender append(graph, p);
   CLEAVE_TRY(holdGrouped(graph, p.weight, p.sizes, p.transposed ? 0 : 1, groups));
-  CLEAVE_ASSIGN_OR_RETURN(ValueId x3, add(OpId::reshape, {p.x}, {{"shape", std::vector<int64_t>{1, rows, p.k}}},
-                                          base + ".rows"));
-  AttrMap product_attrs;
-  if (p.transposed) product_attrs["transpose_b"] = int64_t{1};
-  CLEAVE_ASSIGN_OR_RETURN(ValueId product, add(OpId::matmul, {x3, p.weight}, std::move(product_attrs), base + ".groups"));
+  CLEAVE_ASSIGN_OR_RETURN(ValueId x3, append.rows());
+  CLEAVE_ASSIGN_OR_RETURN(ValueId product, append.product(x3, p.weight, ".groups"));
   const int64_t width = graph.values[product].type.shape[2];  // the columns of a group
   if (p.bias != kNoValue) {
     CLEAVE_TRY(holdGrouped(graph, p.bias, p.sizes, 0, groups));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId held, add(OpId::reshape, {p.bias}, {{"shape", std::vector<int64_t>{groups, 1, width}}},
-                                              graph.values[p.bias].name + ".groups"));
-    CLEAVE_ASSIGN_OR_RETURN(product, add(OpId::add, {product, held}, {}, base + ".groups_biased"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId held, append.add(OpId::reshape, {p.bias},
+                                                     {{"shape", std::vector<int64_t>{groups, 1, width}}},
+                                                     graph.values[p.bias].name + ".groups"));
+    CLEAVE_ASSIGN_OR_RETURN(product, append.add(OpId::add, {product, held}, {}, append.base() + ".groups_biased"));
   }
   int64_t start = 0;
   for (size_t s = 0; s < p.parts.size(); ++s) {
     const int64_t block = p.sizes[s] / groups;
-    CLEAVE_ASSIGN_OR_RETURN(ValueId sliced, add(OpId::slice, {product},
-                                                {{"axes", std::vector<int64_t>{2}}, {"starts", std::vector<int64_t>{start}},
-                                                 {"ends", std::vector<int64_t>{start + block}}},
-                                                base + ".group_part"));
-    CLEAVE_ASSIGN_OR_RETURN(ValueId rows_first, add(OpId::transpose, {sliced}, {{"perm", std::vector<int64_t>{1, 0, 2}}},
-                                                    base + ".part_rows"));
-    const ValueId result = p.parts[s];
-    CLEAVE_TRY(add(OpId::reshape, {rows_first}, {{"shape", graph.values[result].type.shape}}, base + ".part").status());
-    graph.nodes.back().results[0] = result;  // the part's value, which its readers keep reading
+    CLEAVE_ASSIGN_OR_RETURN(ValueId sliced, append.add(OpId::slice, {product},
+                                                       {{"axes", std::vector<int64_t>{2}},
+                                                        {"starts", std::vector<int64_t>{start}},
+                                                        {"ends", std::vector<int64_t>{start + block}}},
+                                                       append.base() + ".group_part"));
+    CLEAVE_ASSIGN_OR_RETURN(ValueId rows_first, append.add(OpId::transpose, {sliced},
+                                                           {{"perm", std::vector<int64_t>{1, 0, 2}}},
+                                                           append.base() + ".part_rows"));
+    CLEAVE_TRY(append.writePart(rows_first, p.parts[s]));
     start += block;
   }
   return Status::ok();

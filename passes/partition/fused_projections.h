@@ -26,7 +26,7 @@ namespace cleave {
 //   part s = reshape(split(Y, axis 0)[s], the part's shape),
 // the parts keeping their values (and names), written where the first cut was. The same numbers in another order of
 // sums: each part is its own product. The partitioner holds W and b in the reshaped shapes
-// (Param::model_shape) and splits N over tp.
+// (Param::model) and splits N over tp.
 // With `groups` G >= 2 (the tp degree), parts of unequal sizes along the last axis, each dividing by
 // G (q, k and v of grouped-query attention: 4 query heads, 2 key/value heads), are held grouped
 // (ir/held_layout.h): W becomes [G, K, S·N / G] (or [G, S·N / G, K] transposed) and b [G, S·N / G],

@@ -86,8 +86,8 @@ Status checkMicrobatchesComputeTheBatch(const Graph& graph, int num_microbatches
       rows[node.results[0]] = rowsThroughView(operand_types[0].shape, result_types[0].shape, rows[node.operands[0]]);
       continue;
     }
-    if (!def.sharding) continue;
     const ShardingRule rule = def.sharding(OpContext{def, operand_types, result_types, node.attrs});
+    // (An empty rule: the op's shapes could not be inferred again; its rows are not followed.)
     if (rule.operand_dims.size() != node.operands.size() || rule.result_dims.size() != node.results.size()) continue;
     for (size_t i = 0; i < node.operands.size(); ++i) {
       const int dim = rows[node.operands[i]];

@@ -53,9 +53,7 @@ class Unroller {
       target_.params.back().full_shape = param.full_shape;
       target_.params.back().shard_offset = param.shard_offset;
       target_.params.back().shard_steps = param.shard_steps;
-      target_.params.back().model_shape = param.model_shape;
-      target_.params.back().model_parts = param.model_parts;
-      target_.params.back().model_part_axis = param.model_part_axis;
+      target_.params.back().model = param.model;
       shared_[param.value] = copy;
     }
     // 2. Which nodes run per microbatch: those using an input, a receive, or such a node's result.

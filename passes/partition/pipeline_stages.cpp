@@ -331,9 +331,7 @@ class StageBuilder {
         graph.params.back().full_shape = param.full_shape;
         graph.params.back().shard_offset = param.shard_offset;
         graph.params.back().shard_steps = param.shard_steps;
-        graph.params.back().model_shape = param.model_shape;
-        graph.params.back().model_parts = param.model_parts;
-        graph.params.back().model_part_axis = param.model_part_axis;
+        graph.params.back().model = param.model;
       }
     // 2. Nodes in program order: this stage's nodes followed by their sends, and a receive where an
     //    earlier stage produced a value this stage uses.

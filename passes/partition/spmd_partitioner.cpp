@@ -233,7 +233,7 @@ class DevicePartitioner {
   // Under tp, a reshape that moves elements between dims and is the only use of a parameter with
   // stored data (a fused projection's weight [in, parts·out] as [in, parts, out],
   // passes/partition/fused_projections.h): the parameter is held in the reshaped shape
-  // (Param::model_shape records the model's), so that a dim the reshape makes can be split.
+  // (Param::model records the model's), so that a dim the reshape makes can be split.
   bool isHeldReshape(const Node& node) const {
     if (mesh_.tp() == 1 || node.op != OpId::reshape || node.operands.size() != 1) return false;
     const Param* param = global_.findParam(node.operands[0]);
@@ -312,13 +312,8 @@ class DevicePartitioner {
     }
     CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addParam(value.name, local_type, std::move(init), param.trainable));
     Param& added = local_.params.back();
-    if (held != param_value) {
-      added.model_shape = value.type.shape;
-    } else {  // held grouped by fused-projections, or as the model has it
-      added.model_shape = param.model_shape;
-      added.model_parts = param.model_parts;
-      added.model_part_axis = param.model_part_axis;
-    }
+    // Held reshaped here, or as the graph holds it (grouped by fused-projections, or the model's).
+    added.model = held != param_value ? HeldLayout{value.type.shape} : param.model;
     if (local_type != whole) {
       added.full_shape = whole.shape;
       added.shard_offset = std::move(offset);
@@ -877,7 +872,7 @@ class DevicePartitioner {
     const bool batched_weight = (node.op == OpId::matmul || node.op == OpId::fused_matmul) &&
                                 rule.operand_dims[1].size() > 2;
     const Param* weight = global_.findParam(node.operands[1]);
-    const bool grouped = batched_weight && weight && !weight->model_parts.empty();
+    const bool grouped = batched_weight && weight && weight->model.grouped();
     for (size_t d = 0; d < rule.operand_dims[1].size(); ++d) {
       const int f = rule.operand_dims[1][d];
       if (grouped ? d != 0 : batched_weight && d + 2 < rule.operand_dims[1].size()) continue;

@@ -56,7 +56,7 @@ struct ValueSharding {
 // Parameters of the result hold their block of the whole tensor (Param::full_shape/shard_offset;
 // stored data is cut to the block). A parameter with stored data whose only use is a reshape (a
 // fused projection's weight as [parts, in, out], passes/partition/fused_projections.h) is held in
-// the reshaped shape, which its block and layout are of (Param::model_shape keeps the model's). A parameter only a state update writes takes its new value's
+// the reshaped shape, which its block and layout are of (Param::model keeps the model's). A parameter only a state update writes takes its new value's
 // layout (the channel block of BatchNorm's running statistics).
 // Errors: a batch not divisible by dp (kBadInput), a node that cannot be split (kInternal, naming it).
 // `whole` names parameters to keep whole on every device (a parameter pipeline stages share, which

@@ -74,24 +74,20 @@ Expected<ValueId> addState(Graph& graph, const std::string& name, const TensorTy
   if (graph.findValue(name) != kNoValue)
     return Status::badInput("optimizer: the model already has a value named '%" + name +
                             "', the name of an optimizer state");
-  std::vector<int64_t> full_shape, shard_offset, model_shape, model_parts;
+  std::vector<int64_t> full_shape, shard_offset;
   std::vector<Param::ShardStep> shard_steps;
-  int64_t model_part_axis = 0;
+  HeldLayout model;
   if (like) {
     full_shape = like->full_shape;  // copied first: adding a parameter may move `like`
     shard_offset = like->shard_offset;
     shard_steps = like->shard_steps;
-    model_shape = like->model_shape;
-    model_parts = like->model_parts;
-    model_part_axis = like->model_part_axis;
+    model = like->model;
   }
   CLEAVE_ASSIGN_OR_RETURN(ValueId state, graph.addParam(name, type, Initializer{}, /*trainable=*/false));
   graph.params.back().full_shape = std::move(full_shape);
   graph.params.back().shard_offset = std::move(shard_offset);
   graph.params.back().shard_steps = std::move(shard_steps);
-  graph.params.back().model_shape = std::move(model_shape);
-  graph.params.back().model_parts = std::move(model_parts);
-  graph.params.back().model_part_axis = model_part_axis;
+  graph.params.back().model = std::move(model);
   return state;
 }
 

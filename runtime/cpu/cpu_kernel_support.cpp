@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "ir/ops/op_rules.h"
+
 namespace cleave::runtime::cpu {
 
 void parallelCopy(void* destination, const void* source, int64_t bytes, int threads) {
@@ -144,37 +146,17 @@ AxisView axisView(const Shape& shape, int64_t axis) {
 }
 
 Expected<std::vector<SliceDim>> resolveSliceDims(const KernelCall& call, const Shape& input, const Shape& sliced) {
-  const OpContext& op = call.op;
-  const std::vector<int64_t>& starts = op.getInts("starts");
-  const std::vector<int64_t>& ends = op.getInts("ends");
-  const std::vector<int64_t>& axes = op.getInts("axes");
-  const std::vector<int64_t>& steps = op.getInts("steps");
-  const int64_t rank = static_cast<int64_t>(input.size());
-  const std::string name(op.def.name);
+  // The shape rule's resolution (ONNX's clamping), against `input`: operand 0 of slice, the data
+  // shape slice_grad scatters into.
+  const std::string name(call.op.def.name);
+  const std::vector<TensorType> operands = {TensorType{DType::kF32, input}};
+  auto resolved = ops::resolveSlice(OpContext{call.op.def, operands, {}, call.op.attrs});
+  if (!resolved)
+    return Status::internal(name + ": slice attributes the shape rule should have rejected: " +
+                            resolved.status().message());
   std::vector<SliceDim> dims(input.size());
   for (size_t d = 0; d < input.size(); ++d) dims[d] = {0, 1, input[d]};
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const int64_t axis = normalizeAxis(axes.empty() ? static_cast<int64_t>(i) : axes.at(i), rank);
-    const int64_t step = steps.empty() ? 1 : steps.at(i);
-    if (axis < 0 || step == 0 || i >= ends.size())
-      return Status::internal(name + ": slice attributes the shape rule should have rejected");
-    const int64_t dim = input[axis];
-    // Negative indices count from the end (a very negative one saturates to -1 first, so the
-    // addition cannot overflow), then both are clamped as ONNX Slice does.
-    auto fromEnd = [dim](int64_t v) { return v >= 0 ? v : (v < -dim ? int64_t{-1} : v + dim); };
-    int64_t start = fromEnd(starts[i]), end = fromEnd(ends[i]), count = 0;
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, dim);
-      end = std::clamp<int64_t>(end, 0, dim);
-      if (end > start) count = (end - start - 1) / step + 1;
-    } else if (dim > 0) {
-      start = std::clamp<int64_t>(start, 0, dim - 1);
-      end = std::clamp<int64_t>(end, -1, dim - 1);
-      const uint64_t magnitude = 0 - static_cast<uint64_t>(step);
-      if (start > end) count = static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1);
-    }
-    dims[axis] = {start, step, count};
-  }
+  for (const ops::SliceAxis& along : *resolved) dims[static_cast<size_t>(along.axis)] = {along.start, along.step, along.count};
   for (size_t d = 0; d < input.size(); ++d)
     if (d >= sliced.size() || dims[d].count != sliced[d])
       return Status::internal(name + ": the slice of " + shapeStr(input) + " resolves to a different shape than " +

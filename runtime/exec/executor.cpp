@@ -484,16 +484,13 @@ Status RankExecutor::prepare(const planpb::Plan& plan, const planpb::RankPlan& r
     if (!full_shape.empty() && !boxInside(full_shape, shard_offset, (*buffer)->type.shape))
       return Status::badInput("parameter '" + param.name() + "': block " + (*buffer)->type.str() + " at " +
                               shapeStr(shard_offset) + " does not lie inside the whole tensor " + shapeStr(full_shape));
-    Shape model_shape(param.model_shape().begin(), param.model_shape().end());
-    std::vector<int64_t> model_parts(param.model_parts().begin(), param.model_parts().end());
+    HeldLayout model = heldLayoutOf(param);
     const Shape& whole = full_shape.empty() ? (*buffer)->type.shape : full_shape;
-    if (!model_shape.empty())
-      if (Status held = checkHeldShape(HeldLayout{model_shape, model_parts, param.model_part_axis()}, whole); !held)
-        return held.withContext("parameter '" + param.name() + "': ");
+    if (!model.shape.empty())
+      if (Status held = checkHeldShape(model, whole); !held) return held.withContext("parameter '" + param.name() + "': ");
     parameters_.push_back(ParameterTensor{param.name(), TensorView{(*buffer)->data, (*buffer)->type}, param.trainable(),
                                           (*buffer)->kind == planpb::BUFFER_OPTIMIZER_STATE, std::move(full_shape),
-                                          std::move(shard_offset), std::move(model_shape), std::move(model_parts),
-                                          param.model_part_axis()});
+                                          std::move(shard_offset), std::move(model)});
     ParameterInit init{param.init().kind(), {}, {param.init().data().begin(), param.init().data().end()}};
     for (const auto& [arg_name, value] : param.init().args()) {
       auto arg = fromProto(value);
@@ -625,7 +622,7 @@ Status RankExecutor::initializeParameters() {
       target = staging.data();
     }
     Status status;
-    if ((param.full_shape.empty() && param.model_shape.empty()) || init.kind == "data") {
+    if ((param.full_shape.empty() && param.model.shape.empty()) || init.kind == "data") {
       status = runInitializer(spec, param.view.type, target);  // stored data is already this rank's block
     } else {
       // The whole tensor, as one device would initialize it (in the model's shape, whose fan-in a
@@ -633,11 +630,11 @@ Status RankExecutor::initializeParameters() {
       TensorType full{param.view.type.dtype, param.full_shape.empty() ? param.view.type.shape : param.full_shape};
       const Shape offset = param.full_shape.empty() ? Shape(full.shape.size(), 0) : param.shard_offset;
       std::vector<uint64_t> whole(static_cast<size_t>(full.bytes() + 7) / 8);  // 8-byte aligned for every dtype
-      status = runInitializer(spec, TensorType{full.dtype, param.model_shape.empty() ? full.shape : param.model_shape},
+      status = runInitializer(spec, TensorType{full.dtype, param.model.shape.empty() ? full.shape : param.model.shape},
                               whole.data());
-      if (status.isOk() && !param.model_parts.empty()) {  // grouped: the model's elements in the held order
+      if (status.isOk() && param.model.grouped()) {  // grouped: the model's elements in the held order
         std::vector<uint64_t> model_order = whole;
-        modelToHeldOrder(param.layout(), full.shape, reinterpret_cast<const uint8_t*>(model_order.data()),
+        modelToHeldOrder(param.model, full.shape, reinterpret_cast<const uint8_t*>(model_order.data()),
                          reinterpret_cast<uint8_t*>(whole.data()), dtypeSize(full.dtype));
       }
       if (status.isOk())

@@ -46,15 +46,9 @@ struct ParameterTensor {
   // where the block starts in it. Empty: the view is the whole tensor.
   Shape full_shape;
   Shape shard_offset;
-  // Set when the plan holds the tensor in another shape than the model's (same elements in the same
-  // order, planpb::Parameter::model_shape): the model's shape. full_shape is in the held shape.
-  Shape model_shape;
-  // With model_shape, when the plan holds the tensor grouped (ir/held_layout.h): the parts' sizes
-  // along the model's dim model_part_axis.
-  std::vector<int64_t> model_parts;
-  int64_t model_part_axis = 0;
-
-  HeldLayout layout() const { return HeldLayout{model_shape, model_parts, model_part_axis}; }
+  // Set (model.shape) when the plan holds the tensor in another layout than the model's: reshaped,
+  // or grouped (ir/held_layout.h, planpb::Parameter::model_shape). full_shape is in the held shape.
+  HeldLayout model;
 };
 
 class Communicator;

@@ -80,7 +80,7 @@ Block blockOf(const std::string& name, const TensorType& held, const Shape& full
 
 Block blockOf(const ParameterTensor& param) {
   return blockOf(param.name, param.view.type, param.full_shape, param.shard_offset, param.optimizer_state,
-                 param.layout());
+                 param.model);
 }
 
 // Every rank's blocks, by rank: from the executors of a group in one process, from the plan for a
@@ -108,9 +108,7 @@ Expected<std::map<int, std::vector<Block>>> blocksByRank(const RankGroup& group)
       blocks.push_back(blockOf(param.name(), held, Shape(param.full_shape().begin(), param.full_shape().end()),
                                Shape(param.shard_offset().begin(), param.shard_offset().end()),
                                buffer->second->kind() == planpb::BUFFER_OPTIMIZER_STATE,
-                               HeldLayout{Shape(param.model_shape().begin(), param.model_shape().end()),
-                                          {param.model_parts().begin(), param.model_parts().end()},
-                                          param.model_part_axis()}));
+                               heldLayoutOf(param)));
     }
   }
   return ranks;
@@ -220,8 +218,8 @@ nlohmann::json manifestOf(const std::map<std::string, PlanTensor>& tensors, cons
     // A tensor the plan holds reshaped or grouped (a fused projection's weight under --tp): its
     // blocks are of `shape`; the model's shape (with its parts when grouped, ir/held_layout.h) is
     // what readers of whole tensors get.
-    if (!tensor.layout.model.empty() && (tensor.layout.model != tensor.whole.shape || tensor.layout.grouped()))
-      manifest["tensors"][name]["model_shape"] = tensor.layout.model;
+    if (!tensor.layout.shape.empty() && (tensor.layout.shape != tensor.whole.shape || tensor.layout.grouped()))
+      manifest["tensors"][name]["model_shape"] = tensor.layout.shape;
     if (tensor.layout.grouped()) {
       manifest["tensors"][name]["model_parts"] = tensor.layout.parts;
       manifest["tensors"][name]["model_part_axis"] = tensor.layout.axis;
@@ -377,9 +375,9 @@ Expected<SavedCheckpoint> readManifest(const std::string& path) {
       if (__builtin_mul_overflow(bytes, dim, &bytes) || bytes > kMaxTensorBytes)
         return notACheckpoint(path, what + "'s shape " + shapeStr(shape) + " is larger than any tensor can be");
     tensor.whole = TensorType{*dtype, shape};
-    tensor.layout.model = shape;
+    tensor.layout.shape = shape;
     if (entry.contains("model_shape")) {
-      CLEAVE_ASSIGN_OR_RETURN(tensor.layout.model, jsonShape(entry["model_shape"], path, what + "'s model shape"));
+      CLEAVE_ASSIGN_OR_RETURN(tensor.layout.shape, jsonShape(entry["model_shape"], path, what + "'s model shape"));
       if (entry.contains("model_parts")) {
         CLEAVE_ASSIGN_OR_RETURN(Shape parts, jsonShape(entry["model_parts"], path, what + "'s model parts"));
         tensor.layout.parts.assign(parts.begin(), parts.end());
@@ -439,7 +437,7 @@ Expected<SavedCheckpoint> readSingleFileCheckpoint(const std::string& path, cons
   for (const auto& tensor : file.tensors) {
     SavedTensor saved;
     saved.whole = tensor.type;
-    saved.layout.model = tensor.type.shape;
+    saved.layout.shape = tensor.type.shape;
     saved.single_file = true;
     saved.blocks.push_back(SavedBlock{path, Shape(tensor.type.shape.size(), 0), tensor.type.shape});
     checkpoint.tensors.emplace(tensor.name, std::move(saved));
@@ -558,8 +556,8 @@ Status checkAgainstPlan(const SavedCheckpoint& checkpoint, const std::map<std::s
                                                       : "; it was saved from another model"));
     // The same tensor held in another shape (a fused projection's weight as [in, parts, out] by a
     // plan under --tp, [in, parts·out] by another: one model shape) loads through the whole tensor.
-    const TensorType saved_model{saved->second.whole.dtype, saved->second.layout.model};
-    const TensorType plan_model{tensor.whole.dtype, tensor.layout.model.empty() ? tensor.whole.shape : tensor.layout.model};
+    const TensorType saved_model{saved->second.whole.dtype, saved->second.layout.shape};
+    const TensorType plan_model{tensor.whole.dtype, tensor.layout.shape.empty() ? tensor.whole.shape : tensor.layout.shape};
     if (saved->second.whole != tensor.whole && saved_model != plan_model)
       return Status::badInput("checkpoint '" + path + "': tensor '" + name + "' is " + saved_model.str() +
                               ", the plan has " + plan_model.str());
@@ -645,7 +643,7 @@ Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const Ran
       Pending load{&executor, param.view.data, std::vector<uint8_t>(static_cast<size_t>(param.view.type.bytes()))};
       const SavedTensor& saved = checkpoint.tensors.at(param.name);
       const bool same_layout = saved.whole.shape == block.whole.shape && saved.layout.parts == block.layout.parts &&
-                               (!saved.layout.grouped() || saved.layout.axis == block.layout.axis);
+                               saved.layout.axis == block.layout.axis;
       if (same_layout) {
         CLEAVE_TRY(assembleBlock(param.name, saved, block.offset, block.shape, load.bytes.data(), reader, checkpoint));
       } else {  // the whole saved tensor, in the model's order, then in the plan's layout
@@ -655,10 +653,9 @@ Expected<CheckpointState> loadLatestCheckpoint(const std::string& dir, const Ran
           std::vector<uint8_t> held(static_cast<size_t>(saved.whole.bytes()));
           CLEAVE_TRY(assembleBlock(param.name, saved, Shape(saved.whole.shape.size(), 0), saved.whole.shape,
                                    held.data(), reader, checkpoint));
-          std::vector<uint8_t> model(held.size());
-          heldToModelOrder(saved.layout, saved.whole.shape, held.data(), model.data(), element_bytes);
-          whole->second.resize(held.size());
-          modelToHeldOrder(block.layout, block.whole.shape, model.data(), whole->second.data(), element_bytes);
+          whole->second = modelToHeldOrder(
+              block.layout, block.whole.shape,
+              heldToModelOrder(saved.layout, saved.whole.shape, std::move(held), element_bytes), element_bytes);
         }
         copyBox(whole->second.data(), block.whole.shape, block.offset, load.bytes.data(), block.shape,
                 Shape(block.shape.size(), 0), block.shape, dtypeSize(block.whole.dtype));
@@ -684,11 +681,9 @@ Expected<Checkpoint> readLatestCheckpoint(const std::string& dir, bool weights_o
                            std::vector<uint8_t>(static_cast<size_t>(tensor.whole.bytes()))};
     CLEAVE_TRY(assembleBlock(name, tensor, Shape(tensor.whole.shape.size(), 0), tensor.whole.shape, whole.data.data(),
                              reader, saved));
-    if (tensor.layout.grouped()) {  // the elements in the model's order
-      std::vector<uint8_t> held = whole.data;
-      heldToModelOrder(tensor.layout, tensor.whole.shape, held.data(), whole.data.data(), dtypeSize(tensor.whole.dtype));
-    }
-    whole.type.shape = tensor.layout.model;  // the same elements, in the model's shape
+    // The same elements, in the model's order and shape.
+    whole.data = heldToModelOrder(tensor.layout, tensor.whole.shape, std::move(whole.data), dtypeSize(tensor.whole.dtype));
+    whole.type.shape = tensor.layout.shape;
     checkpoint.tensors.push_back(std::move(whole));
   }
   return checkpoint;
