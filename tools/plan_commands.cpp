@@ -105,6 +105,7 @@ Expected<StrategySearchResult> searchForCompile(const Graph& model, const Compil
   search.model_at_batch = options.model_at_batch;
   search.train = flags.train;
   search.training = options.training;
+  search.fusion = options.fusion;
   search.bucket_bytes = options.bucket_bytes;
   search.memory_limit_bytes = options.memory_limit_bytes;
   if (!flags.recompute.empty()) search.recompute_modes = {options.training.recompute};  // as given

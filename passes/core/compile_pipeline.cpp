@@ -18,7 +18,7 @@
 #include "passes/fusion/fuse_graph.h"
 #include "passes/layout/channels_last.h"
 #include "passes/algorithm/winograd.h"
-#include "passes/core/pass_manager.h"
+#include "passes/core/model_rewrites.h"
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/lowering/memory_planner.h"
 #include "passes/training/optimizer.h"
@@ -562,17 +562,9 @@ Expected<planpb::Plan> compileModel(const Graph& model, const CompileOptions& op
                                                   std::to_string(global_batch / options.microbatches) + " rows) ");
     graph = std::move(*micro);
   }
-  // Transposes a matmul or gemm reads through itself (passes/cleanup/absorb_transposes.h); with
-  // fusion, decomposed RMSNorms and GELUs as rms_norm and gelu ops (passes/fusion/rms_norm.h,
-  // gelu_recognition.h: before autodiff and partitioning, which then see one op); the nodes left unread.
-  // Under --tp, fused projections (GPT-2's QKV) as batched products over their parts, which the
-  // partitioner splits by heads (passes/partition/fused_projections.h).
-  std::string cleanup_passes = options.fusion ? "absorb-transposes,rms-norm,gelu" : "absorb-transposes";
-  // After dce: a weight's dead readers go first.
-  if (options.tp > 1) cleanup_passes += ",dce,fused-projections{groups=" + std::to_string(options.tp) + "}";
-  CLEAVE_ASSIGN_OR_RETURN(Pipeline cleanup, parsePipeline(cleanup_passes + ",dce"));
-  if (Status absorbed = PassManager(std::move(cleanup)).run(graph); !absorbed)
-    return absorbed.withContext(options.model_file + ": ");
+  // The rewrites before autodiff and partitioning (model_rewrites.h).
+  if (Status rewritten = rewriteModelForCompile(graph, options.fusion, options.tp); !rewritten)
+    return rewritten.withContext(options.model_file + ": ");
 
   // 2. Build the programs' graphs: one device's, or every device's after partitioning.
   LoweringInput lowering;

@@ -14,6 +14,7 @@
 #include "passes/training/autodiff.h"
 #include "ir/device_mesh.h"
 #include "ir/parallel_tasks.h"
+#include "passes/core/model_rewrites.h"
 #include "passes/lowering/lower_to_plan.h"
 #include "passes/partition/microbatch_rows.h"
 #include "passes/partition/spmd_partitioner.h"
@@ -643,15 +644,20 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
 
   // 2. The forward graph (with the loss when training) at two row counts; the estimate is affine
   //    in the rows between and beyond them.
+  //    The model is rewritten as compile rewrites it for each tp degree (model_rewrites.h).
   const int64_t rows1 = impl->global_batch >= 4 ? 2 : 1, rows2 = 2 * rows1;
+  Graph shaped[2];
+  for (int k = 0; k < 2; ++k) {
+    CLEAVE_ASSIGN_OR_RETURN(shaped[k], modelAtBatch(model, options.model_at_batch, k == 0 ? rows1 : rows2));
+  }
+  auto forwardGraph = [&](int k, int tp) -> Expected<Graph> {
+    Graph rewritten = shaped[k];
+    CLEAVE_TRY(rewriteModelForCompile(rewritten, options.fusion, tp));
+    return options.train ? buildLossGraph(rewritten, options.training) : buildInferenceGraph(rewritten);
+  };
   Graph forward[2];
   for (int k = 0; k < 2; ++k) {
-    CLEAVE_ASSIGN_OR_RETURN(Graph shaped, modelAtBatch(model, options.model_at_batch, k == 0 ? rows1 : rows2));
-    if (options.train) {
-      CLEAVE_ASSIGN_OR_RETURN(forward[k], buildLossGraph(shaped, options.training));
-    } else {
-      CLEAVE_ASSIGN_OR_RETURN(forward[k], buildInferenceGraph(shaped));
-    }
+    CLEAVE_ASSIGN_OR_RETURN(forward[k], forwardGraph(k, 1));
   }
 
   // A value summed over the batch rows and used with them (BatchNorm in training) rules out microbatches.
@@ -683,10 +689,12 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
     const std::string degree = "tp " + std::to_string(tp) + (profile.sequence_parallel ? " with sequence parallelism" : "");
     profile.tp_link = cost_model.cluster().linkFor(strideGroup(tp, 1));
     const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(1, 1, tp);
-    auto part1 = tp == 1 ? Expected<Graph>(forward[0])
-                         : partitionForDevice(forward[0], mesh, MeshCoord{}, nullptr, {}, profile.sequence_parallel);
-    auto part2 = tp == 1 ? Expected<Graph>(forward[1])
-                         : partitionForDevice(forward[1], mesh, MeshCoord{}, nullptr, {}, profile.sequence_parallel);
+    auto partition = [&](int k) -> Expected<Graph> {
+      if (tp == 1) return forward[k];
+      CLEAVE_ASSIGN_OR_RETURN(Graph rewritten, forwardGraph(k, tp));
+      return partitionForDevice(rewritten, mesh, MeshCoord{}, nullptr, {}, profile.sequence_parallel);
+    };
+    auto part1 = partition(0), part2 = partition(1);
     if (!part1 || !part2) {
       profile.infeasible = degree + ": " + (!part1 ? part1 : part2).status().message();
     } else {

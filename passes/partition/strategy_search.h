@@ -87,6 +87,7 @@ struct StrategySearchOptions {
   ModelBuilder model_at_batch;   // builds the model at another batch (an ONNX import); none: infer-shapes
   bool train = true;
   TrainingOptions training;      // loss and optimizer when training
+  bool fusion = true;            // compile's --fusion: the rewrites before autodiff it implies (model_rewrites.h)
   int max_microbatches = 64;     // microbatch counts considered: the divisors of each replica's batch up to this
   std::vector<PipelineScheduleKind> schedules = {PipelineScheduleKind::kOneForwardOneBackward,
                                                  PipelineScheduleKind::kGPipe};

@@ -12,6 +12,7 @@
 #include "passes/core/compile_pipeline.h"
 #include "analysis/plan_prediction.h"
 #include "tests/unit/test_graphs.h"
+#include "frontend/onnx/onnx_importer.h"
 
 namespace cleave {
 namespace {
@@ -456,5 +457,46 @@ TEST(StrategySearch, EstimateAgreesWithTheCompiledPlansSimulation) {
   }
 }
 
+// Hugging Face exports with fused projections (GPT-2's c_attn, Phi-3's grouped qkv_proj): the search
+// profiles each tp degree on the graph compile partitions (fused-projections splits the fused
+// weight by heads), so its tp collectives are the plan's: within 20% of the simulated collectives
+// of the plan compile builds (profiling the model as imported priced GPT-2's tp 4 at 1.5 times them).
+TEST(StrategySearch, TensorParallelCollectivesOfFusedProjectionsAreThePlans) {
+  const CostModel cost_model(*builtinCluster("cpu-local"));
+  for (const char* fixture : {"gpt2_legacy17", "phi3_gqa_dynamo18"}) {
+    const std::string path = std::string(CLEAVE_SOURCE_DIR) + "/tests/fixtures/modern/" + fixture + "/model.onnx";
+    for (int tp : {2, 4}) {
+      SCOPED_TRACE(std::string(fixture) + " tp " + std::to_string(tp));
+      StrategySearchOptions options = searchOptions(tp, OptimizerKind::kSgd);  // tp alone: every collective is tp's
+      options.batch = 8;
+      options.model_at_batch = [path](int64_t batch) {
+        OnnxImportOptions import;
+        import.batch = batch;
+        return importOnnxModel(path, import);
+      };
+      auto model = options.model_at_batch(options.batch);
+      ASSERT_TRUE(model.hasValue()) << model.status().message();
+      auto estimator = StrategyEstimator::create(*model, options, cost_model);
+      ASSERT_TRUE(estimator.hasValue()) << estimator.status().message();
+      StrategyEstimate estimate = estimator->estimate({1, tp, 1, 1, PipelineScheduleKind::kOneForwardOneBackward});
+      ASSERT_TRUE(estimate.feasible()) << estimate.infeasible;
+      CompileOptions compile;
+      compile.train = true;
+      compile.training = options.training;
+      compile.tp = tp;
+      compile.model_at_batch = options.model_at_batch;
+      auto plan = compileModel(*model, compile);
+      ASSERT_TRUE(plan.hasValue()) << plan.status().message();
+      auto simulated = predictPlan(*plan, cost_model);
+      ASSERT_TRUE(simulated.hasValue()) << simulated.status().message();
+      double collectives_s = 0;
+      for (const TimelineEvent& event : simulated->timeline.ranks[0].events)
+        if (event.stream == 1) collectives_s += event.duration_s;
+      std::printf("%s tp %d: tp collectives estimated %.3f ms, the plan's simulate %.3f ms\n", fixture, tp,
+                  estimate.tp_comm_s * 1e3, collectives_s * 1e3);
+      EXPECT_NEAR(estimate.tp_comm_s / collectives_s, 1.0, 0.2);
+    }
+  }
+}
 }  // namespace
 }  // namespace cleave
