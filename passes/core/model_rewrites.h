@@ -12,7 +12,8 @@ namespace cleave {
 // and gelu ops (passes/fusion/rms_norm.h, gelu_recognition.h), which autodiff and the partitioner
 // then see as one op; with `tp` > 1, fused projections (GPT-2's QKV) as batched products over their
 // parts held in tp groups, which the partitioner splits by heads
-// (passes/partition/fused_projections.h); and the nodes left unread removed.
+// (passes/partition/fused_projections.h), and attention over batch·heads computed over [batch,
+// heads, ...] (passes/partition/unmerge_heads.h); and the nodes left unread removed.
 Status rewriteModelForCompile(Graph& graph, bool fusion, int tp);
 
 }  // namespace cleave

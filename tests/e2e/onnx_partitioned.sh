@@ -105,6 +105,7 @@ cases=(
   "modern/deberta_v2_legacy17|--dp 2 --pp 2 --microbatches 2" "modern/modernbert_dynamo18|--tp 2"
   "modern/modernbert_legacy17|--pp 2 --microbatches 2 --schedule gpipe" "modern/phi3_gqa_legacy17|--tp 2"
   "modern/phi3_gqa_dynamo18|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/phi3_gqa_dynamo18|--tp 4"
+  "modern/bloom_dynamo18|--tp 4" "modern/deberta_v2_legacy17|--dp 2 --tp 2"
   "shaped/llama_dynseq_legacy17|--seq-len 16 --tp 2 --pp 2 --microbatches 2"
   "shaped/llama_fixed8_legacy17|--pp 2 --microbatches 4 --schedule gpipe"
   "shaped/llama_fixed8_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
@@ -161,7 +162,7 @@ done
 #    and gate_up projections; also of unequal parts: grouped-query attention), Qwen3 (its per-head
 #    q/k norms) and MPT (its fused Wqkv) holds about 1/T of them (the norms' scales stay whole), and tp
 #    collectives appear; inspect --weights lists them.
-for model in llama_legacy17 gpt2_legacy17 phi3_dynamo18 qwen3_dynamo18 mpt_dynamo18 phi3_gqa_dynamo18; do
+for model in llama_legacy17 gpt2_legacy17 phi3_dynamo18 qwen3_dynamo18 mpt_dynamo18 phi3_gqa_dynamo18 bloom_legacy17; do
   echo "$model --tp 2: parameter bytes per rank"
   batch=$(cat "$fixtures/modern/$model/train/batch.txt")
   for tp in 1 2; do
@@ -184,7 +185,7 @@ for rank in split["ranks"]:
 PY
   "$cleave" inspect "$tmp/tp2.cplan" --weights >"$tmp/tp2.inspect" || true
   # (MPT's embedding is tied to its LM head, whose name torch.export's exporter keeps.)
-  grep -Eq "(embed_tokens|wte|lm_head)\.weight \[96,32\]: split dim 0 over tp, holds \[48,32\]" "$tmp/tp2.inspect" ||
+  grep -Eq "(embed_tokens|wte|lm_head|word_embeddings)\.weight \[96,32\]: split dim 0 over tp, holds \[48,32\]" "$tmp/tp2.inspect" ||
     failures+=("$model inspect --weights: the embedding is not listed as split")
 done
 
