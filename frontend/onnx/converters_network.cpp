@@ -143,6 +143,15 @@ Status convertPool(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   return ctx.emit(node, op, {node.input(0)}, attrs);
 }
 
+// GlobalAveragePool: global_avg_pool on images ([N, C, H, W]); on other ranks (a 1-D one,
+// nn.AdaptiveAvgPool1d(1) as Swin-v2's pooler exports it) the mean over the spatial dims.
+Status convertGlobalAveragePool(OnnxImportContext& ctx, const onnx::NodeProto& node) {
+  CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
+  if (x.rank() == 4) return ctx.emit(node, OpId::global_avg_pool, {node.input(0)}, {});
+  CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
+  return c.finish(OpId::reduce_mean, {c.x()}, {{"axes", c.spatialAxes()}, {"keepdims", int64_t{1}}});
+}
+
 Status convertGlobalMaxPool(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(OnnxComposite c, OnnxComposite::start(ctx, node));
   return c.finish(OpId::reduce_max, {c.x()}, {{"axes", c.spatialAxes()}, {"keepdims", int64_t{1}}});
@@ -331,12 +340,14 @@ Status convertDropout(OnnxImportContext& ctx, const onnx::NodeProto& node) {
 
 // Resize (opset 11+): the output shape from the sizes input, or from the scales input (floor(in ·
 // scale), the given scales kept for the coordinate transform); opset 18's axes select the dims they
-// are given for. Nearest and linear; cubic, antialiasing and tf_crop_and_resize are refused with an error.
+// are given for. Nearest, linear and cubic (PyTorch's bicubic: DINOv2's position embeddings);
+// antialiasing and tf_crop_and_resize are refused with an error.
 Status convertResize(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   CLEAVE_ASSIGN_OR_RETURN(TensorType x, ctx.typeOf(node, node.input(0)));
   const std::string mode = stringAttr(node, "mode", "nearest");
   const std::string coordinates = stringAttr(node, "coordinate_transformation_mode", "half_pixel");
-  if (mode != "nearest" && mode != "linear") return ctx.nodeError(node, "mode '" + mode + "' is not supported (nearest and linear are)");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return ctx.nodeError(node, "mode '" + mode + "' is not supported (nearest, linear and cubic are)");
   if (intAttr(node, "antialias", 0) != 0) return ctx.nodeError(node, "antialias=1 is not supported");
   if (coordinates == "tf_crop_and_resize")
     return ctx.nodeError(node, "coordinate_transformation_mode '" + coordinates + "' is not supported");
@@ -380,7 +391,9 @@ Status convertResize(OnnxImportContext& ctx, const onnx::NodeProto& node) {
   }
   return ctx.emit(node, OpId::resize, {node.input(0)},
                   {{"sizes", sizes}, {"scales", scales}, {"mode", mode}, {"coordinate_transformation_mode", coordinates},
-                   {"nearest_mode", stringAttr(node, "nearest_mode", "round_prefer_floor")}});
+                   {"nearest_mode", stringAttr(node, "nearest_mode", "round_prefer_floor")},
+                   {"cubic_coeff_a", floatAttr(node, "cubic_coeff_a", -0.75)},
+                   {"exclude_outside", intAttr(node, "exclude_outside", 0)}});
 }
 
 // A 1-D window op (Conv, ConvTranspose, MaxPool, AveragePool on [N, C, L]) as its 2-D form on
@@ -549,7 +562,7 @@ constexpr OnnxConverter kNetworkConverters[] = {
     {"ConvTranspose", convertWindow<convertConvTranspose>},
     {"Dropout", convertDropout},
     {"Gemm", convertGemm},
-    {"GlobalAveragePool", convertOneToOne<OpId::global_avg_pool>},
+    {"GlobalAveragePool", convertGlobalAveragePool},
     {"GlobalMaxPool", convertGlobalMaxPool},
     {"InstanceNormalization", convertInstanceNormalization},
     {"LayerNormalization", convertLayerNormalization},

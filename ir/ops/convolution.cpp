@@ -20,9 +20,11 @@ ResizeGeometry resizeGeometry(const OpContext& op, const Shape& in, const Shape&
     g.scale[d] = scales.empty() ? static_cast<double>(out[d]) / static_cast<double>(in[d]) : scales[d];
     g.out_length[d] = scales.empty() ? static_cast<double>(out[d]) : static_cast<double>(in[d]) * scales[d];
   }
-  g.linear = op.getString("mode") == "linear";
-  g.coordinates = resizeCoordinatesFrom(op.getString("coordinate_transformation_mode"));
-  g.nearest = resizeNearestFrom(op.getString("nearest_mode"));
+  g.sampling.mode = resizeModeFrom(op.getString("mode"));
+  g.sampling.coordinates = resizeCoordinatesFrom(op.getString("coordinate_transformation_mode"));
+  g.sampling.nearest = resizeNearestFrom(op.getString("nearest_mode"));
+  g.sampling.cubic_a = op.getFloat("cubic_coeff_a");
+  g.sampling.exclude_outside = op.getInt("exclude_outside") != 0;
   return g;
 }
 
@@ -444,7 +446,8 @@ Status globalAvgPoolGradient(GradientContext& g) {
 // ---- resize ----
 
 // resize: a float x of rank <= 8 to `sizes` (one per dim, >= 1); scales empty or one per dim (> 0);
-// the modes as ONNX Resize names them (nearest and linear).
+// the modes as ONNX Resize names them (nearest, linear and cubic, with cubic's coefficient A and
+// exclude_outside).
 Expected<std::vector<TensorType>> resizeShape(const OpContext& ctx) {
   CLEAVE_TRY(requireFloat(ctx, 0));
   const Shape& in = ctx.operands[0].shape;
@@ -461,7 +464,10 @@ Expected<std::vector<TensorType>> resizeShape(const OpContext& ctx) {
     if (!(scale > 0)) return attrError(ctx, "scales", "has a scale that is not positive");
   const std::string &mode = ctx.getString("mode"), &coordinates = ctx.getString("coordinate_transformation_mode"),
                     &nearest = ctx.getString("nearest_mode");
-  if (mode != "nearest" && mode != "linear") return attrError(ctx, "mode", "is \"" + mode + "\", must be nearest or linear");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return attrError(ctx, "mode", "is \"" + mode + "\", must be nearest, linear or cubic");
+  if (ctx.getInt("exclude_outside") != 0 && ctx.getInt("exclude_outside") != 1)
+    return attrError(ctx, "exclude_outside", "must be 0 or 1");
   if (coordinates != "half_pixel" && coordinates != "pytorch_half_pixel" && coordinates != "align_corners" &&
       coordinates != "asymmetric" && coordinates != "tf_half_pixel_for_nn" && coordinates != "half_pixel_symmetric")
     return attrError(ctx, "coordinate_transformation_mode",
@@ -472,13 +478,15 @@ Expected<std::vector<TensorType>> resizeShape(const OpContext& ctx) {
   return std::vector<TensorType>{{ctx.operands[0].dtype, Shape(sizes.begin(), sizes.end())}};
 }
 
-// Each output element reads 2^k inputs (k: the linear dims that change size).
+// Each output element reads 2^k inputs (k: the linear dims that change size), 4^k with cubic.
 OpCost resizeCost(const OpContext& ctx) {
   std::vector<TensorType> results = inferredResults(ctx);
   if (results.empty()) return {};
+  const std::string& mode = ctx.getString("mode");
+  const double taps = mode == "linear" ? 2 : mode == "cubic" ? 4 : 1;
   double reads = 1;
   for (size_t d = 0; d < results[0].shape.size(); ++d)
-    if (results[0].shape[d] != ctx.operands[0].shape[d] && ctx.getString("mode") == "linear") reads *= 2;
+    if (results[0].shape[d] != ctx.operands[0].shape[d]) reads *= taps;
   return {2 * reads * static_cast<double>(results[0].numel()), operandAndResultBytes(ctx, results)};
 }
 
@@ -502,7 +510,8 @@ ShardingRule resizeShardingRule(const OpContext& ctx) {
 
 // dx: dy spread back onto the inputs each output read, with its weights (resize_grad).
 Status resizeGradient(GradientContext& g) {
-  AttrMap attrs = copyAttrs(g, {"scales", "mode", "coordinate_transformation_mode", "nearest_mode"});
+  AttrMap attrs = copyAttrs(g, {"scales", "mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+                                "exclude_outside"});
   attrs.emplace("input_shape", shapeOf(g, g.operand(0)));
   g.operand_grads[0] = g.emit(OpId::resize_grad, {dy(g)}, std::move(attrs));
   return g.status;
@@ -560,11 +569,12 @@ void addConvolutionOps(std::vector<OpDef>& table) {
                         .sharding = globalAvgPoolShardingRule});
   table.push_back(OpDef{.id = OpId::resize,
                         .name = "resize",
-                        .summary = "nearest or (multi)linear resampling to sizes (ONNX Resize)",
+                        .summary = "nearest, (multi)linear or (multi)cubic resampling to sizes (ONNX Resize)",
                         .attrs = {requiredAttr("sizes", AttrKind::kInts), optionalFloats("scales", {}),
                                   optionalString("mode", "nearest"),
                                   optionalString("coordinate_transformation_mode", "half_pixel"),
-                                  optionalString("nearest_mode", "round_prefer_floor")},
+                                  optionalString("nearest_mode", "round_prefer_floor"),
+                                  optionalFloat("cubic_coeff_a", -0.75), optionalInt("exclude_outside", 0)},
                         .shape = checkedShapeRule<resizeShape>,
                         .cost = resizeCost,
                         .sharding = resizeShardingRule});

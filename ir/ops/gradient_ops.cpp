@@ -692,7 +692,8 @@ void addGradientOps(std::vector<OpDef>& table) {
   table.push_back(OpDef{OpId::resize_grad, "resize_grad", "spreads dy onto the inputs resize read, with its weights", 1, 1,
                         {requiredAttr("input_shape", AttrKind::kInts), optionalFloats("scales", {}),
                          optionalString("mode", "nearest"), optionalString("coordinate_transformation_mode", "half_pixel"),
-                         optionalString("nearest_mode", "round_prefer_floor")},
+                         optionalString("nearest_mode", "round_prefer_floor"), optionalFloat("cubic_coeff_a", -0.75),
+                         optionalInt("exclude_outside", 0)},
                         checkedShapeRule<resizeGradShape>, checkedCostRule<elementwiseGradCost>,
                         checkedShardingRule<resizeGradSharding>});
   table.push_back(OpDef{OpId::slice_grad, "slice_grad", "places dy where slice read, zeros elsewhere", 1, 1,

@@ -549,7 +549,7 @@ Status resizeKernel(const KernelCall& call) {
   return visitFloat(call, call.op.operands[0].dtype, [&]<class T>(T) -> Status {
     const T* x = call.in<T>(0);
     T* y = call.out<T>(0);
-    parallelFor(n, threadCount(call), g.linear ? 16 : 4, [&](int64_t begin, int64_t end) {
+    parallelFor(n, threadCount(call), g.sampling.mode == ResizeMode::kCubic ? 64 : g.sampling.mode == ResizeMode::kLinear ? 16 : 4, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         double sum = 0;
         forEachResizeSource(g, i, [&](int64_t offset, double weight) { sum += weight * static_cast<double>(x[offset]); });

@@ -173,8 +173,9 @@ CaseList convolutionCases() {
   for (const Shape& shape : {Shape{3, 5, 17, 13}, Shape{2, 3, 4, 5}, Shape{1, 2, 1, 1}})
     for (DType dtype : {DType::kF32, DType::kF64}) b.add(OpId::global_avg_pool, shapeStr(shape), {b.uniform(dtype, shape)});
 
-  // resize: nearest and linear, up and down, each coordinate transform (nearest's finite
-  // differences are exact: it copies).
+  // resize: nearest, linear and cubic, up and down, each coordinate transform (nearest's finite
+  // differences are exact: it copies); cubic also with exclude_outside and another A (the ONNX
+  // conformance cases check its weights against onnx's reference).
   using Strings = std::vector<std::string>;
   for (DType dtype : {DType::kF32, DType::kF64}) {
     const std::string dt(dtypeName(dtype));
@@ -185,6 +186,15 @@ CaseList convolutionCases() {
       b.add(OpId::resize, dt + " linear down " + coordinates, {image},
             {{"sizes", Ints{2, 3, 3, 2}}, {"mode", std::string("linear")}, {"coordinate_transformation_mode", coordinates}});
     }
+    for (const std::string coordinates : Strings{"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"}) {
+      b.add(OpId::resize, dt + " cubic up " + coordinates, {image},
+            {{"sizes", Ints{2, 3, 8, 9}}, {"mode", std::string("cubic")}, {"coordinate_transformation_mode", coordinates}});
+      b.add(OpId::resize, dt + " cubic down " + coordinates, {image},
+            {{"sizes", Ints{2, 3, 3, 2}}, {"mode", std::string("cubic")}, {"coordinate_transformation_mode", coordinates}});
+    }
+    b.add(OpId::resize, dt + " cubic up, exclude_outside, A -0.5", {image},
+          {{"sizes", Ints{2, 3, 7, 11}}, {"mode", std::string("cubic")}, {"cubic_coeff_a", -0.5},
+           {"exclude_outside", int64_t{1}}});
     for (const std::string nearest : Strings{"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})
       b.add(OpId::resize, dt + " nearest x2 " + nearest, {image},
             {{"sizes", Ints{2, 3, 8, 10}}, {"nearest_mode", nearest}, {"coordinate_transformation_mode", std::string("asymmetric")}});
@@ -195,6 +205,8 @@ CaseList convolutionCases() {
     b.add(OpId::resize_grad, dt + " linear", {b.uniform(dtype, {2, 3, 8, 9})},
           {{"input_shape", Ints{2, 3, 4, 5}}, {"mode", std::string("linear")}});
     b.add(OpId::resize_grad, dt + " nearest", {b.uniform(dtype, {2, 3, 8, 10})}, {{"input_shape", Ints{2, 3, 4, 5}}});
+    b.add(OpId::resize_grad, dt + " cubic", {b.uniform(dtype, {2, 3, 8, 9})},
+          {{"input_shape", Ints{2, 3, 4, 5}}, {"mode", std::string("cubic")}});
   }
   return b.take();
 }
