@@ -32,15 +32,35 @@ Expected<std::vector<TensorData>> evaluateConstantNode(OpId op, const AttrMap& a
   return def.reference(OpContext{def, operand_types, result_types, attrs}, operands);
 }
 
-std::optional<double> scalarConstantValue(const Graph& graph, ValueId v) {
+namespace {
+
+// The one-element tensor a constant node makes `v` from, or null.
+const TensorData* scalarConstant(const Graph& graph, ValueId v) {
   const Value& value = graph.values[v];
-  if (value.producer < 0 || value.type.numel() != 1) return std::nullopt;
+  if (value.producer < 0 || value.type.numel() != 1) return nullptr;
   const Node& node = graph.nodes[value.producer];
-  if (node.op != OpId::constant) return std::nullopt;
+  if (node.op != OpId::constant) return nullptr;
   auto attr = node.attrs.find("value");
-  if (attr == node.attrs.end() || attrKind(attr->second) != AttrKind::kTensor) return std::nullopt;
+  if (attr == node.attrs.end() || attrKind(attr->second) != AttrKind::kTensor) return nullptr;
   const auto& data = std::get<std::shared_ptr<const TensorData>>(attr->second);
-  if (!data || data->type.numel() != 1) return std::nullopt;
+  return data && data->type.numel() == 1 ? data.get() : nullptr;
+}
+
+}  // namespace
+
+std::optional<int64_t> scalarConstantIndex(const Graph& graph, ValueId v) {
+  const TensorData* data = scalarConstant(graph, v);
+  if (!data) return std::nullopt;
+  switch (data->type.dtype) {
+    case DType::kI64: return data->as<int64_t>()[0];
+    case DType::kI32: return static_cast<int64_t>(data->as<int32_t>()[0]);
+    default: return std::nullopt;
+  }
+}
+
+std::optional<double> scalarConstantValue(const Graph& graph, ValueId v) {
+  const TensorData* data = scalarConstant(graph, v);
+  if (!data) return std::nullopt;
   switch (data->type.dtype) {
     case DType::kF32: return static_cast<double>(data->as<float>()[0]);
     case DType::kF64: return data->as<double>()[0];

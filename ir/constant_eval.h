@@ -30,5 +30,7 @@ Expected<std::vector<TensorData>> evaluateConstantNode(OpId op, const AttrMap& a
 // The value of `v` when a constant node makes it and it has one element of a float dtype (f32,
 // f64 or bf16), else nothing: the scalars passes match (an epsilon, an exponent, a literal).
 std::optional<double> scalarConstantValue(const Graph& graph, ValueId v);
+// The same for one element of an integer dtype (i64 or i32): an index.
+std::optional<int64_t> scalarConstantIndex(const Graph& graph, ValueId v);
 
 }  // namespace cleave

@@ -189,11 +189,15 @@ Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, b
     return text + (names.size() > 3 ? ", ..." : "");
   };
   if (report.split.empty())
-    return Status::badInput(tp + " splits no weight: " +
-                            (report.whole.empty() ? std::string("the model has no matmul, gemm or conv weight")
-                                                  : "the output features of its " + std::to_string(report.whole.size()) +
-                                                        " layer weight(s) (" + list(report.whole) +
-                                                        ") do not divide by " + std::to_string(mesh.tp())));
+    return Status::badInput(
+        tp + " splits no weight: " +
+        (!report.whole.empty()
+             ? "the output features of its " + std::to_string(report.whole.size()) + " layer weight(s) (" +
+                   list(report.whole) + ") do not divide by " + std::to_string(mesh.tp())
+         : !report.kept_whole.empty()
+             ? "a split of its " + std::to_string(report.kept_whole.size()) + " layer weight(s) (" +
+                   list(report.kept_whole) + ") would be gathered again before any use (a norm over their outputs)"
+             : std::string("the model has no matmul, gemm or conv weight")));
   if (allow_replicated) return Status::ok();
   if (!report.splittable.empty())
     return Status::badInput(tp + " leaves whole on every tp rank " + std::to_string(report.splittable.size()) +

@@ -10,7 +10,7 @@ namespace cleave {
 Status rewriteModelForCompile(Graph& graph, bool fusion, int tp) {
   std::string passes = fusion ? "absorb-transposes,rms-norm,gelu" : "absorb-transposes";
   // After dce: a weight's dead readers go first.
-  if (tp > 1) passes += ",dce,fused-projections{groups=" + std::to_string(tp) + "},unmerge-heads";
+  if (tp > 1) passes += ",dce,unmerge-heads,view-chains,fused-projections{groups=" + std::to_string(tp) + "}";
   CLEAVE_ASSIGN_OR_RETURN(Pipeline pipeline, parsePipeline(passes + ",dce"));
   return PassManager(std::move(pipeline)).run(graph);
 }

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ir/constant_eval.h"
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
 
@@ -73,10 +74,12 @@ class ProjectionMatcher {
       v = add.results[0];
       reader = onlyReader(v);
     }
+    // The bias may be read elsewhere too (torch.export merges equal initializers: nn.MultiheadAttention's
+    // zero in_proj biases of every layer are one), unless it is held grouped below.
+    const int32_t bias_reader = p.bias_add >= 0 ? p.bias_add : product;
     if (p.bias != kNoValue) {
-      const int32_t bias_reader = p.bias_add >= 0 ? p.bias_add : product;
       const TensorType& b = graph_.values[p.bias].type;
-      if (b.shape != Shape{width} || b.dtype != w.dtype || !onlyHere(p.bias, bias_reader)) return std::nullopt;
+      if (b.shape != Shape{width} || b.dtype != w.dtype || !storedParam(p.bias)) return std::nullopt;
     }
     p.cut_axis = graph_.values[v].type.rank() - 1;
     if (reader >= 0 && graph_.nodes[reader].op == OpId::reshape) {
@@ -101,10 +104,13 @@ class ProjectionMatcher {
     if (read_after_[v]) return std::nullopt;
     if (reader >= 0 && graph_.nodes[reader].op == OpId::split) {
       if (!splitParts(reader, p)) return std::nullopt;
+    } else if (reader >= 0 && graph_.nodes[reader].op == OpId::transpose) {
+      if (!gatheredParts(reader, p)) return std::nullopt;
     } else if (!sliceParts(v, p)) {
       return std::nullopt;
     }
     if (!p.sizes.empty()) {  // unequal parts: each in `groups` blocks
+      if (p.bias != kNoValue && !onlyHere(p.bias, bias_reader)) return std::nullopt;
       for (int64_t size : p.sizes)
         if (size % groups_ != 0) return std::nullopt;
       return p;
@@ -119,10 +125,14 @@ class ProjectionMatcher {
     return users_[v].size() == 1 && !read_after_[v] ? users_[v][0] : -1;
   }
 
+  // `v` is a parameter with stored data.
+  bool storedParam(ValueId v) const {
+    const Param* param = graph_.findParam(v);
+    return param && param->init.kind == "data" && param->init.data;
+  }
   // `v` is a parameter with stored data that node `reader` alone reads (once).
   bool onlyHere(ValueId v, int32_t reader) const {
-    const Param* param = graph_.findParam(v);
-    return param && param->init.kind == "data" && param->init.data && users_[v].size() == 1 && users_[v][0] == reader;
+    return storedParam(v) && users_[v].size() == 1 && users_[v][0] == reader;
   }
 
   // A split along the cut axis into 2 or more parts: equal, or unequal ones to hold grouped.
@@ -185,6 +195,42 @@ class ProjectionMatcher {
       if (size != sizes[0]) return unequalParts(sizes, p);
     if (p.cut_size != 0 && sizes[0] != p.cut_size) return false;
     p.cut_size = sizes[0];
+    return true;
+  }
+
+  // nn.MultiheadAttention's in_proj viewed as [..., 3, E] (p.reshape), its 3 moved first by a transpose
+  // that keeps the other dims in order, each part read by a gather of a constant index along it:
+  // q, k, v = proj[0], proj[1], proj[2].
+  bool gatheredParts(int32_t transpose, Projection& p) const {
+    if (p.reshape < 0 || p.cut_size != 1) return false;
+    const Node& node = graph_.nodes[transpose];
+    const TensorType& input = graph_.values[node.operands[0]].type;
+    auto perm = ops::transposePerm(OpContext{opDef(node.op), {&input, 1}, {}, node.attrs});
+    if (!perm || perm->empty() || (*perm)[0] != p.cut_axis) return false;
+    for (size_t d = 1, expected = 0; d < perm->size(); ++d, ++expected) {
+      if (static_cast<int64_t>(expected) == p.cut_axis) ++expected;
+      if ((*perm)[d] != static_cast<int64_t>(expected)) return false;
+    }
+    const ValueId moved = node.results[0];
+    const int64_t parts = input.shape[static_cast<size_t>(p.cut_axis)];
+    if (read_after_[moved] || static_cast<int64_t>(users_[moved].size()) != parts) return false;
+    std::vector<int32_t> by_index(static_cast<size_t>(parts), -1);
+    for (int32_t reader : users_[moved]) {
+      const Node& gather = graph_.nodes[reader];
+      if (gather.op != OpId::gather || gather.operands[0] != moved || attributesOf(gather).getInt("axis") != 0 ||
+          graph_.values[gather.operands[1]].type.rank() != 0)
+        return false;
+      const std::optional<int64_t> index = scalarConstantIndex(graph_, gather.operands[1]);
+      if (!index) return false;
+      const int64_t at = *index + (*index < 0 ? parts : 0);
+      if (at < 0 || at >= parts || by_index[static_cast<size_t>(at)] >= 0) return false;
+      by_index[static_cast<size_t>(at)] = reader;
+    }
+    p.cuts = {transpose};
+    for (int32_t reader : by_index) {
+      p.cuts.push_back(reader);
+      p.parts.push_back(graph_.nodes[reader].results[0]);
+    }
     return true;
   }
 

@@ -39,6 +39,32 @@ namespace {
 
 constexpr int8_t kNoAxis = ValueSharding::kReplicated;
 
+// For each dim of a reshape's input, the result dim a split of it becomes (-1: none): the dims of
+// both shapes are grouped where their element counts agree, and a group's leading input dim (of
+// size above 1) becomes its leading result dim.
+std::vector<int> reshapeLeadingDims(const Shape& in, const Shape& out) {
+  std::vector<int> lead_out_of(in.size(), -1);
+  size_t i = 0, j = 0;
+  while (i < in.size() || j < out.size()) {
+    int64_t in_count = 1, out_count = 1;
+    int lead_in = -1, lead_out = -1;
+    bool started = false;
+    while (!started || in_count != out_count) {
+      started = true;
+      if ((in_count <= out_count && i < in.size()) || j >= out.size()) {
+        if (lead_in < 0 && in[i] > 1) lead_in = static_cast<int>(i);
+        in_count *= in[i++];
+      } else {
+        if (lead_out < 0 && out[j] > 1) lead_out = static_cast<int>(j);
+        out_count *= out[j++];
+      }
+      if (i >= in.size() && j >= out.size()) break;
+    }
+    if (lead_in >= 0) lead_out_of[static_cast<size_t>(lead_in)] = lead_out;
+  }
+  return lead_out_of;
+}
+
 class DevicePartitioner {
  public:
   DevicePartitioner(const Graph& global, const DeviceMesh& mesh, MeshCoord coord, const std::set<std::string>& whole,
@@ -54,7 +80,8 @@ class DevicePartitioner {
         sharding_of_(global.values.size()),
         carries_gradient_(global.values.size(), false),
         batch_dependent_(global.values.size(), false),
-        use_count_(global.values.size(), 0) {
+        use_count_(global.values.size(), 0),
+        users_(global.computeUsers()) {
     local_.name = global.name;
     for (const Node& node : global.nodes)
       for (ValueId v : node.operands) ++use_count_[v];
@@ -115,18 +142,17 @@ class DevicePartitioner {
     for (const Node& node : global_.nodes) {
       const int w = opDef(node.op).weight_operand;
       if (w < 0 || static_cast<size_t>(w) >= node.operands.size()) continue;
-      ValueId v = node.operands[w];
-      while (global_.values[v].producer >= 0) {  // through views of the weight
-        const Node& producer = global_.nodes[global_.values[v].producer];
-        if (producer.operands.size() != 1 || (producer.op != OpId::transpose && !opDef(producer.op).reshape_like)) break;
-        v = producer.operands[0];
-      }
+      const ValueId v = weightBehindViews(node.operands[w]);
       if (!global_.findParam(v) || global_.values[v].type.rank() < 2 || !seen.insert(v).second) continue;
       const auto held = held_as_.find(v);
       const ValueSharding& s = sharding_of_[held == held_as_.end() ? v : held->second];
       const bool split = tp_ != kNoAxis && std::find(s.dim_axis.begin(), s.dim_axis.end(), tp_) != s.dim_axis.end();
       const Value& value = global_.values[v];
       const std::string label = "%" + value.name + " " + value.type.str();
+      if (!split && declined_.count(v)) {  // whole by choice: its split would be gathered right away
+        report.kept_whole.push_back(label);
+        continue;
+      }
       (split ? report.split : report.whole).push_back(label);
       (split ? report.split_bytes : report.whole_bytes) += value.type.bytes();
       if (!split && outputFeaturesDivide(node, w)) report.splittable.push_back(label);
@@ -698,32 +724,7 @@ class DevicePartitioner {
     ValueId x = node.operands[0], y = node.results[0];
     const Shape& in = global_.values[x].type.shape;
     const Shape& out = global_.values[y].type.shape;
-    // 1. Group dims: walk both shapes, closing a group when the element counts agree.
-    std::vector<int> in_group(in.size()), out_group(out.size());
-    std::vector<int> group_lead_in, group_lead_out;  // first dim of size > 1 in each group (-1: none)
-    size_t i = 0, j = 0;
-    int group = 0;
-    while (i < in.size() || j < out.size()) {
-      int64_t in_count = 1, out_count = 1;
-      int lead_in = -1, lead_out = -1;
-      bool started = false;
-      while (!started || in_count != out_count) {
-        started = true;
-        if ((in_count <= out_count && i < in.size()) || j >= out.size()) {
-          if (lead_in < 0 && in[i] > 1) lead_in = static_cast<int>(i);
-          in_count *= in[i];
-          in_group[i++] = group;
-        } else {
-          if (lead_out < 0 && out[j] > 1) lead_out = static_cast<int>(j);
-          out_count *= out[j];
-          out_group[j++] = group;
-        }
-        if (i >= in.size() && j >= out.size()) break;
-      }
-      group_lead_in.push_back(lead_in);
-      group_lead_out.push_back(lead_out);
-      ++group;
-    }
+    const std::vector<int> lead_out = reshapeLeadingDims(in, out);
     // 2. Keep each split that sits on its group's leading dim; gather the others. A parameter first
     //    used here (an imported model's BatchNorm scale, unsqueezed to broadcast) is replicated.
     if (isPendingParam(x)) CLEAVE_TRY(createParam(x, replicatedLayout(x)));
@@ -732,10 +733,8 @@ class DevicePartitioner {
     for (size_t d = 0; d < in.size(); ++d) {
       int8_t axis = in_target.dim_axis[d];
       if (axis == kNoAxis) continue;
-      int g = in_group[d];
-      int lead_out = group_lead_out[g];
-      if (group_lead_in[g] == static_cast<int>(d) && lead_out >= 0 && out[lead_out] % axisSize(axis) == 0) {
-        out_sharding.dim_axis[lead_out] = axis;
+      if (lead_out[d] >= 0 && out[lead_out[d]] % axisSize(axis) == 0) {
+        out_sharding.dim_axis[lead_out[d]] = axis;
       } else {
         in_target.dim_axis[d] = kNoAxis;
       }
@@ -865,7 +864,7 @@ class DevicePartitioner {
   // Splits the weight's output-feature factor over tp: a pass-through factor of the weight that
   // reaches the result and no operand with a layout (a bias without one follows the weight), divisible by tp.
   void chooseColumnSplit(const Node& node, const ShardingRule& rule, const std::vector<FactorKind>& kinds,
-                         std::vector<int8_t>& factor_axis) const {
+                         std::vector<int8_t>& factor_axis) {
     // A batched product's weight [parts, in, out] (a fused projection's parts, fused_projections.h)
     // splits its output features, not its batch of parts; one held grouped ([groups, in, out / groups]:
     // parts of unequal sizes, ir/held_layout.h) splits its groups.
@@ -885,10 +884,74 @@ class DevicePartitioner {
             std::find(rule.operand_dims[o].begin(), rule.operand_dims[o].end(), f) != rule.operand_dims[o].end())
           in_other = true;
       if (in_result && !in_other) {
+        if (gatheredBeforeUse(node, rule, f)) {
+          declined_.insert(weightBehindViews(node.operands[1]));
+          return;
+        }
         factor_axis[f] = tp_;
         return;
       }
     }
+  }
+
+  // Whether a column split (factor f of `node`'s weight op split over tp) would be gathered before
+  // any op uses it split: followed through the readers that pass it through (elementwise ops, views,
+  // attention's products over heads), it meets one that needs it whole (a norm over the features,
+  // BERT's MLM head and a ViT's patch embedding before their layer norms) and no weight op reading it as
+  // its input features (Megatron's row split) or a vocabulary-parallel loss. Such a weight stays whole:
+  // every rank computes the layer, and nothing is gathered.
+  bool gatheredBeforeUse(const Node& node, const ShardingRule& rule, int f) const {
+    std::vector<std::pair<ValueId, size_t>> pending;  // (value, its dim the split is on)
+    for (size_t d = 0; d < rule.result_dims[0].size(); ++d)
+      if (rule.result_dims[0][d] == f) pending.emplace_back(node.results[0], d);
+    std::set<std::pair<ValueId, size_t>> seen;
+    for (int visits = 0; !pending.empty() && visits < 256; ++visits) {
+      const auto [v, d] = pending.back();
+      pending.pop_back();
+      if (!seen.insert({v, d}).second) continue;
+      for (int32_t u : users_[v]) {
+        const Node& user = global_.nodes[u];
+        const OpDef& def = opDef(user.op);
+        if (user.op == OpId::softmax_cross_entropy && user.operands[0] == v &&
+            d + 1 == global_.values[v].type.shape.size())
+          continue;  // the vocabulary-parallel cross-entropy
+        if (def.reshape_like && user.operands.size() == 1) {
+          const int out = reshapeLeadingDims(global_.values[v].type.shape,
+                                             global_.values[user.results[0]].type.shape)[d];
+          if (out >= 0) pending.emplace_back(user.results[0], static_cast<size_t>(out));
+          continue;
+        }
+        if (!def.sharding) continue;
+        std::vector<TensorType> operand_types, result_types;
+        for (ValueId o : user.operands) operand_types.push_back(global_.values[o].type);
+        for (ValueId r : user.results) result_types.push_back(global_.values[r].type);
+        const ShardingRule used = def.sharding(OpContext{def, operand_types, result_types, user.attrs});
+        for (size_t o = 0; o < user.operands.size() && o < used.operand_dims.size(); ++o) {
+          if (user.operands[o] != v || d >= used.operand_dims[o].size()) continue;
+          const int g = used.operand_dims[o][d];
+          if (g == ShardingRule::kNoFactor) continue;
+          FactorKind kind = used.factor_kinds[g];
+          if (kind == FactorKind::kReduction && def.partial_reduction == PartialReduction::kNone)
+            kind = FactorKind::kNeedReplication;
+          if (kind == FactorKind::kNeedReplication) return true;
+          if (kind != FactorKind::kPassThrough) continue;  // a reduction: a partial sum, not a gather
+          for (size_t r = 0; r < user.results.size() && r < used.result_dims.size(); ++r)
+            for (size_t k = 0; k < used.result_dims[r].size(); ++k)
+              if (used.result_dims[r][k] == g) pending.emplace_back(user.results[r], k);
+        }
+      }
+    }
+    return false;
+  }
+
+  // The parameter behind views of it (transposes, reshapes), or `v`.
+  ValueId weightBehindViews(ValueId v) const {
+    while (global_.values[v].producer >= 0) {
+      const Node& producer = global_.nodes[global_.values[v].producer];
+      if (producer.operands.size() != 1 || (producer.op != OpId::transpose && !opDef(producer.op).reshape_like)) break;
+      v = producer.operands[0];
+    }
+    return v;
   }
 
   // Outputs are whole, except the batch rows of batch outputs, which stay split over dp.
@@ -930,6 +993,8 @@ class DevicePartitioner {
   std::map<ValueId, int32_t> pending_views_;  // view of a parameter -> its node, while the parameter has no layout
   std::map<ValueId, ValueId> held_as_;        // parameter -> the reshape of it the local graph holds (isHeldReshape)
   std::vector<int> use_count_;                // global value -> nodes reading it, plus outputs and state updates
+  const std::vector<std::vector<int32_t>> users_;  // global value -> the nodes reading it
+  std::set<ValueId> declined_;                // weights kept whole: their column split would be gathered (gatheredBeforeUse)
 };
 
 }  // namespace

@@ -78,9 +78,11 @@ Expected<Graph> partitionForDevice(const Graph& global, const DeviceMesh& mesh, 
 // The weights (rank >= 2) of the weight ops (matmul, gemm, conv2d; through transposes and reshapes
 // of the weight), named with their type ("%h.0.attn.c_attn.weight f32[32,96]"): those split over the
 // tp axis and those left whole on every tp rank, with their bytes; `splittable` lists the whole ones
-// whose output features divide by tp (a column split fits them, but their layer's layout did not follow).
+// whose output features divide by tp (a column split fits them, but their layer's layout did not follow);
+// `kept_whole` those left whole by choice because their column split would be gathered before any
+// use (a norm over their outputs: BERT's MLM head, a ViT's patch embedding; Megatron keeps them whole).
 struct TensorParallelReport {
-  std::vector<std::string> split, whole, splittable;
+  std::vector<std::string> split, whole, splittable, kept_whole;
   int64_t split_bytes = 0, whole_bytes = 0;
   int sequence_splits = 0;  // partial sums reduce-scattered along the sequence (sequence_parallel)
 };

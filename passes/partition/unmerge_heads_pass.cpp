@@ -16,6 +16,7 @@ PassInfo makeUnmergeHeadsPass() {
       .summary = "values whose dim 0 merges two dims ([a, b, ...] reshaped to [a*b, ...]: batch and heads for BLOOM's "
                  "and DeBERTa's batched products) are computed as [a, b, ...] by the nodes that treat that dim as a "
                  "batch, so --tp keeps the heads split; cleave compile runs it under --tp",
+      .options = {},
       .run = rewrite,
   };
 }

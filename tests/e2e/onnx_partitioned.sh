@@ -106,6 +106,7 @@ cases=(
   "modern/modernbert_legacy17|--pp 2 --microbatches 2 --schedule gpipe" "modern/phi3_gqa_legacy17|--tp 2"
   "modern/phi3_gqa_dynamo18|--dp 2 --tp 2 --pp 2 --microbatches 2" "modern/phi3_gqa_dynamo18|--tp 4"
   "modern/bloom_dynamo18|--tp 4" "modern/deberta_v2_legacy17|--dp 2 --tp 2"
+  "modern/dinov2_legacy17|--tp 2" "modern/dinov2_dynamo18|--tp 4" "modern/swinv2_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
   "shaped/llama_dynseq_legacy17|--seq-len 16 --tp 2 --pp 2 --microbatches 2"
   "shaped/llama_fixed8_legacy17|--pp 2 --microbatches 4 --schedule gpipe"
   "shaped/llama_fixed8_legacy17|--dp 2 --tp 2 --pp 2 --microbatches 2"
@@ -138,7 +139,7 @@ assert error <= 1e-4, error
 PY
 }
 inference_cases=("modern/bert_legacy17|--tp 2" "modern/bert_dynamo18|--dp 2 --tp 2" "modern/bert_legacy17|--pp 2 --microbatches 2"
-                 "modern/t5_legacy17|--tp 2 --pp 2" "modern/vit_dynamo18|--tp 2" "modern/convnext_legacy17|--pp 2 --microbatches 2"
+                 "modern/t5_legacy17|--tp 2 --pp 2" "modern/vit_dynamo18|--tp 2" "modern/vit_legacy17|--tp 4" "modern/convnext_legacy17|--pp 2 --microbatches 2"
                  "modern/whisper_legacy17|--tp 2" "modern/efficientnet_dynamo18|--tp 2")
 for entry in "${inference_cases[@]}"; do
   IFS='|' read -r fixture flags <<<"$entry"
@@ -160,9 +161,11 @@ done
 
 # 3. Tensor parallelism splits the weights: each tp rank of LLaMA, GPT-2, Phi-3 (its fused qkv
 #    and gate_up projections; also of unequal parts: grouped-query attention), Qwen3 (its per-head
-#    q/k norms) and MPT (its fused Wqkv) holds about 1/T of them (the norms' scales stay whole), and tp
-#    collectives appear; inspect --weights lists them.
-for model in llama_legacy17 gpt2_legacy17 phi3_dynamo18 qwen3_dynamo18 mpt_dynamo18 phi3_gqa_dynamo18 bloom_legacy17; do
+#    q/k norms), MPT (its fused Wqkv), BLOOM (attention over batch·heads), BERT and DeBERTa-v2 with
+#    their MLM heads (whose dense layer, normed right after, stays whole) holds about 1/T of them (the
+#    norms' scales stay whole), and tp collectives appear, no all-gather; inspect --weights lists them.
+for model in llama_legacy17 gpt2_legacy17 phi3_dynamo18 qwen3_dynamo18 mpt_dynamo18 phi3_gqa_dynamo18 bloom_legacy17 \
+  bert_mlm_legacy17 deberta_v2_legacy17; do
   echo "$model --tp 2: parameter bytes per rank"
   batch=$(cat "$fixtures/modern/$model/train/batch.txt")
   for tp in 1 2; do
