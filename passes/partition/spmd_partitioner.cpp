@@ -339,7 +339,7 @@ class DevicePartitioner {
     CLEAVE_ASSIGN_OR_RETURN(ValueId local, local_.addParam(value.name, local_type, std::move(init), param.trainable));
     Param& added = local_.params.back();
     // Held reshaped here, or as the graph holds it (grouped by fused-projections, or the model's).
-    added.model = held != param_value ? HeldLayout{value.type.shape} : param.model;
+    added.model = held != param_value ? HeldLayout{value.type.shape, {}, 0} : param.model;
     if (local_type != whole) {
       added.full_shape = whole.shape;
       added.shard_offset = std::move(offset);
