@@ -725,8 +725,8 @@ class DevicePartitioner {
     const Shape& in = global_.values[x].type.shape;
     const Shape& out = global_.values[y].type.shape;
     const std::vector<int> lead_out = reshapeLeadingDims(in, out);
-    // 2. Keep each split that sits on its group's leading dim; gather the others. A parameter first
-    //    used here (an imported model's BatchNorm scale, unsqueezed to broadcast) is replicated.
+    // Keep each split that sits on its group's leading dim; gather the others. A parameter first
+    // used here (an imported model's BatchNorm scale, unsqueezed to broadcast) is replicated.
     if (isPendingParam(x)) CLEAVE_TRY(createParam(x, replicatedLayout(x)));
     ValueSharding in_target = sharding_of_[x];
     ValueSharding out_sharding = ValueSharding::replicated(out.size(), mesh_.numAxes());

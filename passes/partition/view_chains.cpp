@@ -148,7 +148,7 @@ Expected<int> canonicalizeViewChains(Graph& graph) {
     if (!expressible) continue;
     const Shape in_shape = graph.values[x].type.shape, atom_shape = atoms.inputAtoms();
     const ValueId result = graph.nodes[chain.back()].results[0];
-    const Shape& out_shape = graph.values[result].type.shape;
+    const Shape out_shape = graph.values[result].type.shape;  // a copy: adding nodes moves values
     const std::vector<int64_t> perm = atoms.permutation();
     Shape permuted;
     for (int64_t p : perm) permuted.push_back(atom_shape[static_cast<size_t>(p)]);
@@ -157,8 +157,7 @@ Expected<int> canonicalizeViewChains(Graph& graph) {
     if (steps >= chain.size()) continue;
 
     // The new nodes, the last one writing the chain's result.
-    const Node& last = graph.nodes[chain.back()];
-    const SourceLoc loc = last.loc;
+    const SourceLoc loc = graph.nodes[chain.back()].loc;
     const std::string base = graph.values[result].name;
     const size_t begin = graph.nodes.size();
     ValueId value = x;
