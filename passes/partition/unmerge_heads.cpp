@@ -66,8 +66,8 @@ class Unmerger {
     std::unordered_set<ValueId> read;
     for (const Node& node : ordered) read.insert(node.operands.begin(), node.operands.end());
     std::erase_if(ordered, [&](const Node& node) {
-      return forms_.count(node.results[0]) && forms_.at(node.results[0]).unmerged == node.operands[0] &&
-             !read.count(node.results[0]);
+      return node.op == OpId::reshape && forms_.count(node.results[0]) &&
+             forms_.at(node.results[0]).unmerged == node.operands[0] && !read.count(node.results[0]);
     });
     graph_.nodes = std::move(ordered);
     graph_.compact();
