@@ -683,16 +683,43 @@ Expected<StrategyEstimator> StrategyEstimator::create(const Graph& model, const 
       profiles.back().sequence_parallel = sequence_parallel;
     }
   }
+  //    The forward graphs as compile rewrites them for each degree above 1, once per degree (both
+  //    sequence parallelism modes partition the same graph).
+  struct Rewritten {
+    int tp = 1;
+    Graph forward[2];
+    std::string error;  // why the rewrite failed (the degree is then infeasible)
+  };
+  std::vector<Rewritten> rewritten;
+  for (int tp : divisorsOf(options.devices)) {
+    if (tp == 1) continue;
+    rewritten.emplace_back();
+    rewritten.back().tp = tp;
+  }
+  CLEAVE_TRY(runParallelTasks(rewritten.size(), [&](size_t index) -> Status {
+    for (int k = 0; k < 2; ++k) {
+      auto graph = forwardGraph(k, rewritten[index].tp);
+      if (!graph) {
+        rewritten[index].error = graph.status().message();
+        break;
+      }
+      rewritten[index].forward[k] = std::move(*graph);
+    }
+    return Status::ok();
+  }));
   CLEAVE_TRY(runParallelTasks(profiles.size(), [&](size_t index) -> Status {
     TpProfile& profile = profiles[index];
     const int tp = profile.tp;
     const std::string degree = "tp " + std::to_string(tp) + (profile.sequence_parallel ? " with sequence parallelism" : "");
     profile.tp_link = cost_model.cluster().linkFor(strideGroup(tp, 1));
     const DeviceMesh mesh = DeviceMesh::pipelineDataTensor(1, 1, tp);
+    const Rewritten* graphs = nullptr;
+    for (const Rewritten& r : rewritten)
+      if (r.tp == tp) graphs = &r;
     auto partition = [&](int k) -> Expected<Graph> {
       if (tp == 1) return forward[k];
-      CLEAVE_ASSIGN_OR_RETURN(Graph rewritten, forwardGraph(k, tp));
-      return partitionForDevice(rewritten, mesh, MeshCoord{}, nullptr, {}, profile.sequence_parallel);
+      if (!graphs->error.empty()) return Status::badInput(graphs->error);
+      return partitionForDevice(graphs->forward[k], mesh, MeshCoord{}, nullptr, {}, profile.sequence_parallel);
     };
     auto part1 = partition(0), part2 = partition(1);
     if (!part1 || !part2) {

@@ -114,9 +114,8 @@ class Unmerger {
     Rows result_rows = *rows;  // of its results
     bool widens_others = true;  // operands of the merged rank become [a, b, ...] ([1, 1, ...])
     if (node.op == OpId::softmax || node.op == OpId::log_softmax || node.op == OpId::gather_elements) {
-      int64_t axis = attrs.getInt("axis");
-      if (axis < 0) axis += static_cast<int64_t>(rank);
-      if (axis <= 0 || axis >= static_cast<int64_t>(rank)) return false;
+      const int64_t axis = normalizeAxis(attrs.getInt("axis"), static_cast<int64_t>(rank));
+      if (axis <= 0) return false;  // over the merged rows, or out of range
       new_attrs["axis"] = axis + 1;
     } else if (node.op == OpId::transpose) {
       TensorType input = graph_.values[node.operands[0]].type;  // as merged
@@ -127,8 +126,8 @@ class Unmerger {
       for (size_t d = 1; d < perm->size(); ++d) widened.push_back((*perm)[d] + 1);
       new_attrs["perm"] = widened;
     } else if (node.op == OpId::concat) {
-      int64_t axis = attrs.getInt("axis");
-      if (axis < 0) axis += static_cast<int64_t>(rank);
+      const int64_t axis = normalizeAxis(attrs.getInt("axis"), static_cast<int64_t>(rank));
+      if (axis < 0) return false;
       if (axis == 0) {
         // Along the merged rows (DeBERTa's relative positions tiled over the batch): every operand
         // holds [a, b, ...] rows; the result [n·a, b, ...].
