@@ -897,7 +897,8 @@ class DevicePartitioner {
   // Whether a column split (factor f of `node`'s weight op split over tp) would be gathered before
   // any op uses it split: followed through the readers that pass it through (elementwise ops, views,
   // attention's products over heads), it meets one that needs it whole (a norm over the features,
-  // BERT's MLM head and a ViT's patch embedding before their layer norms) and no weight op reading it as
+  // BERT's MLM head and a ViT's patch embedding before their layer norms; a reshape into heads that do
+  // not divide by tp, grouped-query attention's key/value heads) and no weight op reading it as
   // its input features (Megatron's row split) or a vocabulary-parallel loss. Such a weight stays whole:
   // every rank computes the layer, and nothing is gathered.
   bool gatheredBeforeUse(const Node& node, const ShardingRule& rule, int f) const {
@@ -916,9 +917,12 @@ class DevicePartitioner {
             d + 1 == global_.values[v].type.shape.size())
           continue;  // the vocabulary-parallel cross-entropy
         if (def.reshape_like && user.operands.size() == 1) {
-          const int out = reshapeLeadingDims(global_.values[v].type.shape,
-                                             global_.values[user.results[0]].type.shape)[d];
-          if (out >= 0) pending.emplace_back(user.results[0], static_cast<size_t>(out));
+          // As partitionReshape: the split survives on its group's leading dim if that divides by
+          // tp, else it is gathered (grouped-query attention's 2 key/value heads over tp 4).
+          const Shape& out_shape = global_.values[user.results[0]].type.shape;
+          const int out = reshapeLeadingDims(global_.values[v].type.shape, out_shape)[d];
+          if (out < 0 || out_shape[static_cast<size_t>(out)] % mesh_.tp() != 0) return true;
+          pending.emplace_back(user.results[0], static_cast<size_t>(out));
           continue;
         }
         if (!def.sharding) continue;

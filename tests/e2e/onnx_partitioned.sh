@@ -192,6 +192,26 @@ PY
     failures+=("$model inspect --weights: the embedding is not listed as split")
 done
 
+# 3b. Grouped-query attention with fewer key/value heads than tp ranks (Qwen2's 2 over tp 4): a split
+#     of k_proj and v_proj would cut heads in half and be gathered before the attention, so they stay
+#     whole on every rank (Megatron replicates such heads) while q_proj splits by heads. The forward
+#     gathers nothing; the only all-gathers left are the backward's, of the key/value gradients each
+#     rank has for its query heads (24 KiB a step; with the split projections 36 KiB).
+echo "qwen2_dynamo18 --tp 4: key/value projections whole"
+"$cleave" compile "$fixtures/modern/qwen2_dynamo18/model.onnx" --batch 4 --train --tp 4 -o "$tmp/gqa4.cplan" >/dev/null
+"$cleave" inspect "$tmp/gqa4.cplan" --json >"$tmp/gqa4.json"
+$python - "$tmp/gqa4.json" <<'PY' || failures+=("qwen2 --tp 4 key/value projections")
+import json, sys
+for rank in json.load(open(sys.argv[1]))["ranks"]:
+    split = {w["name"]: bool(w["split_dims"]) for w in rank["weights"] if "self_attn" in w["name"]}
+    for name, is_split in split.items():
+        expected = "q_proj" in name or "o_proj" in name
+        assert is_split == expected, (rank["rank"], name, is_split)
+    gathered = rank["comm_bytes_by_kind"]["all_gather"]
+    print(f"    rank {rank['rank']}: {sum(split.values())} of {len(split)} attention weights split, all-gather {gathered} bytes")
+    assert gathered == 24576, gathered
+PY
+
 # 4. No silent replication, each an error (exit 1) naming the weights: LLaMA's 32-wide layers do
 #    not divide 3 ways, and nothing divides 7 ways; a weight another op reads whole first (here its
 #    sum, a second output) is whole when its layer comes, where a column split would fit.
