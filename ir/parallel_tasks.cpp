@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -38,7 +39,13 @@ Status runParallelTasks(size_t count, const std::function<Status(size_t)>& task)
     }
   };
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had (memory or the process's thread limit): fewer threads do the tasks
+    }
+  }
   work();
   t_in_parallel_task = false;
   for (std::thread& thread : pool) thread.join();

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include "ir/plan.h"
@@ -125,7 +126,14 @@ Expected<std::unique_ptr<RankGroup>> RankGroup::create(const planpb::Plan& plan,
     group->executors_.push_back(executor.get());
     group->owned_executors_.push_back(std::move(executor));
   }
-  if (ranks > 1) group->startWorkers();
+  if (ranks > 1) {
+    try {
+      group->startWorkers();
+    } catch (const std::system_error& e) {  // the group's destructor stops the threads that started
+      return Status::runtime("could not start a thread for each of the " + std::to_string(ranks) +
+                             " ranks (memory or the process's thread limit): " + e.what());
+    }
+  }
   return group;
 }
 
