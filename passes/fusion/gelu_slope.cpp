@@ -4,6 +4,7 @@
 #include <numbers>
 #include <string>
 
+#include "ir/appended_nodes.h"
 #include "ir/gradient.h"
 #include "ir/op_table.h"
 
@@ -110,7 +111,7 @@ Expected<int> computeGeluSlopeInForward(Graph& graph, std::vector<int64_t>* node
                             std::to_string(graph.nodes.size()) + " nodes");
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
   const int32_t original = static_cast<int32_t>(graph.nodes.size());
-  std::vector<std::vector<int32_t>> before(static_cast<size_t>(original));  // appended nodes to put in front of node i
+  AppendedNodes placed(graph);  // each gelu's steps go in front of it (the gelu becomes a mul)
   int rewritten = 0;
   for (int32_t d = 0; d < original; ++d) {
     if (graph.nodes[d].op != OpId::gelu_grad) continue;
@@ -119,7 +120,7 @@ Expected<int> computeGeluSlopeInForward(Graph& graph, std::vector<int64_t>* node
     const ValueId x = graph.nodes[d].operands[1];
     int32_t g = -1;
     for (int32_t u : users[x])
-      if (u < d && graph.nodes[u].op == OpId::gelu && before[u].empty() &&
+      if (u < d && graph.nodes[u].op == OpId::gelu &&
           f32Approximation(graph, graph.nodes[u]) == approximation)
         g = u;
     if (g < 0) continue;
@@ -137,24 +138,11 @@ Expected<int> computeGeluSlopeInForward(Graph& graph, std::vector<int64_t>* node
     gradient.op = OpId::mul;
     gradient.operands = {dy, steps.slope};
     gradient.attrs.clear();
-    before[g] = forward.appended();
+    for (int32_t a : forward.appended()) placed.putBefore(static_cast<size_t>(g), static_cast<size_t>(a));
     ++rewritten;
   }
   if (rewritten == 0) return 0;
-  // Each original node with the nodes appended for it in front, in that order.
-  std::vector<Node> nodes;
-  std::vector<int64_t> groups;
-  for (int32_t i = 0; i < original; ++i) {
-    for (int32_t a : before[i]) {
-      nodes.push_back(std::move(graph.nodes[a]));
-      if (grouped) groups.push_back((*node_group)[i]);
-    }
-    nodes.push_back(std::move(graph.nodes[i]));
-    if (grouped) groups.push_back((*node_group)[i]);
-  }
-  graph.nodes = std::move(nodes);
-  graph.compact();  // each value's producer, at its node's new index
-  if (grouped) *node_group = std::move(groups);
+  placed.apply(graph, node_group);
   return rewritten;
 }
 

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ir/appended_nodes.h"
 #include "ir/constant_eval.h"
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
@@ -374,31 +375,16 @@ Expected<int> batchFusedProjections(Graph& graph, int64_t groups) {
   if (found.empty()) return 0;
   // The new nodes are appended, then moved to where each projection's first cut was (its operands,
   // x and the parameters, come before); the replaced nodes go.
-  const size_t original = graph.nodes.size();
-  std::vector<int32_t> replaced_by(original, -1);  // first cut node -> its projection
-  std::vector<bool> dropped(original, false);
-  std::vector<std::pair<size_t, size_t>> appended;  // per projection: its new nodes [begin, end)
-  for (size_t f = 0; f < found.size(); ++f) {
-    const Projection& p = found[f];
+  AppendedNodes placed(graph);
+  for (const Projection& p : found) {
     for (int32_t node : {p.product, p.bias_add, p.reshape})
-      if (node >= 0) dropped[static_cast<size_t>(node)] = true;
-    for (int32_t node : p.cuts) dropped[static_cast<size_t>(node)] = true;
-    replaced_by[static_cast<size_t>(*std::min_element(p.cuts.begin(), p.cuts.end()))] = static_cast<int32_t>(f);
+      if (node >= 0) placed.drop(static_cast<size_t>(node));
+    for (int32_t node : p.cuts) placed.drop(static_cast<size_t>(node));
     const size_t begin = graph.nodes.size();
     CLEAVE_TRY(p.sizes.empty() ? appendBatched(graph, p) : appendGrouped(graph, p, groups));
-    appended.emplace_back(begin, graph.nodes.size());
+    placed.putBefore(static_cast<size_t>(*std::min_element(p.cuts.begin(), p.cuts.end())), begin, graph.nodes.size());
   }
-  std::vector<Node> ordered;
-  ordered.reserve(graph.nodes.size());
-  for (size_t i = 0; i < original; ++i) {
-    if (replaced_by[i] >= 0) {
-      const auto [begin, end] = appended[static_cast<size_t>(replaced_by[i])];
-      for (size_t n = begin; n < end; ++n) ordered.push_back(std::move(graph.nodes[n]));
-    }
-    if (!dropped[i]) ordered.push_back(std::move(graph.nodes[i]));
-  }
-  graph.nodes = std::move(ordered);
-  graph.compact();
+  placed.apply(graph);
   return static_cast<int>(found.size());
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/appended_nodes.h"
 #include "ir/op_table.h"
 #include "ir/ops/op_rules.h"
 
@@ -111,11 +112,9 @@ class Atoms {
 Expected<int> canonicalizeViewChains(Graph& graph) {
   const std::vector<std::vector<int32_t>> users = graph.computeUsers();
   const std::vector<bool> read_after = graph.valuesReadAfterNodes();
-  const size_t original = graph.nodes.size();
-  std::vector<bool> dropped(original, false);
-  std::vector<std::pair<size_t, size_t>> appended_at(original, {0, 0});  // last chain node -> its new nodes
+  AppendedNodes placed(graph);  // each chain's new nodes go where its last node was
   int rewritten = 0;
-  for (size_t i = 0; i < original; ++i) {
+  for (size_t i = 0; i < placed.original(); ++i) {
     if (!isView(graph.nodes[i])) continue;
     // A chain starts at a view whose operand no single-reader view makes, and not at a weight (the
     // partitioner lays weights out through their views).
@@ -179,19 +178,12 @@ Expected<int> canonicalizeViewChains(Graph& graph) {
     if (graph.values[value].type != graph.values[result].type)
       return Status::internal("view-chains: " + base + " would become " + graph.values[value].type.str());
     graph.nodes.back().results[0] = result;  // the chain's result, its value and name
-    for (size_t c : chain) dropped[c] = true;
-    appended_at[chain.back()] = {begin, graph.nodes.size()};
+    for (size_t c : chain) placed.drop(c);
+    placed.putBefore(chain.back(), begin, graph.nodes.size());
     ++rewritten;
   }
   if (rewritten == 0) return 0;
-  std::vector<Node> ordered;
-  ordered.reserve(graph.nodes.size());
-  for (size_t i = 0; i < original; ++i) {
-    for (size_t n = appended_at[i].first; n < appended_at[i].second; ++n) ordered.push_back(std::move(graph.nodes[n]));
-    if (!dropped[i]) ordered.push_back(std::move(graph.nodes[i]));
-  }
-  graph.nodes = std::move(ordered);
-  graph.compact();
+  placed.apply(graph);
   return rewritten;
 }
 

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "ir/appended_nodes.h"
+
 namespace cleave {
 namespace {
 
@@ -21,12 +23,11 @@ Expected<Precision> parsePrecision(std::string_view name) {
 std::string_view precisionName(Precision precision) { return precision == Precision::kBF16 ? "bf16" : "f32"; }
 
 Expected<int> autocastToBf16(Graph& graph) {
-  // 1. Per rewritten node: its casts, the bf16 op and the cast back, appended, then moved before it.
-  std::map<ValueId, ValueId> bf16_copy;           // f32 value -> its bf16 cast
-  std::map<size_t, std::vector<Node>> rewritten;  // node index -> the nodes replacing it
-  std::map<ValueId, ValueId> replaced;            // old result -> the f32 result that replaces it
-  const size_t original = graph.nodes.size();
-  for (size_t i = 0; i < original; ++i) {
+  // 1. Per rewritten node: its casts, the bf16 op and the cast back, appended, then put in its place.
+  std::map<ValueId, ValueId> bf16_copy;  // f32 value -> its bf16 cast
+  std::map<ValueId, ValueId> replaced;   // old result -> the f32 result that replaces it
+  AppendedNodes placed(graph);
+  for (size_t i = 0; i < placed.original(); ++i) {
     const Node node = graph.nodes[i];  // a copy: appending nodes moves the vector
     if (!runsInLowPrecision(node.op) || node.results.size() != 1) continue;
     bool all_f32 = true;
@@ -50,31 +51,21 @@ Expected<int> autocastToBf16(Graph& graph) {
                                                                     {graph.uniqueName(name + ".bf16")}));
     CLEAVE_ASSIGN_OR_RETURN(std::vector<ValueId> back, graph.addNode(OpId::cast, {low[0]}, {{"to", std::string("f32")}}, node.loc, {name}));
     replaced[result] = back[0];
-    for (size_t k = first_new; k < graph.nodes.size(); ++k) rewritten[i].push_back(std::move(graph.nodes[k]));
-    graph.nodes.resize(first_new);
+    placed.putBefore(i, first_new, graph.nodes.size());
+    placed.drop(i);
   }
-  if (rewritten.empty()) return 0;
-  // 2. The new nodes in the old ones' places, every use of an old result redirected, ids renumbered.
-  std::vector<Node> nodes;
-  for (size_t i = 0; i < original; ++i) {
-    auto it = rewritten.find(i);
-    if (it == rewritten.end()) {
-      nodes.push_back(std::move(graph.nodes[i]));
-      continue;
-    }
-    for (Node& node : it->second) nodes.push_back(std::move(node));
-  }
+  if (replaced.empty()) return 0;
+  // 2. Every use of an old result redirected, the new nodes in the old ones' places, ids renumbered.
   auto redirect = [&](ValueId& v) {
     auto it = replaced.find(v);
     if (it != replaced.end()) v = it->second;
   };
-  for (Node& node : nodes)
+  for (Node& node : graph.nodes)
     for (ValueId& v : node.operands) redirect(v);
   for (ValueId& v : graph.outputs) redirect(v);
   for (StateUpdate& update : graph.updates) redirect(update.new_value);
-  graph.nodes = std::move(nodes);
-  graph.compact();
-  return static_cast<int>(rewritten.size());
+  placed.apply(graph);
+  return static_cast<int>(replaced.size());
 }
 
 }  // namespace cleave
