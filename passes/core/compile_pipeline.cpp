@@ -196,7 +196,8 @@ Status checkTensorParallelSplits(const Graph& forward, const DeviceMesh& mesh, b
                    list(report.whole) + ") do not divide by " + std::to_string(mesh.tp())
          : !report.kept_whole.empty()
              ? "a split of its " + std::to_string(report.kept_whole.size()) + " layer weight(s) (" +
-                   list(report.kept_whole) + ") would be gathered again before any use (a norm over their outputs)"
+                   list(report.kept_whole) + ") would be gathered again before any use (a norm over their outputs, or heads that "
+                   "do not divide by " + std::to_string(mesh.tp()) + ")"
              : std::string("the model has no matmul, gemm or conv weight")));
   if (allow_replicated) return Status::ok();
   if (!report.splittable.empty())
