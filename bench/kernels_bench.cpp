@@ -55,11 +55,13 @@ double secondsPerCall(const std::function<void()>& fn, int repeats) {
   return times[times.size() / 2];
 }
 
-// One prepared kernel call: operands, attributes, inferred result types and result memory.
+// One prepared kernel call: operands, attributes, inferred result types and result memory; with
+// `in_place`, result r is written over operand in_place[r] (where >= 0), as a plan's memory planner
+// lays out an optimizer's updates.
 class PreparedCall {
  public:
-  PreparedCall(OpId op, std::vector<const Buffer*> operands, AttrMap attrs, int threads)
-      : op_(op), operands_(std::move(operands)), attrs_(std::move(attrs)), threads_(threads) {
+  PreparedCall(OpId op, std::vector<const Buffer*> operands, AttrMap attrs, int threads, std::vector<int> in_place = {})
+      : op_(op), operands_(std::move(operands)), attrs_(std::move(attrs)), threads_(threads), in_place_(std::move(in_place)) {
     for (const Buffer* b : operands_) {
       operand_types_.push_back(b->type);
       inputs_.push_back(b->values.data());
@@ -76,7 +78,9 @@ class PreparedCall {
 
   void operator()() const {
     std::vector<void*> outputs;  // taken here: copies of a PreparedCall own their own result memory
-    for (auto& memory : result_memory_) outputs.push_back(memory.data());
+    for (size_t r = 0; r < result_memory_.size(); ++r)
+      outputs.push_back(r < in_place_.size() && in_place_[r] >= 0 ? const_cast<void*>(inputs_[static_cast<size_t>(in_place_[r])])
+                                                                  : result_memory_[r].data());
     cleave::runtime::KernelCall call{cleave::OpContext{cleave::opDef(op_), operand_types_, result_types_, attrs_},
                                      inputs_, outputs, threads_};
     cleave::Status status = kernel_(call);
@@ -91,6 +95,7 @@ class PreparedCall {
   std::vector<const Buffer*> operands_;
   AttrMap attrs_;
   int threads_;
+  std::vector<int> in_place_;
   std::vector<TensorType> operand_types_, result_types_;
   std::vector<const void*> inputs_;
   mutable std::vector<std::vector<float>> result_memory_;
@@ -171,8 +176,8 @@ int main(int argc, char** argv) {
     const Buffer heads = randomBuffer({8, 64, 4, 64}, rng), heads2 = randomBuffer({8, 64, 4, 64}, rng);
     const AttrMap swap_heads{{"perm", std::vector<int64_t>{0, 2, 1, 3}}};
     const std::vector<int64_t> swap = {0, 2, 1, 3};
-    auto micros = [&](OpId op, std::vector<const Buffer*> in, AttrMap attrs) {
-      return 1e6 * secondsPerCall(PreparedCall(op, std::move(in), std::move(attrs), threads), repeats);
+    auto micros = [&](OpId op, std::vector<const Buffer*> in, AttrMap attrs, std::vector<int> in_place = {}) {
+      return 1e6 * secondsPerCall(PreparedCall(op, std::move(in), std::move(attrs), threads, std::move(in_place)), repeats);
     };
     auto fused = [&](std::vector<const Buffer*> in, const char* body) {
       return micros(OpId::fused, std::move(in), {{"body", std::string(body)}});
@@ -186,6 +191,7 @@ int main(int argc, char** argv) {
     std::memcpy(step.values.data(), &later_step, sizeof later_step);
     const Buffer coefficient{TensorType{DType::kF32, {}}, {0.5f}};
     const AttrMap sgd{{"lr", 0.01}, {"momentum", 0.9}};
+    const Buffer w = randomBuffer({1024, 256}, rng), g = randomBuffer({1024, 256}, rng), w_buffer = randomBuffer({1024, 256}, rng);
     struct Pair {
       const char* name;
       double unfused, fused;
@@ -210,6 +216,14 @@ int main(int argc, char** argv) {
         {"clipping: scaled gradient + sgd_update [512,1024]",
          micros(OpId::mul, {&h, &coefficient}, {}) + micros(OpId::sgd_update, {&c, &h, &step, &buffer}, sgd),
          micros(OpId::sgd_update, {&c, &h, &step, &buffer, &coefficient}, sgd)},
+        // An MLP weight's gradient (fc1's, [1024,256] from 512 rows) and its SGD step with momentum,
+        // in place: matmul + sgd_update, against the GEMM summed into the momentum buffer and one pass
+        // over the weight (sgd_matmul_update).
+        {"fc1 weight gradient + sgd_update [1024,256]",
+         micros(OpId::matmul, {&h, &r}, {{"transpose_a", int64_t{1}}}) +
+             micros(OpId::sgd_update, {&w, &g, &step, &w_buffer}, sgd, {0, 3}),
+         micros(OpId::sgd_matmul_update, {&w, &h, &r, &step, &w_buffer}, {{"lr", 0.01}, {"momentum", 0.9}, {"transpose_a", int64_t{1}}},
+                {0, 4})},
         {"attention scale, mask, softmax [8,4,64,64]",
          micros(OpId::mul, {&scores, &eighth}, {}) + micros(OpId::add, {&scores, &mask}, {}) +
              micros(OpId::softmax, {&scores}, {}),
