@@ -18,6 +18,7 @@
 #include "ir/op_table.h"
 #include "ir/status.h"
 #include "ir/text_format.h"
+#include "tools/allocator_tuning.h"
 #include "tools/cli_common.h"
 #include "tools/cost_commands.h"
 #include "tools/plan_commands.h"
@@ -475,6 +476,7 @@ int runCli(int argc, char** argv) {
 }  // namespace cleave
 
 int main(int argc, char** argv) {
+  cleave::cli::createAllocatorArenas();  // before any thread starts (tools/allocator_tuning.h)
   try {
     // A broken op table is a build bug: say so before any command trusts it.
     if (cleave::Status table = cleave::opTableStatus(); !table.isOk()) {

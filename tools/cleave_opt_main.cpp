@@ -16,6 +16,7 @@
 #include "ir/text_format.h"
 #include "ir/verifier.h"
 #include "passes/core/pass_manager.h"
+#include "tools/allocator_tuning.h"
 #include "tools/cli_common.h"
 
 namespace cleave {
@@ -165,6 +166,7 @@ int runCli(int argc, char** argv) {
 }  // namespace cleave
 
 int main(int argc, char** argv) {
+  cleave::cli::createAllocatorArenas();  // before any thread starts (tools/allocator_tuning.h)
   try {
     // A broken op table is a build bug: say so before any command trusts it.
     if (cleave::Status table = cleave::opTableStatus(); !table.isOk()) {
