@@ -12,7 +12,8 @@ as training goes on, as between runs at 1 and 2 threads), and the
 bytes the kernels move per step by the cost model (`cleave inspect --json`: kernel_bytes, fused_nodes).
 Needs only the build (no PyTorch). Usage: bench/fusion_speedup.py [--reps 5] [--threads 1,2]
 [--models gpt,cnn,gpt_rms,gpt_gelu] [--breakdown] -> $OUT/fusion_speedup.json and a table on stdout. --breakdown also
-prints each plan's milliseconds per step in matrix products and in the rest, by op (cleave run --trace)."""
+prints each plan's milliseconds per step in matrix products and in the rest, by op (cleave run --trace), and
+the ceiling: the unfused step over the fused plan's products alone, the most fusing the rest could give here."""
 import argparse
 import json
 import os
@@ -101,13 +102,19 @@ def print_breakdown(model, threads, plans, work):
     (the fused plan's sgd_matmul_update counts as a product: it is the weight gradient's GEMM, with the
     SGD update summed into it and, with momentum, a pass over the weight)."""
     by_op = {fusion: time_by_op(plans[fusion], threads, work) for fusion in ("off", "on")}
+    products = {}
     for fusion, label in (("off", "unfused"), ("on", "fused")):
         ops = by_op[fusion]
-        products = sum(ms for op, ms in ops.items() if op in PRODUCTS)
-        rest = sum(ops.values()) - products
+        products[fusion] = sum(ms for op, ms in ops.items() if op in PRODUCTS)
+        rest = sum(ops.values()) - products[fusion]
         biggest = sorted(((ms, op) for op, ms in ops.items() if op not in PRODUCTS), reverse=True)[:6]
-        print(f"  {model} {threads} thread(s) {label:8} products {products:6.2f} ms, rest {rest:6.2f} ms: " +
+        print(f"  {model} {threads} thread(s) {label:8} products {products[fusion]:6.2f} ms, rest {rest:6.2f} ms: " +
               ", ".join(f"{op} {ms:.2f}" for ms, op in biggest))
+    # The most fusion could give here: the unfused step against the fused plan's products alone (its
+    # rest taking no time), on this host's balance of GEMM and elementwise speed.
+    ceiling = sum(by_op["off"].values()) / products["on"]
+    print(f"  {model} {threads} thread(s) ceiling  {ceiling:.2f}x (the unfused step over the fused products alone; "
+          f"products {100 * products['off'] / sum(by_op['off'].values()):.0f}% of the unfused step)")
     return by_op
 
 
