@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -180,7 +181,14 @@ class CommunicationQueue {
       }
       auto start = ExecutionTrace::Clock::now();
       activity_.begin(RankActivity::kCommunication, &inst->where);
-      Status status = skip ? Status::ok() : runCommunication(*inst, communicator_);
+      Status status = Status::ok();
+      if (!skip) {
+        try {  // an exception must not leave the thread: it would end the process without a word
+          status = runCommunication(*inst, communicator_);
+        } catch (const std::bad_alloc&) {
+          status = Status::runtime("out of memory: this machine's memory does not hold the transfer's buffers");
+        }
+      }
       activity_.end(RankActivity::kCommunication);
       if (!skip) traceInstruction(trace_.load(), rank_, *inst, start);
       std::lock_guard lock(mutex_);

@@ -8,8 +8,11 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <string>
 #include <system_error>
 #include <thread>
 
@@ -212,7 +215,15 @@ void RankGroup::workerLoop(size_t rank) {
       seen = worker.generation;
       job = worker.job;
     }
-    Status status = (*job)(executor);
+    Status status = Status::ok();
+    try {  // an exception must not leave the thread: it would end the process without a word
+      status = (*job)(executor);
+    } catch (const std::bad_alloc&) {
+      status = Status::runtime("rank " + std::to_string(rank) +
+                               ": out of memory: this machine's memory does not hold what the rank runs");
+    } catch (const std::exception& e) {
+      status = Status::internal("rank " + std::to_string(rank) + ": " + e.what());
+    }
     if (!status.isOk()) communicator.abort(status);
     std::lock_guard lock(worker.mutex);
     worker.results[rank] = std::move(status);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -563,6 +564,18 @@ TEST(RankGroupTest, AFailingRankStopsTheOthersPromptlyWithItsOwnError) {
   Status again = group->run("infer");
   EXPECT_EQ(again.kind(), ErrorKind::kRuntime);  // rank 1's own earlier failure, not another rank's
   EXPECT_NE(again.message().find("stopped: rank 1 failed"), std::string::npos) << again.message();
+}
+
+TEST(RankGroupTest, ARankThatRunsOutOfMemorySaysSo) {
+  // On a rank's own thread: std::bad_alloc there used to end the process (SIGABRT) without a word.
+  auto group = makeGroup(gatherThenReducePlan(true), 60);
+  ASSERT_TRUE(group);
+  Status status = group->forEachRank([](RankExecutor& executor) -> Status {
+    if (executor.rank() == 1) throw std::bad_alloc();
+    return Status::ok();
+  });
+  EXPECT_EQ(status.kind(), ErrorKind::kRuntime);
+  EXPECT_EQ(status.message().rfind("rank 1: out of memory", 0), 0u) << status.message();
 }
 
 TEST(RankGroupTest, ARankThatNeverArrivesTimesOutNamingIt) {
