@@ -65,6 +65,14 @@ std::vector<int> reshapeLeadingDims(const Shape& in, const Shape& out) {
   return lead_out_of;
 }
 
+// The result dim a split of input dim `d` over `parts` devices lands on through a reshape from `in`
+// to `out`, or -1 when the split cannot follow (it is not its group's leading dim, or that result dim
+// does not divide by `parts`) and the input is gathered first.
+int reshapedSplitDim(const Shape& in, const Shape& out, size_t d, int64_t parts) {
+  const int lead = reshapeLeadingDims(in, out)[d];
+  return lead >= 0 && out[static_cast<size_t>(lead)] % parts == 0 ? lead : -1;
+}
+
 class DevicePartitioner {
  public:
   DevicePartitioner(const Graph& global, const DeviceMesh& mesh, MeshCoord coord, const std::set<std::string>& whole,
@@ -724,7 +732,6 @@ class DevicePartitioner {
     ValueId x = node.operands[0], y = node.results[0];
     const Shape& in = global_.values[x].type.shape;
     const Shape& out = global_.values[y].type.shape;
-    const std::vector<int> lead_out = reshapeLeadingDims(in, out);
     // Keep each split that sits on its group's leading dim; gather the others. A parameter first
     // used here (an imported model's BatchNorm scale, unsqueezed to broadcast) is replicated.
     if (isPendingParam(x)) CLEAVE_TRY(createParam(x, replicatedLayout(x)));
@@ -733,8 +740,9 @@ class DevicePartitioner {
     for (size_t d = 0; d < in.size(); ++d) {
       int8_t axis = in_target.dim_axis[d];
       if (axis == kNoAxis) continue;
-      if (lead_out[d] >= 0 && out[lead_out[d]] % axisSize(axis) == 0) {
-        out_sharding.dim_axis[lead_out[d]] = axis;
+      const int lands = reshapedSplitDim(in, out, d, axisSize(axis));
+      if (lands >= 0) {
+        out_sharding.dim_axis[static_cast<size_t>(lands)] = axis;
       } else {
         in_target.dim_axis[d] = kNoAxis;
       }
@@ -917,11 +925,11 @@ class DevicePartitioner {
             d + 1 == global_.values[v].type.shape.size())
           continue;  // the vocabulary-parallel cross-entropy
         if (def.reshape_like && user.operands.size() == 1) {
-          // As partitionReshape: the split survives on its group's leading dim if that divides by
-          // tp, else it is gathered (grouped-query attention's 2 key/value heads over tp 4).
-          const Shape& out_shape = global_.values[user.results[0]].type.shape;
-          const int out = reshapeLeadingDims(global_.values[v].type.shape, out_shape)[d];
-          if (out < 0 || out_shape[static_cast<size_t>(out)] % mesh_.tp() != 0) return true;
+          // As partitionReshape decides: a split the reshape cannot carry is gathered (grouped-query
+          // attention's 2 key/value heads over tp 4).
+          const int out = reshapedSplitDim(global_.values[v].type.shape, global_.values[user.results[0]].type.shape, d,
+                                           mesh_.tp());
+          if (out < 0) return true;
           pending.emplace_back(user.results[0], static_cast<size_t>(out));
           continue;
         }
